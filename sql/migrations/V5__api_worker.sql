@@ -1,0 +1,202 @@
+-- The worker API: claim_tasks (alias "hold"), report_tasks (advance / succeed / fail / later /
+-- release / heartbeat, fenced, set-based), next_due. Granted to asyncflow_worker.
+--
+-- Fencing: every claim adds 1 to the task's claim_seq and stamps owner and lease_until. A report
+-- names (task_id, claim_seq) and is applied only while the task is still running under the same
+-- owner and claim_seq. A task rescued, cancelled or claimed again meanwhile has moved on, so a
+-- late report matches nothing, changes nothing, and comes back with accepted = false.
+
+-- What a worker receives for each claimed task.
+create type asyncflow.claimed_task as (
+  task_id text,
+  task_type text,
+  stage text,
+  context jsonb,
+  priority integer,
+  attempt integer,
+  claim_seq integer,
+  user_id text,
+  lease_until timestamptz,
+  claimed_at timestamptz
+);
+
+-- claim_tasks: takes up to p_limit ready tasks of one type (bounded by schedule_limit and the
+-- type's concurrency), smallest order_time <= now first, across every live shard.
+-- Locks: the claimed rows (FOR UPDATE SKIP LOCKED: concurrent claimers never wait on each other
+-- and never get the same task); with a concurrency limit, the task_types row, so that claimers of
+-- that type count running tasks one at a time.
+create function asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamptz default null)
+returns setof asyncflow.claimed_task
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_type asyncflow.task_types;
+  v_now timestamptz := coalesce(p_now, now());
+  v_limit integer;
+  v_begin integer;
+  v_running bigint;
+begin
+  if p_owner is null or length(p_owner) not between 1 and 200 then
+    perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
+  end if;
+  select * into v_type from asyncflow.task_types where task_type = p_task_type;
+  if not found then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  if v_type.paused or coalesce(p_limit, 0) <= 0 then
+    return;
+  end if;
+  v_limit := least(p_limit, v_type.schedule_limit);
+  if v_type.concurrency is not null then
+    perform 1 from asyncflow.task_types where task_type = p_task_type for update;
+    select count(*) into v_running from asyncflow.tasks where task_type = p_task_type and status = 'running';
+    v_limit := least(v_limit, v_type.concurrency - v_running);
+    if v_limit <= 0 then
+      return;
+    end if;
+  end if;
+  select begin_pos into v_begin from asyncflow.positions where task_type = p_task_type;
+
+  return query
+  with picked as (
+    select shard, id from asyncflow.tasks
+    where task_type = p_task_type and shard >= v_begin and status = 'pending' and order_time <= v_now
+    order by order_time
+    limit v_limit
+    for update skip locked
+  )
+  update asyncflow.tasks t set
+    status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
+    claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time), updated_at = v_now
+  from picked
+  where t.task_type = p_task_type and t.shard = picked.shard and t.id = picked.id
+  returning asyncflow.format_task_id(t.task_type, t.shard, t.id), t.task_type, t.stage, t.context, t.priority,
+    t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
+end
+$$;
+
+-- report_tasks: applies a batch of reports from one worker in one statement.
+-- p_reports is a JSON array of objects:
+--   {"task_id", "claim_seq", "outcome": "advance",   "stage", "context"}   next stage, pending at now - priority
+--   {"task_id", "claim_seq", "outcome": "succeed",   "result"}             succeeded
+--   {"task_id", "claim_seq", "outcome": "fail",      "error", "retry"}     pending at now + backoff, or failed when
+--                                                                           out of tries or retry is false
+--   {"task_id", "claim_seq", "outcome": "later",     "delay", "context"}   pending at now + delay s; the try is given back
+--   {"task_id", "claim_seq", "outcome": "release"}                         handed back unfinished (shutdown): pending
+--                                                                           at its old order_time; the try is given back
+--   {"task_id", "claim_seq", "outcome": "heartbeat"}                       lease extended by max_processing_time
+-- Every outcome but heartbeat appends one schedule_log entry {worker, stage, attempt, start,
+-- cost_ms, outcome, error}. Returns one row per report: accepted = false when the fence did not
+-- match (the task's current status is given when the task exists).
+create function asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamptz default null)
+returns table (task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_bad record;
+  v_max_bytes integer;
+begin
+  if p_reports is null or jsonb_typeof(p_reports) <> 'array' then
+    perform asyncflow.raise_error('AF006', 'reports must be a JSON array of objects');
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  select n, problem into v_bad from (
+    select n, case
+      when jsonb_typeof(e) <> 'object' then 'must be a JSON object'
+      when jsonb_typeof(e -> 'task_id') is distinct from 'string' then 'task_id must be a string'
+      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' then 'claim_seq must be a number'
+      when e ->> 'outcome' is null or e ->> 'outcome' not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
+        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
+      when e ->> 'outcome' = 'advance' and coalesce(e ->> 'stage', '') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+        then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', e -> 'stage')
+      when e ->> 'outcome' in ('advance', 'later') and jsonb_typeof(e -> 'context') not in ('object', 'null')
+        then 'context must be a JSON object'
+      when pg_column_size(e -> 'context') > v_max_bytes
+        then format('context is too large: %s bytes, the limit is %s', pg_column_size(e -> 'context'), v_max_bytes)
+      when pg_column_size(e -> 'result') > v_max_bytes
+        then format('result is too large: %s bytes, the limit is %s', pg_column_size(e -> 'result'), v_max_bytes)
+      when e ->> 'outcome' = 'later' and (jsonb_typeof(e -> 'delay') is distinct from 'number'
+        or (e ->> 'delay')::numeric not between 0 and 31536000)
+        then format('delay must be a number of seconds between 0 and 31536000, got %s', e -> 'delay')
+      when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
+    end as problem
+    from jsonb_array_elements(p_reports) with ordinality x(e, n)
+  ) checked where problem is not null order by n limit 1;
+  if found then
+    perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
+  end if;
+
+  return query
+  with r as (
+    select x.n, e ->> 'task_id' as task_id, k.task_type, k.shard, k.id,
+      (e ->> 'claim_seq')::numeric as claim_seq, e ->> 'outcome' as outcome, e ->> 'stage' as stage,
+      nullif(e -> 'context', 'null'::jsonb) as context, e -> 'result' as result,
+      left(e ->> 'error', 256) as error, coalesce((e ->> 'retry')::boolean, true) as retry,
+      (e ->> 'delay')::double precision as delay
+    from jsonb_array_elements(p_reports) with ordinality x(e, n)
+    left join lateral asyncflow.parse_task_id(e ->> 'task_id') k on true
+  ), changed as (
+    update asyncflow.tasks t set
+      status = case
+        when r.outcome = 'succeed' then 'succeeded'
+        when r.outcome = 'heartbeat' then 'running'
+        when r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num) then 'failed'
+        else 'pending' end::asyncflow.task_status,
+      stage = case when r.outcome = 'advance' then r.stage else t.stage end,
+      context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
+      result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
+      last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed') else t.last_error end,
+      attempt = case
+        when r.outcome = 'advance' then 0
+        when r.outcome in ('later', 'release') then greatest(t.attempt - 1, 0)
+        else t.attempt end,
+      retry_count = case when r.outcome = 'fail' then t.retry_count + 1 else t.retry_count end,
+      order_time = case
+        when r.outcome = 'advance' then v_now - make_interval(secs => t.priority)
+        when r.outcome = 'fail' then v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval)
+        when r.outcome = 'later' then v_now + make_interval(secs => r.delay)
+        else t.order_time end,
+      owner = case when r.outcome = 'heartbeat' then t.owner end,
+      lease_until = case when r.outcome = 'heartbeat'
+        then v_now + make_interval(secs => (select max_processing_time from asyncflow.task_types y where y.task_type = t.task_type)) end,
+      finished_at = case
+        when r.outcome = 'succeed' or (r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num)) then v_now
+        else t.finished_at end,
+      schedule_log = case when r.outcome = 'heartbeat' then t.schedule_log
+        else asyncflow.append_log(t.schedule_log, jsonb_strip_nulls(jsonb_build_object(
+          'worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
+          'cost_ms', round(extract(epoch from (v_now - t.claimed_at)) * 1000),
+          'outcome', r.outcome, 'error', case when r.outcome = 'fail' then coalesce(r.error, 'failed') end))) end,
+      updated_at = v_now
+    -- a task named twice in one batch: its last report wins, the earlier ones are refused
+    from (select distinct on (task_type, shard, id) * from r order by task_type, shard, id, n desc) r
+    where t.task_type = r.task_type and t.shard = r.shard and t.id = r.id
+      and t.status = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
+    returning r.n, t.status, t.lease_until, t.task_type
+  )
+  select r.task_id, c.n is not null, coalesce(c.status, cur.status), c.lease_until
+  from r
+  left join changed c on c.n = r.n
+  left join lateral (
+    select s.status from asyncflow.tasks s
+    where c.n is null and s.task_type = r.task_type and s.shard = r.shard and s.id = r.id
+  ) cur on true
+  order by r.n;
+
+  -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY per type).
+  perform pg_notify('asyncflow', y.task_type)
+  from (select distinct k.task_type
+        from jsonb_array_elements(p_reports) e
+        cross join lateral asyncflow.parse_task_id(e ->> 'task_id') k
+        where e ->> 'outcome' in ('advance', 'release', 'fail', 'later')) y;
+end
+$$;
+
+-- next_due: the smallest order_time among pending tasks of a type (ready or delayed), or null;
+-- a worker sleeps until then when nothing is ready.
+create function asyncflow.next_due(p_task_type text) returns timestamptz
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select min(order_time) from asyncflow.tasks
+  where task_type = p_task_type and status = 'pending'
+    and shard >= (select begin_pos from asyncflow.positions where task_type = p_task_type)
+$$;

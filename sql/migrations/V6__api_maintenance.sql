@@ -1,0 +1,173 @@
+-- Maintenance operations, called by the Rust maintenance services (one leader at a time):
+-- rescue_expired, roll_shard, advance_begin_pos, drop_expired_shards. Each takes p_now so tests
+-- move the clock.
+
+-- rescue_expired: running tasks whose lease ended without a report go back to pending at
+-- now + backoff with one more failed try, or to failed when out of tries. Their claim_seq stays,
+-- but status is no longer running, so the vanished worker's late report is refused; the next claim
+-- increments claim_seq. Locks: the rescued rows (SKIP LOCKED: a row being reported right now is
+-- left for the next pass). At most p_limit tasks per call.
+create function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000)
+returns table (task_id text, task_type text, status asyncflow.task_status)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_ids text[];
+  v_types text[];
+  v_statuses asyncflow.task_status[];
+begin
+  with expired as (
+    select task_type, shard, id from asyncflow.tasks
+    where status = 'running' and lease_until < v_now
+    limit p_limit
+    for update skip locked
+  ), changed as (
+    update asyncflow.tasks t set
+      status = case when t.attempt > t.max_retry_num then 'failed' else 'pending' end::asyncflow.task_status,
+      order_time = case when t.attempt > t.max_retry_num then t.order_time
+        else v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval) end,
+      retry_count = t.retry_count + 1,
+      last_error = format('lease expired: no report from worker %s by %s', t.owner, t.lease_until),
+      finished_at = case when t.attempt > t.max_retry_num then v_now end,
+      schedule_log = asyncflow.append_log(t.schedule_log, jsonb_build_object(
+        'worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
+        'cost_ms', round(extract(epoch from (v_now - t.claimed_at)) * 1000), 'outcome', 'rescued',
+        'error', format('lease expired at %s', t.lease_until))),
+      owner = null, lease_until = null, updated_at = v_now
+    from expired e
+    where t.task_type = e.task_type and t.shard = e.shard and t.id = e.id
+    returning asyncflow.format_task_id(t.task_type, t.shard, t.id) as task_id, t.task_type, t.status
+  )
+  select array_agg(c.task_id), array_agg(c.task_type), array_agg(c.status)
+  into v_ids, v_types, v_statuses
+  from changed c;
+
+  perform pg_notify('asyncflow', d.type_name)
+  from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
+  return query select * from unnest(v_ids, v_types, v_statuses);
+end
+$$;
+
+-- roll_shard: when the end shard holds shard_max_rows tasks or more, creates the next shard and
+-- moves end_pos to it. Counting is cheap: ids come from the type's own sequence, so the rows
+-- inserted into the end shard are max(id) - min(id) + 1 (two primary-key lookups; ids lost to
+-- rolled-back inserts only make the roll come a little early). Locks: the positions row;
+-- ATTACH takes SHARE UPDATE EXCLUSIVE on the type's table (inserts and claims go on).
+-- Returns the new end_pos, or null when no roll was needed.
+create function asyncflow.roll_shard(p_task_type text, p_now timestamptz default null) returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_max_rows bigint;
+  v_end integer;
+  v_rows bigint;
+  v_lock_timeout text := current_setting('lock_timeout');
+begin
+  select shard_max_rows into v_max_rows from asyncflow.task_types where task_type = p_task_type;
+  if not found then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  select end_pos into v_end from asyncflow.positions where task_type = p_task_type for update;
+  select max(id) - min(id) + 1 into v_rows from asyncflow.tasks where task_type = p_task_type and shard = v_end;
+  if coalesce(v_rows, 0) < v_max_rows then
+    return null;
+  end if;
+  perform set_config('lock_timeout', '5s', true);
+  perform asyncflow.create_shard(p_task_type, v_end + 1, v_now);
+  perform set_config('lock_timeout', v_lock_timeout, true);
+  update asyncflow.positions set end_pos = v_end + 1, updated_at = v_now where task_type = p_task_type;
+  return v_end + 1;
+end
+$$;
+
+-- Whether a shard holds a pending or running task (each test uses one partial index).
+create function asyncflow.shard_is_live(p_task_type text, p_shard integer) returns boolean
+language sql stable as $$
+  select exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'pending')
+      or exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'running')
+$$;
+
+-- advance_begin_pos: recomputes begin_pos as the oldest undropped shard that still holds a live
+-- task (end_pos when none does), stamping closed_at on the shards it passes. Recomputing from the
+-- bottom each time, rather than only moving forward, finds again a task that an insert racing a
+-- roll put into a shard already passed. Locks: the positions row. Returns the new begin_pos.
+create function asyncflow.advance_begin_pos(p_task_type text, p_now timestamptz default null) returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_pos asyncflow.positions;
+  v_shard integer;
+  v_begin integer;
+begin
+  select * into v_pos from asyncflow.positions where task_type = p_task_type for update;
+  if not found then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  v_begin := v_pos.end_pos;
+  for v_shard in
+    select shard from asyncflow.shards
+    where task_type = p_task_type and dropped_at is null and shard < v_pos.end_pos order by shard
+  loop
+    if asyncflow.shard_is_live(p_task_type, v_shard) then
+      v_begin := v_shard;
+      exit;
+    end if;
+  end loop;
+  update asyncflow.shards set closed_at = v_now
+  where task_type = p_task_type and shard < v_begin and closed_at is null and dropped_at is null;
+  update asyncflow.shards set closed_at = null
+  where task_type = p_task_type and shard >= v_begin and closed_at is not null;
+  if v_begin <> v_pos.begin_pos then
+    update asyncflow.positions set begin_pos = v_begin, updated_at = v_now where task_type = p_task_type;
+  end if;
+  return v_begin;
+end
+$$;
+
+-- drop_expired_shards: drops, whole, the shards below begin_pos that have been without live tasks
+-- for longer than the type's retention: no DELETE, no dead tuples. Each shard is first locked
+-- ACCESS EXCLUSIVE (waiting at most 1 s, otherwise left for the next pass), which waits out any
+-- transaction still writing into it, and checked again for live tasks under that lock. Their
+-- idempotency keys go with them. Returns the dropped shard numbers.
+create function asyncflow.drop_expired_shards(p_task_type text, p_now timestamptz default null)
+returns setof integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_shard integer;
+  v_leaf text;
+  v_lock_timeout text := current_setting('lock_timeout');
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  for v_shard in
+    select s.shard from asyncflow.shards s
+    join asyncflow.positions p on p.task_type = s.task_type
+    join asyncflow.task_types y on y.task_type = s.task_type
+    where s.task_type = p_task_type and s.dropped_at is null and s.shard < p.begin_pos
+      and s.closed_at <= v_now - make_interval(secs => y.retention)
+    order by s.shard
+  loop
+    v_leaf := 'tasks_' || p_task_type || '_' || v_shard;
+    begin
+      perform set_config('lock_timeout', '1s', true);
+      execute format('lock table asyncflow.%I in access exclusive mode', v_leaf);
+      if asyncflow.shard_is_live(p_task_type, v_shard) then
+        update asyncflow.shards set closed_at = null where task_type = p_task_type and shard = v_shard;
+        update asyncflow.positions set begin_pos = least(begin_pos, v_shard), updated_at = v_now
+        where task_type = p_task_type;
+        perform set_config('lock_timeout', v_lock_timeout, true);
+        continue;
+      end if;
+      execute format('drop table asyncflow.%I', v_leaf);
+      perform set_config('lock_timeout', v_lock_timeout, true);
+    exception when lock_not_available then
+      perform set_config('lock_timeout', v_lock_timeout, true);
+      continue;
+    end;
+    delete from asyncflow.idempotency_keys where task_type = p_task_type and shard = v_shard;
+    update asyncflow.shards set dropped_at = v_now where task_type = p_task_type and shard = v_shard;
+    return next v_shard;
+  end loop;
+end
+$$;

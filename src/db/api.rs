@@ -1,0 +1,446 @@
+//! The one seam between Rust and SQL: one async fn per `asyncflow.*` function, with the same
+//! name, and no SQL text anywhere else in the crate. Every function takes any
+//! [`GenericClient`], so a caller's own transaction works; statements are prepared once per
+//! connection (`prepare_cached`).
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tokio_postgres::Row;
+
+use super::GenericClient;
+use crate::error::{Error, Result};
+use crate::ids::{TaskId, TypeName, WorkerId};
+use crate::task::{ClaimedTask, NewTask, QueueDepth, Report, ReportResult, Task, TaskStatus};
+use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
+
+async fn query<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<Row>> {
+    let stmt = c.prepare_cached(sql).await.map_err(Error::from_db)?;
+    c.query(&stmt, params).await.map_err(Error::from_db)
+}
+
+async fn query_one<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Row> {
+    let stmt = c.prepare_cached(sql).await.map_err(Error::from_db)?;
+    c.query_one(&stmt, params).await.map_err(Error::from_db)
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, column: &str) -> Result<T> {
+    row.try_get(column).map_err(Error::from_db)
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T> {
+    serde_json::from_value(value).map_err(|e| Error::Unexpected(format!("{what}: {e}")))
+}
+
+fn status(text: Option<String>) -> Result<Option<TaskStatus>> {
+    match text {
+        None => Ok(None),
+        Some(t) => TaskStatus::parse(&t)
+            .map(Some)
+            .ok_or_else(|| Error::Unexpected(format!("unknown task status {t:?}"))),
+    }
+}
+
+/// `asyncflow.register_task_type`: creates the type or updates the settings named.
+pub async fn register_task_type<C: GenericClient>(
+    c: &C,
+    task_type: &TypeName,
+    settings: &TaskTypeUpdate,
+) -> Result<TaskTypeSettings> {
+    let settings =
+        serde_json::to_value(settings).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let row = query_one(
+        c,
+        "select asyncflow.register_task_type($1, $2) as t",
+        &[&task_type.as_str(), &settings],
+    )
+    .await?;
+    from_json(get(&row, "t")?, "task type")
+}
+
+/// `asyncflow.create_task`: one task; its id.
+pub async fn create_task<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    task: &NewTask,
+) -> Result<TaskId> {
+    let ids = create_tasks(c, task_type, std::slice::from_ref(task)).await?;
+    ids.into_iter()
+        .next()
+        .ok_or_else(|| Error::Unexpected("create_tasks returned no id".into()))
+}
+
+/// `asyncflow.create_tasks`: many tasks in one statement; their ids in input order.
+pub async fn create_tasks<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    tasks: &[NewTask],
+) -> Result<Vec<TaskId>> {
+    let tasks = serde_json::to_value(tasks).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let rows = query(
+        c,
+        "select asyncflow.create_tasks($1, $2) as id",
+        &[&task_type, &tasks],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| TaskId::parse(&get::<String>(r, "id")?))
+        .collect()
+}
+
+/// `asyncflow.get_task`: the task, or None.
+pub async fn get_task<C: GenericClient>(c: &C, task_id: &str) -> Result<Option<Task>> {
+    let row = query_one(c, "select asyncflow.get_task($1) as t", &[&task_id]).await?;
+    match get::<Option<Value>>(&row, "t")? {
+        None => Ok(None),
+        Some(v) => from_json(v, "task").map(Some),
+    }
+}
+
+/// `asyncflow.cancel_task`: true when cancelled, false when it had already ended.
+pub async fn cancel_task<C: GenericClient>(c: &C, task_id: &str) -> Result<bool> {
+    let row = query_one(c, "select asyncflow.cancel_task($1) as done", &[&task_id]).await?;
+    get(&row, "done")
+}
+
+/// `asyncflow.retry_task`: true when queued again, false when it was not failed or cancelled.
+pub async fn retry_task<C: GenericClient>(c: &C, task_id: &str) -> Result<bool> {
+    let row = query_one(c, "select asyncflow.retry_task($1) as done", &[&task_id]).await?;
+    get(&row, "done")
+}
+
+/// `asyncflow.claim_tasks` (the worker protocol's "hold"): up to `limit` ready tasks.
+pub async fn claim_tasks<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    owner: &WorkerId,
+    limit: i32,
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<ClaimedTask>> {
+    let rows = query(
+        c,
+        "select * from asyncflow.claim_tasks($1, $2, $3, $4)",
+        &[&task_type, &owner.as_str(), &limit, &now],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ClaimedTask {
+                task_id: TaskId::parse(&get::<String>(r, "task_id")?)?,
+                task_type: get(r, "task_type")?,
+                stage: get(r, "stage")?,
+                context: get(r, "context")?,
+                priority: get(r, "priority")?,
+                attempt: get(r, "attempt")?,
+                claim_seq: get(r, "claim_seq")?,
+                user_id: get(r, "user_id")?,
+                lease_until: get(r, "lease_until")?,
+                claimed_at: get(r, "claimed_at")?,
+            })
+        })
+        .collect()
+}
+
+/// `asyncflow.report_tasks`: a batch of fenced reports in one statement; one result per report,
+/// in order.
+pub async fn report_tasks<C: GenericClient>(
+    c: &C,
+    owner: &WorkerId,
+    reports: &[Report],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<ReportResult>> {
+    let reports =
+        serde_json::to_value(reports).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let rows = query(c, "select task_id, accepted, status::text as status, lease_until from asyncflow.report_tasks($1, $2, $3)", &[&owner.as_str(), &reports, &now]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ReportResult {
+                task_id: get(r, "task_id")?,
+                accepted: get(r, "accepted")?,
+                status: status(get(r, "status")?)?,
+                lease_until: get(r, "lease_until")?,
+            })
+        })
+        .collect()
+}
+
+/// `asyncflow.next_due`: the earliest order_time among pending tasks of the type.
+pub async fn next_due<C: GenericClient>(c: &C, task_type: &str) -> Result<Option<DateTime<Utc>>> {
+    let row = query_one(c, "select asyncflow.next_due($1) as due", &[&task_type]).await?;
+    get(&row, "due")
+}
+
+/// `asyncflow.rescue_expired`: (task id, type, new status) of each task whose lease ran out.
+pub async fn rescue_expired<C: GenericClient>(
+    c: &C,
+    now: Option<DateTime<Utc>>,
+    limit: i32,
+) -> Result<Vec<(String, String, TaskStatus)>> {
+    let rows = query(
+        c,
+        "select task_id, task_type, status::text as status from asyncflow.rescue_expired($1, $2)",
+        &[&now, &limit],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let st = status(get(r, "status")?)?
+                .ok_or_else(|| Error::Unexpected("rescue without status".into()))?;
+            Ok((get(r, "task_id")?, get(r, "task_type")?, st))
+        })
+        .collect()
+}
+
+/// `asyncflow.roll_shard`: the new end_pos when a shard was started.
+pub async fn roll_shard<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    now: Option<DateTime<Utc>>,
+) -> Result<Option<i32>> {
+    let row = query_one(
+        c,
+        "select asyncflow.roll_shard($1, $2) as pos",
+        &[&task_type, &now],
+    )
+    .await?;
+    get(&row, "pos")
+}
+
+/// `asyncflow.advance_begin_pos`: the (re)computed begin_pos.
+pub async fn advance_begin_pos<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    now: Option<DateTime<Utc>>,
+) -> Result<i32> {
+    let row = query_one(
+        c,
+        "select asyncflow.advance_begin_pos($1, $2) as pos",
+        &[&task_type, &now],
+    )
+    .await?;
+    get(&row, "pos")
+}
+
+/// `asyncflow.drop_expired_shards`: the shards dropped.
+pub async fn drop_expired_shards<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<i32>> {
+    let rows = query(
+        c,
+        "select s from asyncflow.drop_expired_shards($1, $2) s",
+        &[&task_type, &now],
+    )
+    .await?;
+    rows.iter().map(|r| get(r, "s")).collect()
+}
+
+/// The registered task types' settings, by name.
+pub async fn list_task_types<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeSettings>> {
+    let rows = query(
+        c,
+        "select asyncflow.task_type_json(y) as t from asyncflow.task_types y order by task_type",
+        &[],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| from_json(get(r, "t")?, "task type"))
+        .collect()
+}
+
+/// The `asyncflow.queue_depth` view.
+pub async fn queue_depth<C: GenericClient>(c: &C) -> Result<Vec<QueueDepth>> {
+    let rows = query(c, "select task_type, ready, delayed, running, oldest_ready_age, paused from asyncflow.queue_depth order by task_type", &[]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(QueueDepth {
+                task_type: get(r, "task_type")?,
+                ready: get(r, "ready")?,
+                delayed: get(r, "delayed")?,
+                running: get(r, "running")?,
+                oldest_ready_age: get(r, "oldest_ready_age")?,
+                paused: get(r, "paused")?,
+            })
+        })
+        .collect()
+}
+
+/// Shard positions of one type (seed t_schedule_pos), with the live shards' count.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Positions {
+    /// Task type.
+    pub task_type: String,
+    /// Oldest shard that may hold a live task.
+    pub begin_pos: i32,
+    /// Shard receiving inserts.
+    pub end_pos: i32,
+    /// Shards not dropped.
+    pub shards: i64,
+}
+
+const POSITIONS_SQL: &str = "select p.task_type, p.begin_pos, p.end_pos, \
+     (select count(*) from asyncflow.shards s where s.task_type = p.task_type and s.dropped_at is null) as shards \
+     from asyncflow.positions p where $1::text is null or p.task_type = $1 order by p.task_type";
+
+fn positions_row(r: &Row) -> Result<Positions> {
+    Ok(Positions {
+        task_type: get(r, "task_type")?,
+        begin_pos: get(r, "begin_pos")?,
+        end_pos: get(r, "end_pos")?,
+        shards: get(r, "shards")?,
+    })
+}
+
+/// The positions row of every type.
+pub async fn positions<C: GenericClient>(c: &C) -> Result<Vec<Positions>> {
+    let rows = query(c, POSITIONS_SQL, &[&None::<String>]).await?;
+    rows.iter().map(positions_row).collect()
+}
+
+/// The positions row of one type.
+pub async fn positions_of<C: GenericClient>(c: &C, task_type: &str) -> Result<Option<Positions>> {
+    let rows = query(c, POSITIONS_SQL, &[&Some(task_type)]).await?;
+    rows.first().map(positions_row).transpose()
+}
+
+/// Count of tasks per (type, status): a full count, for reports and the demo, not the hot path.
+pub async fn count_by_status<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+) -> Result<Vec<(TaskStatus, i64)>> {
+    let rows = query(c, "select status::text as status, count(*) as n from asyncflow.tasks where task_type = $1 group by status", &[&task_type]).await?;
+    rows.iter()
+        .map(|r| {
+            let st = status(get(r, "status")?)?
+                .ok_or_else(|| Error::Unexpected("count without status".into()))?;
+            Ok((st, get(r, "n")?))
+        })
+        .collect()
+}
+
+/// Counts per status of the given tasks (unknown ids are not counted).
+pub async fn count_by_status_of<C: GenericClient>(
+    c: &C,
+    task_ids: &[TaskId],
+) -> Result<Vec<(TaskStatus, i64)>> {
+    let ids: Vec<&str> = task_ids.iter().map(TaskId::as_str).collect();
+    let rows = query(
+        c,
+        "select t.status::text as status, count(*) as n from unnest($1::text[]) x(task_id) \
+         cross join lateral asyncflow.parse_task_id(x.task_id) k \
+         join asyncflow.tasks t on t.task_type = k.task_type and t.shard = k.shard and t.id = k.id group by t.status",
+        &[&ids],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let st = status(get(r, "status")?)?
+                .ok_or_else(|| Error::Unexpected("count without status".into()))?;
+            Ok((st, get(r, "n")?))
+        })
+        .collect()
+}
+
+/// The given tasks, in the order given (unknown ids are left out).
+pub async fn get_tasks<C: GenericClient>(c: &C, task_ids: &[TaskId]) -> Result<Vec<Task>> {
+    let ids: Vec<&str> = task_ids.iter().map(TaskId::as_str).collect();
+    let rows = query(c, "select t from unnest($1::text[]) with ordinality x(task_id, n) cross join lateral asyncflow.get_task(x.task_id) t where t is not null order by x.n", &[&ids]).await?;
+    rows.iter()
+        .map(|r| from_json(get(r, "t")?, "task"))
+        .collect()
+}
+
+/// The first `limit` tasks of a type, oldest first (for tests and reports).
+pub async fn list_tasks<C: GenericClient>(c: &C, task_type: &str, limit: i64) -> Result<Vec<Task>> {
+    let rows = query(c, "select asyncflow.task_json(t) as t from asyncflow.tasks t where task_type = $1 order by id limit $2", &[&task_type, &limit]).await?;
+    rows.iter()
+        .map(|r| from_json(get(r, "t")?, "task"))
+        .collect()
+}
+
+/// Session advisory lock for maintenance leadership; true when this session now holds it.
+/// (Dedicated connections only: a pooled connection would carry the lock back into the pool.)
+pub async fn try_lead(c: &tokio_postgres::Client, key: i32) -> Result<bool> {
+    let row = c
+        .query_one("select pg_try_advisory_lock(16710, $1) as led", &[&key])
+        .await
+        .map_err(Error::from_db)?;
+    get(&row, "led")
+}
+
+/// Round trip that proves the connection is alive.
+pub async fn ping(c: &tokio_postgres::Client) -> Result<()> {
+    c.simple_query("select 1")
+        .await
+        .map(|_| ())
+        .map_err(Error::from_db)
+}
+
+/// Subscribes the (dedicated) connection to the wake-up channel.
+pub async fn listen(c: &tokio_postgres::Client) -> Result<()> {
+    c.batch_execute("listen asyncflow")
+        .await
+        .map_err(Error::from_db)
+}
+
+/// The backend pid of this connection (tests terminate leaders by it).
+pub async fn backend_pid(c: &tokio_postgres::Client) -> Result<i32> {
+    let row = c
+        .query_one("select pg_backend_pid() as pid", &[])
+        .await
+        .map_err(Error::from_db)?;
+    get(&row, "pid")
+}
+
+/// Waits for a session advisory lock (class, key).
+pub async fn advisory_lock(c: &tokio_postgres::Client, key: (i32, i32)) -> Result<()> {
+    c.execute("select pg_advisory_lock($1, $2)", &[&key.0, &key.1])
+        .await
+        .map(|_| ())
+        .map_err(Error::from_db)
+}
+
+/// Releases a session advisory lock (class, key).
+pub async fn advisory_unlock(c: &tokio_postgres::Client, key: (i32, i32)) -> Result<()> {
+    c.execute("select pg_advisory_unlock($1, $2)", &[&key.0, &key.1])
+        .await
+        .map(|_| ())
+        .map_err(Error::from_db)
+}
+
+/// Creates the asyncflow schema (refinery's history table lives in it).
+pub async fn create_schema(c: &tokio_postgres::Client) -> Result<()> {
+    c.batch_execute("create schema if not exists asyncflow")
+        .await
+        .map_err(Error::from_db)
+}
+
+/// The newest applied migration, or None on a database never migrated.
+pub async fn schema_version(c: &tokio_postgres::Client) -> Result<Option<i64>> {
+    let row = c
+        .query_one(
+            "select to_regclass('asyncflow.refinery_schema_history') is not null as migrated",
+            &[],
+        )
+        .await
+        .map_err(Error::from_db)?;
+    if !get::<bool>(&row, "migrated")? {
+        return Ok(None);
+    }
+    let row = c
+        .query_one(
+            "select max(version)::bigint as v from asyncflow.refinery_schema_history",
+            &[],
+        )
+        .await
+        .map_err(Error::from_db)?;
+    get(&row, "v")
+}

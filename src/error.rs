@@ -1,0 +1,120 @@
+//! The crate's error type: one enum for the whole library, with the asyncflow SQLSTATE class
+//! (`AFnnn`, raised by the SQL API) mapped to variants, so callers match on meaning, not text.
+//!
+//! Messages of `AF` errors are written by asyncflow itself and safe to show to a client; any other
+//! database error is [`Error::Database`] and should be logged, not echoed.
+
+use tokio_postgres::error::SqlState;
+
+/// Result alias used across the crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in asyncflow.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// AF001: the task type is not registered.
+    #[error("{0}")]
+    UnknownTaskType(String),
+    /// AF002: a report carried a fencing token that no longer matches the task.
+    #[error("{0}")]
+    StaleFence(String),
+    /// AF003: a task type name does not match `^[a-z][a-z0-9_]{0,39}$`.
+    #[error("{0}")]
+    InvalidTypeName(String),
+    /// AF004: priority outside 0..=31,104,000.
+    #[error("{0}")]
+    PriorityOutOfRange(String),
+    /// AF005: context (or result) larger than the configured limit.
+    #[error("{0}")]
+    ContextTooLarge(String),
+    /// AF006 (and other bad input): the shape, type or value of an argument is wrong.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// AF007: no task with that id.
+    #[error("{0}")]
+    UnknownTask(String),
+    /// Another database error (connection, SQL, constraint). Not for clients' eyes.
+    #[error("database error: {}", db_text(.0))]
+    Database(#[from] tokio_postgres::Error),
+    /// No connection could be had from the pool.
+    #[error("connection pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// Migrations failed or the database is ahead of this build.
+    #[error("migration: {0}")]
+    Migration(String),
+    /// The embedded PostgreSQL could not be found, initialised or started.
+    #[error("embedded PostgreSQL: {0}")]
+    Embedded(String),
+    /// Bad configuration (flags, environment, files).
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The database answered something this build does not understand (schema drift).
+    #[error("unexpected answer from the database: {0}")]
+    Unexpected(String),
+    /// Input/output outside the database.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The server's message and SQLSTATE when there is one ("db error" alone says nothing).
+fn db_text(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+impl Error {
+    /// Maps a database error: asyncflow's own SQLSTATE codes become their variants.
+    pub fn from_db(err: tokio_postgres::Error) -> Self {
+        let Some(db) = err.as_db_error() else {
+            return Error::Database(err);
+        };
+        let message = db.message().to_string();
+        match db.code().code() {
+            "AF001" => Error::UnknownTaskType(message),
+            "AF002" => Error::StaleFence(message),
+            "AF003" => Error::InvalidTypeName(message),
+            "AF004" => Error::PriorityOutOfRange(message),
+            "AF005" => Error::ContextTooLarge(message),
+            "AF006" => Error::InvalidArgument(message),
+            "AF007" => Error::UnknownTask(message),
+            _ if *db.code() == SqlState::INVALID_TEXT_REPRESENTATION => {
+                Error::InvalidArgument(message)
+            }
+            _ => Error::Database(err),
+        }
+    }
+
+    /// Whether trying the same operation again may succeed (transient infrastructure trouble),
+    /// as opposed to input that will be refused every time.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Database(e) => e
+                .code()
+                .map(|c| {
+                    *c == SqlState::T_R_SERIALIZATION_FAILURE
+                        || *c == SqlState::T_R_DEADLOCK_DETECTED
+                        || *c == SqlState::LOCK_NOT_AVAILABLE
+                        || *c == SqlState::ADMIN_SHUTDOWN
+                })
+                .unwrap_or(true),
+            Error::Pool(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the error is the client's fault (bad input), i.e. an HTTP 4xx.
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self,
+            Error::UnknownTaskType(_)
+                | Error::StaleFence(_)
+                | Error::InvalidTypeName(_)
+                | Error::PriorityOutOfRange(_)
+                | Error::ContextTooLarge(_)
+                | Error::InvalidArgument(_)
+                | Error::UnknownTask(_)
+        )
+    }
+}

@@ -1,0 +1,241 @@
+//! Functions: what runs one stage of a task. A function receives a [`StageCall`] and answers with
+//! a [`StageReply`]. This module holds the contract and the in-process (Rust) kind; every other
+//! kind (executables, HTTP endpoints) implements the same [`Function`] trait.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::task::{ClaimedTask, ReportKind};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One stage call: JSON on stdin for executables, the POST body for HTTP functions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageCall {
+    /// Task id.
+    pub task_id: String,
+    /// Task type.
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// Stage to run.
+    pub stage: String,
+    /// Context from the previous stage (or creation).
+    pub context: Value,
+    /// 1 on the first try of this stage, then counts its retries.
+    pub attempt: i32,
+    /// Priority, seconds ahead.
+    pub priority: i32,
+    /// Client-side owner.
+    pub user_id: Option<String>,
+    /// When the current lease ends unless extended.
+    pub deadline: DateTime<Utc>,
+}
+
+impl From<&ClaimedTask> for StageCall {
+    fn from(t: &ClaimedTask) -> Self {
+        StageCall {
+            task_id: t.task_id.to_string(),
+            task_type: t.task_type.clone(),
+            stage: t.stage.clone(),
+            context: t.context.clone(),
+            attempt: t.attempt,
+            priority: t.priority,
+            user_id: t.user_id.clone(),
+            deadline: t.lease_until,
+        }
+    }
+}
+
+/// A stage's answer: exactly one of four forms.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StageReply {
+    /// `{"next_stage": "s", "context": {...}}`: go on to the next stage.
+    Next {
+        /// Next stage.
+        next_stage: String,
+        /// Context for it (None keeps the current one).
+        context: Option<Value>,
+    },
+    /// `{"result": {...}}`: succeeded.
+    Succeeded {
+        /// The result.
+        result: Value,
+    },
+    /// `{"error": "why", "retry": true|false}`: failed; retried per policy unless retry is false.
+    Failed {
+        /// Why.
+        error: String,
+        /// Whether a retry may help.
+        retry: bool,
+    },
+    /// `{"later": seconds, "context": {...}}`: not done yet, look again later; not a failure.
+    Later {
+        /// Seconds to wait.
+        later: f64,
+        /// New context (None keeps the current one).
+        context: Option<Value>,
+    },
+}
+
+impl StageReply {
+    /// A retryable failure.
+    pub fn fail(error: impl Into<String>) -> Self {
+        StageReply::Failed {
+            error: error.into(),
+            retry: true,
+        }
+    }
+
+    /// Reads a reply object; the error says what is wrong with it.
+    pub fn from_json(value: Value) -> Result<Self, String> {
+        let Value::Object(mut map) = value else {
+            return Err("the reply is not a JSON object".into());
+        };
+        let context = |map: &mut Map<String, Value>| -> Result<Option<Value>, String> {
+            match map.remove("context") {
+                None | Some(Value::Null) => Ok(None),
+                Some(v @ Value::Object(_)) => Ok(Some(v)),
+                Some(_) => Err("context must be a JSON object".into()),
+            }
+        };
+        let forms = ["next_stage", "result", "error", "later"]
+            .iter()
+            .filter(|k| map.contains_key(**k))
+            .count();
+        if forms != 1 {
+            return Err(
+                "the reply must have exactly one of next_stage, result, error, later".into(),
+            );
+        }
+        let reply = if let Some(stage) = map.remove("next_stage") {
+            let Value::String(next_stage) = stage else {
+                return Err("next_stage must be a string".into());
+            };
+            StageReply::Next {
+                next_stage,
+                context: context(&mut map)?,
+            }
+        } else if let Some(result) = map.remove("result") {
+            StageReply::Succeeded { result }
+        } else if let Some(error) = map.remove("error") {
+            let error = match error {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            let retry = match map.remove("retry") {
+                None | Some(Value::Null) => true,
+                Some(Value::Bool(b)) => b,
+                Some(_) => return Err("retry must be true or false".into()),
+            };
+            StageReply::Failed { error, retry }
+        } else {
+            let later = map
+                .remove("later")
+                .and_then(|v| v.as_f64())
+                .filter(|s| s.is_finite() && *s >= 0.0);
+            let Some(later) = later else {
+                return Err("later must be a number of seconds >= 0".into());
+            };
+            StageReply::Later {
+                later,
+                context: context(&mut map)?,
+            }
+        };
+        if let Some(key) = map.keys().find(|k| k.as_str() != "retry") {
+            return Err(format!("unknown field {key:?} in the reply"));
+        }
+        Ok(reply)
+    }
+
+    /// The report that carries this reply.
+    pub fn into_report(self) -> ReportKind {
+        match self {
+            StageReply::Next {
+                next_stage,
+                context,
+            } => ReportKind::Advance {
+                stage: next_stage,
+                context,
+            },
+            StageReply::Succeeded { result } => ReportKind::Succeed { result },
+            StageReply::Failed { error, retry } => ReportKind::Fail { error, retry },
+            StageReply::Later { later, context } => ReportKind::Later {
+                delay: later,
+                context,
+            },
+        }
+    }
+}
+
+/// Something that runs stages of one task type.
+pub trait Function: Send + Sync + 'static {
+    /// Runs one stage. Dropping the future abandons the call (lease lost, shutdown).
+    fn call(&self, call: StageCall) -> BoxFuture<'static, StageReply>;
+}
+
+/// Any `Fn(StageCall) -> impl Future<Output = StageReply>` is a function (the Rust kind).
+impl<F, Fut> Function for F
+where
+    F: Fn(StageCall) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = StageReply> + Send + 'static,
+{
+    fn call(&self, call: StageCall) -> BoxFuture<'static, StageReply> {
+        Box::pin(self(call))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_reply_form_is_read() {
+        assert_eq!(
+            StageReply::from_json(json!({"next_stage": "b", "context": {"x": 1}})),
+            Ok(StageReply::Next {
+                next_stage: "b".into(),
+                context: Some(json!({"x": 1}))
+            })
+        );
+        assert_eq!(
+            StageReply::from_json(json!({"result": 3})),
+            Ok(StageReply::Succeeded { result: json!(3) })
+        );
+        assert_eq!(
+            StageReply::from_json(json!({"error": "no", "retry": false})),
+            Ok(StageReply::Failed {
+                error: "no".into(),
+                retry: false
+            })
+        );
+        assert_eq!(
+            StageReply::from_json(json!({"later": 2.5})),
+            Ok(StageReply::Later {
+                later: 2.5,
+                context: None
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_replies_are_refused() {
+        for bad in [
+            json!([]),
+            json!({}),
+            json!({"result": 1, "error": "x"}),
+            json!({"next_stage": 1}),
+            json!({"later": -1}),
+            json!({"error": "x", "retry": "yes"}),
+            json!({"next_stage": "a", "context": [1]}),
+            json!({"result": 1, "extra": true}),
+        ] {
+            assert!(StageReply::from_json(bad.clone()).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! # asyncflow
+//!
+//! A runner for long, multi-stage asynchronous tasks with PostgreSQL as the only
+//! infrastructure.
+//!
+//! ## Glossary
+//! - **task type**: a named kind of task with its settings (batch size, poll interval, lease
+//!   length, retries, back-off, shard size, retention, concurrency). Its tasks live in their own
+//!   partitions, `asyncflow.tasks_<type>_<shard>`.
+//! - **task**: one row for its whole life; `stage` says where it is, `context` travels from stage
+//!   to stage.
+//! - **order_time**: the one sort key. Workers take the smallest order_time <= now.
+//! - **claim**: a worker takes ready tasks (`FOR UPDATE SKIP LOCKED`), stamping owner, a lease
+//!   deadline and a fencing token (`claim_seq`). Every report carries the token.
+//! - **function**: what runs a stage ([`function::Function`]).
+//!
+//! ## Lifecycle
+//! ```text
+//!   create_task ──> pending ──claim──> running ──advance──> pending (next stage)
+//!                     ^  ^                │ ├──later──────> pending (order_time = now + N s)
+//!                     │  └─fail (tries    │ ├──succeed────> succeeded
+//!                     │    left: backoff)─┤ └──fail (out of tries / no retry) ──> failed
+//!                     └── rescue (lease   │
+//!                         expired) ───────┘        pending/running ──cancel──> cancelled
+//!                                                  failed/cancelled ──retry──> pending
+//! ```
+//!
+//! ## Module map
+//! - [`db`]: pool, embedded PostgreSQL, migrations, [`db::api`] (the only SQL text), LISTEN.
+//! - [`client`]: enqueue and admin from Rust.
+//! - [`worker`]: producer / executor / reporter running [`function`]s.
+//! - [`maintenance`]: leader election and the rescuer, shard and retention services.
+//! - [`demo`]: the README's main command.
+//!
+//! ## Example
+//! ```no_run
+//! # async fn example(url: &str) -> asyncflow::Result<()> {
+//! use asyncflow::{client::Client, task::NewTask};
+//! let pool = asyncflow::db::pool(url, 4)?;
+//! asyncflow::db::migrate::migrate(url).await?;
+//! let client = Client::new(pool);
+//! client.register_type("video", &Default::default()).await?;
+//! let id = client.create_task("video", &NewTask::with_context(serde_json::json!({"url": "x"}))).await?;
+//! println!("created {id}");
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod error;
+pub mod function;
+pub mod ids;
+pub mod maintenance;
+pub mod status;
+pub mod task;
+pub mod task_type;
+pub mod worker;
+
+pub use error::{Error, Result};
+pub use ids::{TaskId, TypeName, WorkerId};

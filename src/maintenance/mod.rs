@@ -1,0 +1,185 @@
+//! Maintenance (the seeds' "task governance"): services that keep tasks moving and tables small.
+//!
+//! ```text
+//!   leader election (advisory lock on a dedicated connection)
+//!        | becomes leader                      | loses the lock / connection
+//!        v                                     v
+//!   start every service loop            stop every service loop
+//!     rescuer           running past lease -> pending with a retry, or failed
+//!     shard_roller      end shard past shard_max_rows -> new shard, end_pos + 1
+//!     begin_advancer    begin_pos = oldest shard with a live task
+//!     retention         shards below begin_pos, closed longer than retention -> dropped whole
+//! ```
+//!
+//! Each service is a config plus `run_once(now)` (tests call it with any time they like) plus a
+//! loop in [`Maintainer`] that only schedules `run_once`. Any number of processes may run a
+//! Maintainer: only the leader acts.
+
+pub mod leader;
+mod rescuer;
+mod shards;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+pub use rescuer::Rescuer;
+pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
+
+use crate::db::DbPool;
+use crate::error::Result;
+use crate::function::BoxFuture;
+
+/// What one `run_once` did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunOnceReport {
+    /// Service name.
+    pub service: &'static str,
+    /// Number of things changed (tasks rescued, shards rolled or dropped, positions moved).
+    pub changed: u64,
+    /// What changed, for logs.
+    pub detail: Vec<String>,
+}
+
+/// A maintenance service.
+pub trait Service: Send + Sync {
+    /// Name for logs and reports.
+    fn name(&self) -> &'static str;
+    /// Time between passes.
+    fn interval(&self) -> Duration;
+    /// One pass. `now` = None uses the database's clock.
+    fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>>;
+}
+
+/// Intervals of the standard services.
+#[derive(Debug, Clone)]
+pub struct MaintenanceConfig {
+    /// Rescuer pass interval.
+    pub rescue_interval: Duration,
+    /// Most tasks one rescue statement takes.
+    pub rescue_batch: i32,
+    /// Shard roll and begin_pos pass interval.
+    pub shard_interval: Duration,
+    /// Retention pass interval.
+    pub retention_interval: Duration,
+    /// How often leadership is tried for or checked.
+    pub leader_check: Duration,
+}
+
+/// Default rescuer interval.
+pub const RESCUE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+/// Default shard roll / begin_pos interval.
+pub const SHARD_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// Default retention interval.
+pub const RETENTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+/// Default leadership check interval.
+pub const LEADER_CHECK_DEFAULT: Duration = Duration::from_secs(2);
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            rescue_interval: RESCUE_INTERVAL_DEFAULT,
+            rescue_batch: 1000,
+            shard_interval: SHARD_INTERVAL_DEFAULT,
+            retention_interval: RETENTION_INTERVAL_DEFAULT,
+            leader_check: LEADER_CHECK_DEFAULT,
+        }
+    }
+}
+
+/// Starts and stops all services as one group as leadership comes and goes.
+pub struct Maintainer {
+    database_url: String,
+    config: MaintenanceConfig,
+    services: Vec<Arc<dyn Service>>,
+}
+
+impl Maintainer {
+    /// A maintainer with the standard services.
+    pub fn new(pool: DbPool, database_url: impl Into<String>, config: MaintenanceConfig) -> Self {
+        let services: Vec<Arc<dyn Service>> = vec![
+            Arc::new(Rescuer::new(
+                pool.clone(),
+                config.rescue_interval,
+                config.rescue_batch,
+            )),
+            Arc::new(ShardRoller::new(pool.clone(), config.shard_interval)),
+            Arc::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
+            Arc::new(RetentionDropper::new(pool, config.retention_interval)),
+        ];
+        Maintainer {
+            database_url: database_url.into(),
+            config,
+            services,
+        }
+    }
+
+    /// One pass of every service, in order, without leadership (for `maintain --once` after it
+    /// won the lock, and for tests).
+    pub async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Vec<RunOnceReport>> {
+        let mut reports = Vec::with_capacity(self.services.len());
+        for service in &self.services {
+            reports.push(service.run_once(now).await?);
+        }
+        Ok(reports)
+    }
+
+    /// Takes part in the election until `shutdown`; runs the service loops while leading.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut leader = leader::spawn(
+            self.database_url.clone(),
+            leader::MAINTENANCE_LOCK,
+            self.config.leader_check,
+            shutdown.clone(),
+        );
+        let mut group: Option<CancellationToken> = None;
+        loop {
+            let leading = *leader.is_leader.borrow_and_update();
+            match (leading, &group) {
+                (true, None) => {
+                    tracing::info!("maintenance: leading; starting services");
+                    let token = shutdown.child_token();
+                    for service in &self.services {
+                        tokio::spawn(service_loop(service.clone(), token.clone()));
+                    }
+                    group = Some(token);
+                }
+                (false, Some(token)) => {
+                    tracing::info!("maintenance: no longer leading; stopping services");
+                    token.cancel();
+                    group = None;
+                }
+                _ => {}
+            }
+            tokio::select! {
+                changed = leader.is_leader.changed() => if changed.is_err() { break },
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        if let Some(token) = group {
+            token.cancel();
+        }
+    }
+}
+
+async fn service_loop(service: Arc<dyn Service>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(service.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        match service.run_once(None).await {
+            Ok(report) if report.changed > 0 => {
+                tracing::info!(service = report.service, changed = report.changed, detail = ?report.detail, "maintenance pass")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(service = service.name(), error = %e, "maintenance pass failed")
+            }
+        }
+    }
+}

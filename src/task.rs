@@ -1,0 +1,264 @@
+//! The task as clients and workers see it: [`Task`] (from `asyncflow.get_task`), [`NewTask`]
+//! (an element of `create_tasks`), [`ClaimedTask`] (what a claim hands a worker), [`Report`]
+//! (what a worker says back) and [`QueueDepth`].
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::TaskId;
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    /// Waiting for its order_time (ready when it is in the past).
+    Pending,
+    /// Held by a worker until its lease ends.
+    Running,
+    /// Finished with a result.
+    Succeeded,
+    /// Finished without success: out of tries, or refused retry.
+    Failed,
+    /// Stopped by hand.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Parses the SQL enum's text.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => TaskStatus::Pending,
+            "running" => TaskStatus::Running,
+            "succeeded" => TaskStatus::Succeeded,
+            "failed" => TaskStatus::Failed,
+            "cancelled" => TaskStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// Whether the task has ended.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+}
+
+/// One entry of a task's schedule log: one attempt, or an event (cancel, manual retry).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleLogEntry {
+    /// Worker that held the attempt.
+    #[serde(default)]
+    pub worker: Option<String>,
+    /// Stage the attempt ran.
+    #[serde(default)]
+    pub stage: Option<String>,
+    /// Try number within the stage.
+    #[serde(default)]
+    pub attempt: Option<i32>,
+    /// When the attempt was claimed.
+    #[serde(default)]
+    pub start: Option<DateTime<Utc>>,
+    /// Milliseconds from claim to report.
+    #[serde(default)]
+    pub cost_ms: Option<f64>,
+    /// advance, succeed, fail, later, release, rescued.
+    #[serde(default)]
+    pub outcome: Option<String>,
+    /// The error of a failed attempt (at most 256 characters).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// For events: what happened (cancelled, retried by hand).
+    #[serde(default)]
+    pub event: Option<String>,
+}
+
+/// A task, as `asyncflow.get_task` returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// Opaque id.
+    pub id: TaskId,
+    /// Task type.
+    #[serde(rename = "type")]
+    pub task_type: String,
+    /// Current stage.
+    pub stage: String,
+    /// Status.
+    pub status: TaskStatus,
+    /// Seconds ahead in the queue.
+    pub priority: i32,
+    /// Tries of the current stage.
+    pub attempt: i32,
+    /// Failed tries over the task's life.
+    pub retry_count: i32,
+    /// Retries allowed per stage.
+    pub max_retry_num: i32,
+    /// Back-off cap (> 0 progressive, < 0 uniform), seconds.
+    pub max_retry_interval: i32,
+    /// Fencing counter (claims so far).
+    pub claim_seq: i32,
+    /// Worker holding it, while running.
+    pub owner: Option<String>,
+    /// End of the current lease, while running.
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The sort key.
+    pub order_time: DateTime<Utc>,
+    /// Owner of the task on the client side.
+    pub user_id: Option<String>,
+    /// Idempotency key it was created with.
+    pub idempotency_key: Option<String>,
+    /// Context passed from stage to stage.
+    pub context: Value,
+    /// Result, once succeeded.
+    pub result: Option<Value>,
+    /// Last error.
+    pub error: Option<String>,
+    /// The last attempts and events.
+    pub schedule_log: Vec<ScheduleLogEntry>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last changed.
+    pub updated_at: DateTime<Utc>,
+    /// When it ended.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One task to create; every field is optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewTask {
+    /// Context for the first stage (default `{}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
+    /// Seconds ahead, 0..=31,104,000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Not before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<DateTime<Utc>>,
+    /// First stage (default: the type's initial_stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Same key, same type: the existing task's id, nothing created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Client-side owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+}
+
+impl NewTask {
+    /// A task with this context and defaults for the rest.
+    pub fn with_context(context: Value) -> Self {
+        NewTask {
+            context: Some(context),
+            ..Default::default()
+        }
+    }
+}
+
+/// A task handed to a worker by a claim, with the fencing token (`claim_seq`) its reports carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimedTask {
+    /// Task id.
+    pub task_id: TaskId,
+    /// Task type.
+    pub task_type: String,
+    /// Stage to run.
+    pub stage: String,
+    /// Context for the stage.
+    pub context: Value,
+    /// Priority.
+    pub priority: i32,
+    /// Try of this stage, from 1.
+    pub attempt: i32,
+    /// Fencing token.
+    pub claim_seq: i32,
+    /// Client-side owner.
+    pub user_id: Option<String>,
+    /// End of the lease unless extended.
+    pub lease_until: DateTime<Utc>,
+    /// When the claim was made.
+    pub claimed_at: DateTime<Utc>,
+}
+
+/// What a worker reports about a claimed task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum ReportKind {
+    /// Go on to `stage` with `context`.
+    Advance {
+        /// Next stage.
+        stage: String,
+        /// Context for it (None keeps the current one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        context: Option<Value>,
+    },
+    /// Finished with a result.
+    Succeed {
+        /// The result.
+        result: Value,
+    },
+    /// Failed; retried per the type's policy unless `retry` is false.
+    Fail {
+        /// Why (truncated to 256 characters).
+        error: String,
+        /// Whether a retry may help.
+        retry: bool,
+    },
+    /// Not done yet, not a failure: again after `delay` seconds.
+    Later {
+        /// Seconds to wait.
+        delay: f64,
+        /// New context (None keeps the current one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        context: Option<Value>,
+    },
+    /// Handed back unfinished (shutdown): ready again at once, the try given back.
+    Release,
+    /// Still working: extend the lease.
+    Heartbeat,
+}
+
+/// A report on one claimed task, fenced by its claim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Task id.
+    pub task_id: TaskId,
+    /// The claim_seq the task was claimed with.
+    pub claim_seq: i32,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: ReportKind,
+}
+
+/// How a report was received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportResult {
+    /// Task id.
+    pub task_id: String,
+    /// False when the fence did not match: the task was rescued, cancelled or claimed again.
+    pub accepted: bool,
+    /// The task's status after the report (its current status when refused; None if unknown).
+    pub status: Option<TaskStatus>,
+    /// The new lease end, for an accepted heartbeat.
+    pub lease_until: Option<DateTime<Utc>>,
+}
+
+/// Queue depth of one task type (the `asyncflow.queue_depth` view).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueDepth {
+    /// Task type.
+    pub task_type: String,
+    /// Pending and due now.
+    pub ready: i64,
+    /// Pending, due later.
+    pub delayed: i64,
+    /// Held by workers.
+    pub running: i64,
+    /// Seconds since the oldest ready task's order_time.
+    pub oldest_ready_age: f64,
+    /// Whether claims are paused.
+    pub paused: bool,
+}

@@ -1,0 +1,72 @@
+//! Task type settings (seed t_schedule_cfg). The settings live in `asyncflow.task_types`;
+//! registering a type creates it or changes only the settings named.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A task type's settings, as `asyncflow.register_task_type` returns them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskTypeSettings {
+    /// Name.
+    pub task_type: String,
+    /// Most tasks one claim takes.
+    pub schedule_limit: i32,
+    /// Poll interval in seconds (the fallback when no NOTIFY comes).
+    pub schedule_interval: f64,
+    /// Lease length in seconds; a heartbeat extends it by as much.
+    pub max_processing_time: i32,
+    /// Retries per stage.
+    pub max_retry_num: i32,
+    /// > 0 progressive back-off cap, < 0 uniform back-off, seconds.
+    pub max_retry_interval: i32,
+    /// Rows per shard before a new one is started.
+    pub shard_max_rows: i64,
+    /// Seconds a finished shard is kept.
+    pub retention: i64,
+    /// Most tasks of the type running at once (None: no limit).
+    pub concurrency: Option<i32>,
+    /// Claims return nothing while paused.
+    pub paused: bool,
+    /// Stage of a task created without one.
+    pub initial_stage: String,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Settings to apply; the ones left `None` stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskTypeUpdate {
+    /// See [`TaskTypeSettings::schedule_limit`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_limit: Option<i32>,
+    /// See [`TaskTypeSettings::schedule_interval`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_interval: Option<f64>,
+    /// See [`TaskTypeSettings::max_processing_time`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processing_time: Option<i32>,
+    /// See [`TaskTypeSettings::max_retry_num`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retry_num: Option<i32>,
+    /// See [`TaskTypeSettings::max_retry_interval`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retry_interval: Option<i32>,
+    /// See [`TaskTypeSettings::shard_max_rows`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_max_rows: Option<i64>,
+    /// See [`TaskTypeSettings::retention`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<i64>,
+    /// See [`TaskTypeSettings::concurrency`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<i32>,
+    /// See [`TaskTypeSettings::paused`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// See [`TaskTypeSettings::initial_stage`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_stage: Option<String>,
+}

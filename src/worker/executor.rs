@@ -1,0 +1,153 @@
+//! The executor runs one stage call and reports its reply; the heartbeater keeps the leases of
+//! long calls alive.
+//!
+//! A call ends in one of four ways: the function replies (reported as such), it panics or
+//! overruns its timeout (reported as a retryable failure), its lease is lost (abandoned with no
+//! report: the task has moved on), or the shutdown grace runs out (abandoned and handed back
+//! with a `release` report).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use super::{report, InFlight, Registered, Shared};
+use crate::function::{StageCall, StageReply};
+use crate::task::{ClaimedTask, ReportKind, TaskStatus};
+
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    registered: Registered,
+    task: ClaimedTask,
+    lease_secs: i64,
+    permit: OwnedSemaphorePermit,
+) {
+    let key = task.task_id.to_string();
+    let lost = CancellationToken::new();
+    let release = CancellationToken::new();
+    shared.lock_inflight().insert(
+        key.clone(),
+        InFlight {
+            claim_seq: task.claim_seq,
+            lease_until: task.lease_until,
+            lease_secs,
+            lost: lost.clone(),
+            release: release.clone(),
+        },
+    );
+
+    let call = tokio::spawn(registered.function.call(StageCall::from(&task)));
+    let abort = call.abort_handle();
+    let timeout = async {
+        match registered.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let kind = tokio::select! {
+        joined = call => match joined {
+            Ok(reply) => Some(reply.into_report()),
+            Err(e) if e.is_panic() => Some(StageReply::fail(format!("the function panicked: {}", panic_text(e.into_panic()))).into_report()),
+            Err(_) => None,
+        },
+        _ = timeout => {
+            abort.abort();
+            let secs = registered.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
+            Some(StageReply::fail(format!("timed out after {secs} s")).into_report())
+        }
+        _ = lost.cancelled() => {
+            abort.abort();
+            tracing::warn!(task = %key, "lease lost: call abandoned");
+            None
+        }
+        _ = release.cancelled() => {
+            abort.abort();
+            Some(ReportKind::Release)
+        }
+    };
+    shared.lock_inflight().remove(&key);
+
+    if let Some(kind) = kind {
+        let counter = match &kind {
+            ReportKind::Advance { .. } => &shared.stats.advanced,
+            ReportKind::Succeed { .. } => &shared.stats.succeeded,
+            ReportKind::Later { .. } => &shared.stats.later,
+            ReportKind::Release => &shared.stats.released,
+            ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
+        };
+        let is_fail = matches!(kind, ReportKind::Fail { .. });
+        let result = shared
+            .reporter
+            .send(vec![report(&task.task_id, task.claim_seq, kind)])
+            .await;
+        match result.into_iter().next().flatten() {
+            Some(r) if r.accepted => {
+                if is_fail && r.status == Some(TaskStatus::Failed) {
+                    shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Some(r) => {
+                shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(task = %r.task_id, status = ?r.status, "report refused: the task was rescued, cancelled or claimed again");
+            }
+            None => {}
+        }
+    }
+    drop(permit);
+    shared.freed.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Every `every`, extends the lease of each call past half of its lease length; a refused
+/// extension means the lease is lost, and the call is abandoned.
+pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        let now = Utc::now();
+        let due: Vec<(String, i32)> = shared
+            .lock_inflight()
+            .iter()
+            .filter(|(_, f)| (f.lease_until - now).num_milliseconds() < f.lease_secs * 500)
+            .map(|(k, f)| (k.clone(), f.claim_seq))
+            .collect();
+        if due.is_empty() {
+            continue;
+        }
+        let mut reports = Vec::with_capacity(due.len());
+        for (key, claim_seq) in &due {
+            if let Ok(id) = crate::ids::TaskId::parse(key) {
+                reports.push(report(&id, *claim_seq, ReportKind::Heartbeat));
+            }
+        }
+        let results = shared.reporter.send(reports).await;
+        let mut inflight = shared.lock_inflight();
+        for result in results.into_iter().flatten() {
+            let Some(f) = inflight.get_mut(&result.task_id) else {
+                continue;
+            };
+            match (result.accepted, result.lease_until) {
+                (true, Some(until)) => f.lease_until = until,
+                _ => f.lost.cancel(),
+            }
+        }
+    }
+}

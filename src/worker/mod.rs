@@ -1,0 +1,298 @@
+//! The worker: claims tasks of its types and runs their stages through [`Function`]s.
+//!
+//! ```text
+//!             NOTIFY / poll tick / next-due timer / freed slot
+//!                              |
+//!   producer (one per type) -- claim_tasks(free slots) --> executor (one per task)
+//!                                                           |  runs the function, watched by
+//!   heartbeater  -- extends leases of long calls ---------->|  timeout, lease loss, shutdown
+//!                                                           v
+//!   reporter  <-------------- replies, batched into one report_tasks call
+//! ```
+//!
+//! Invariants: a task is run only while this worker holds its lease (a refused heartbeat
+//! abandons the call); every report carries the claim's fencing token; at shutdown claiming
+//! stops first, in-flight calls get the grace period, and what is still running after it is
+//! handed back (`release`) without burning a try.
+
+mod executor;
+mod producer;
+mod reporter;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{watch, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::db::{self, api, DbPool};
+use crate::error::Result;
+use crate::function::Function;
+use crate::ids::{TypeName, WorkerId};
+use crate::task::{Report, ReportKind};
+use crate::task_type::TaskTypeUpdate;
+
+/// Default number of stage calls run at once.
+pub const CONCURRENCY_DEFAULT: usize = 10;
+/// Default time in-flight calls get to finish after a shutdown signal.
+pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+/// How often leases are looked at for extension.
+pub const HEARTBEAT_CHECK_DEFAULT: Duration = Duration::from_secs(1);
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This worker's id (the owner stamped on claimed tasks).
+    pub worker_id: WorkerId,
+    /// Most stage calls at once, over all types.
+    pub concurrency: usize,
+    /// Time in-flight calls get after shutdown before they are handed back.
+    pub shutdown_grace: Duration,
+    /// How often leases are checked for extension.
+    pub heartbeat_check: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            worker_id: WorkerId::generate(),
+            concurrency: CONCURRENCY_DEFAULT,
+            shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
+            heartbeat_check: HEARTBEAT_CHECK_DEFAULT,
+        }
+    }
+}
+
+/// A function registered for one task type.
+#[derive(Clone)]
+pub struct Registered {
+    function: Arc<dyn Function>,
+    timeout: Option<Duration>,
+    settings: TaskTypeUpdate,
+}
+
+/// Counters of what a worker did.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Tasks claimed.
+    pub claimed: AtomicU64,
+    /// Stages advanced.
+    pub advanced: AtomicU64,
+    /// Tasks succeeded.
+    pub succeeded: AtomicU64,
+    /// Failed tries that will be retried.
+    pub retried: AtomicU64,
+    /// Tasks failed for good.
+    pub failed: AtomicU64,
+    /// "Later" replies.
+    pub later: AtomicU64,
+    /// Tasks handed back at shutdown.
+    pub released: AtomicU64,
+    /// Reports refused by the fence (lease lost, cancelled).
+    pub refused: AtomicU64,
+}
+
+/// A plain copy of [`WorkerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerSummary {
+    /// Tasks claimed.
+    pub claimed: u64,
+    /// Stages advanced.
+    pub advanced: u64,
+    /// Tasks succeeded.
+    pub succeeded: u64,
+    /// Failed tries that will be retried.
+    pub retried: u64,
+    /// Tasks failed for good.
+    pub failed: u64,
+    /// "Later" replies.
+    pub later: u64,
+    /// Tasks handed back at shutdown.
+    pub released: u64,
+    /// Reports refused by the fence.
+    pub refused: u64,
+}
+
+impl WorkerStats {
+    fn summary(&self) -> WorkerSummary {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WorkerSummary {
+            claimed: g(&self.claimed),
+            advanced: g(&self.advanced),
+            succeeded: g(&self.succeeded),
+            retried: g(&self.retried),
+            failed: g(&self.failed),
+            later: g(&self.later),
+            released: g(&self.released),
+            refused: g(&self.refused),
+        }
+    }
+}
+
+/// One call in flight, as the heartbeater and shutdown see it.
+struct InFlight {
+    claim_seq: i32,
+    lease_until: DateTime<Utc>,
+    lease_secs: i64,
+    /// Fired when the lease is lost: the call is abandoned without a report.
+    lost: CancellationToken,
+    /// Fired when the grace period is over: the call is abandoned and the task handed back.
+    release: CancellationToken,
+}
+
+/// What producers, executors and the heartbeater share.
+struct Shared {
+    pool: DbPool,
+    worker_id: WorkerId,
+    slots: Arc<Semaphore>,
+    /// Bumped whenever a slot is freed, so producers waiting for one wake up.
+    freed: watch::Sender<u64>,
+    inflight: Mutex<HashMap<String, InFlight>>,
+    reporter: reporter::Reporter,
+    stats: WorkerStats,
+    tracker: TaskTracker,
+}
+
+impl Shared {
+    fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A worker over a set of task types.
+pub struct Worker {
+    pool: DbPool,
+    database_url: String,
+    config: WorkerConfig,
+    functions: BTreeMap<TypeName, Registered>,
+}
+
+impl Worker {
+    /// A worker with no functions yet.
+    pub fn new(pool: DbPool, database_url: impl Into<String>, config: WorkerConfig) -> Self {
+        Worker {
+            pool,
+            database_url: database_url.into(),
+            config,
+            functions: BTreeMap::new(),
+        }
+    }
+
+    /// Registers `function` for `task_type`; at start the type is created or its `settings`
+    /// applied. `timeout` bounds each call (None: only the lease and heartbeats bound it).
+    pub fn register(
+        mut self,
+        task_type: TypeName,
+        function: impl Function,
+        timeout: Option<Duration>,
+        settings: TaskTypeUpdate,
+    ) -> Self {
+        self.functions.insert(
+            task_type,
+            Registered {
+                function: Arc::new(function),
+                timeout,
+                settings,
+            },
+        );
+        self
+    }
+
+    /// The worker's id.
+    pub fn id(&self) -> &WorkerId {
+        &self.config.worker_id
+    }
+
+    /// Runs until `shutdown` fires, then drains (see the module docs) and returns the counters.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerSummary> {
+        let mut types = Vec::new();
+        {
+            let client = self.pool.get().await?;
+            for (name, reg) in &self.functions {
+                let settings = api::register_task_type(&client, name, &reg.settings).await?;
+                types.push((name.clone(), reg.clone(), settings));
+            }
+        }
+        let listener_stop = CancellationToken::new();
+        let wakes = db::listen::spawn(self.database_url.clone(), listener_stop.clone());
+        let reporter_stop = CancellationToken::new();
+        let (reporter, reporter_task) = reporter::spawn(
+            self.pool.clone(),
+            self.config.worker_id.clone(),
+            reporter_stop.clone(),
+        );
+        let shared = Arc::new(Shared {
+            pool: self.pool.clone(),
+            worker_id: self.config.worker_id.clone(),
+            slots: Arc::new(Semaphore::new(self.config.concurrency.max(1))),
+            freed: watch::channel(0).0,
+            inflight: Mutex::new(HashMap::new()),
+            reporter,
+            stats: WorkerStats::default(),
+            tracker: TaskTracker::new(),
+        });
+
+        let heartbeat_stop = CancellationToken::new();
+        let heartbeater = tokio::spawn(executor::heartbeat_loop(
+            shared.clone(),
+            self.config.heartbeat_check,
+            heartbeat_stop.clone(),
+        ));
+        let mut producers = tokio::task::JoinSet::new();
+        for (name, reg, settings) in types {
+            producers.spawn(producer::run(
+                shared.clone(),
+                name,
+                reg,
+                settings,
+                wakes.subscribe(),
+                shutdown.clone(),
+            ));
+        }
+        tracing::info!(worker = %self.config.worker_id, types = self.functions.len(), "worker started");
+
+        shutdown.cancelled().await;
+        while producers.join_next().await.is_some() {}
+        shared.tracker.close();
+        if tokio::time::timeout(self.config.shutdown_grace, shared.tracker.wait())
+            .await
+            .is_err()
+        {
+            let unfinished: Vec<CancellationToken> = shared
+                .lock_inflight()
+                .values()
+                .map(|f| f.release.clone())
+                .collect();
+            tracing::info!(
+                count = unfinished.len(),
+                "grace period over: handing unfinished tasks back"
+            );
+            for token in unfinished {
+                token.cancel();
+            }
+            shared.tracker.wait().await;
+        }
+        heartbeat_stop.cancel();
+        let _ = heartbeater.await;
+        reporter_stop.cancel();
+        let _ = reporter_task.await;
+        listener_stop.cancel();
+        let summary = shared.stats.summary();
+        tracing::info!(worker = %self.config.worker_id, ?summary, "worker stopped");
+        Ok(summary)
+    }
+}
+
+fn report(task_id: &crate::ids::TaskId, claim_seq: i32, kind: ReportKind) -> Report {
+    Report {
+        task_id: task_id.clone(),
+        claim_seq,
+        kind,
+    }
+}

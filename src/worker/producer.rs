@@ -1,0 +1,123 @@
+//! The producer: one loop per task type. It claims at most the free slots (and at most the
+//! type's schedule_limit), hands each task to an executor, and when nothing is ready sleeps until
+//! the first of: a NOTIFY for its type, the next delayed task's time, the poll interval
+//! (schedule_interval, the fallback when a NOTIFY is lost), a freed slot, or shutdown.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio_util::sync::CancellationToken;
+
+use super::{executor, Registered, Shared};
+use crate::db::api;
+use crate::db::listen::Wake;
+use crate::error::Result;
+use crate::ids::TypeName;
+use crate::task::ClaimedTask;
+use crate::task_type::TaskTypeSettings;
+
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    task_type: TypeName,
+    registered: Registered,
+    settings: TaskTypeSettings,
+    mut wakes: broadcast::Receiver<Wake>,
+    stop: CancellationToken,
+) {
+    let poll = Duration::from_secs_f64(settings.schedule_interval.max(0.01));
+    let batch = settings.schedule_limit.max(1) as usize;
+    let lease_secs = i64::from(settings.max_processing_time);
+    let mut freed = shared.freed.subscribe();
+    let mut failures: u32 = 0;
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        freed.borrow_and_update();
+        let want = shared.slots.available_permits().min(batch);
+        if want == 0 {
+            tokio::select! {
+                _ = freed.changed() => continue,
+                _ = stop.cancelled() => return,
+            }
+        }
+        let Ok(mut permits) = shared.slots.clone().try_acquire_many_owned(want as u32) else {
+            continue;
+        };
+        match claim(&shared, &task_type, want).await {
+            Ok(tasks) => {
+                failures = 0;
+                let full = tasks.len() == want;
+                shared
+                    .stats
+                    .claimed
+                    .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+                for task in tasks {
+                    let Some(permit) = permits.split(1) else {
+                        break;
+                    };
+                    let shared2 = shared.clone();
+                    let reg = registered.clone();
+                    shared
+                        .tracker
+                        .spawn(executor::run(shared2, reg, task, lease_secs, permit));
+                }
+                drop(permits);
+                if full {
+                    continue;
+                }
+            }
+            Err(e) => {
+                drop(permits);
+                failures += 1;
+                let cap = (100u64 << failures.min(8)).min(30_000);
+                let wait = Duration::from_millis(rand::thread_rng().gen_range(cap / 2..=cap));
+                tracing::warn!(task_type = %task_type, error = %e, retry_in = ?wait, "claim failed");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => continue,
+                    _ = stop.cancelled() => return,
+                }
+            }
+        }
+        // Nothing more ready: sleep until something may be.
+        let wait = match next_due(&shared, &task_type).await {
+            Some(due) => due.min(poll),
+            None => poll,
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = stop.cancelled() => return,
+                wake = wakes.recv() => match wake {
+                    Ok(Some(t)) if t != task_type.as_str() => continue,
+                    Err(RecvError::Closed) => { tokio::time::sleep_until(deadline).await; break }
+                    _ => break,
+                },
+            }
+        }
+    }
+}
+
+async fn claim(shared: &Shared, task_type: &TypeName, want: usize) -> Result<Vec<ClaimedTask>> {
+    let client = shared.pool.get().await?;
+    api::claim_tasks(
+        &client,
+        task_type.as_str(),
+        &shared.worker_id,
+        want as i32,
+        None,
+    )
+    .await
+}
+
+/// Time until the earliest pending task is due (zero when one already is), if any.
+async fn next_due(shared: &Shared, task_type: &TypeName) -> Option<Duration> {
+    let client = shared.pool.get().await.ok()?;
+    let due = api::next_due(&client, task_type.as_str()).await.ok()??;
+    let ms = (due - chrono::Utc::now()).num_milliseconds().max(0) as u64;
+    Some(Duration::from_millis(ms))
+}
