@@ -1,0 +1,241 @@
+//! Test harness: one PostgreSQL server per test binary (DATABASE_URL, or the embedded server when
+//! unset), a template database migrated once per schema version, and a fresh database per test
+//! (`create database ... template ...`), dropped when the test ends. Connections run with an empty
+//! search_path, proving that the SQL API qualifies every name.
+#![allow(dead_code)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use asyncflow::db::embedded::{EmbeddedConfig, EmbeddedPostgres};
+use asyncflow::db::{self, DbPool};
+use tokio_postgres::NoTls;
+
+struct Server {
+    /// URL of the server's `postgres` database.
+    admin_url: String,
+    template: String,
+    _embedded: Option<EmbeddedPostgres>,
+}
+
+static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+
+fn url_for(base: &str, database: &str) -> String {
+    let mut config = tokio_postgres::Config::from_str(base).expect("valid base URL");
+    config.dbname(database);
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().unwrap_or("postgres").to_string();
+    format!("postgres://{user}@{host}:{port}/{database}")
+}
+
+fn migrations_hash() -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql/migrations");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("sql/migrations")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let mut h = DefaultHasher::new();
+    for f in files {
+        f.file_name().hash(&mut h);
+        std::fs::read(&f).expect("migration file").hash(&mut h);
+    }
+    format!("{:016x}", h.finish())
+}
+
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .expect("connect to the test server");
+    tokio::spawn(conn);
+    client
+}
+
+fn start() -> Result<Server, String> {
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let (admin_url, embedded) = match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => (url_for(&url, "postgres"), None),
+            _ => {
+                let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-pg");
+                clean_stale(&root);
+                let dir = root.join(format!("pg-{}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                let config = EmbeddedConfig::new(&dir)
+                    .setting("fsync", "off")
+                    .setting("synchronous_commit", "off")
+                    .setting("full_page_writes", "off")
+                    .setting("max_connections", "300");
+                let server = EmbeddedPostgres::start(config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (server.url().to_string(), Some(server))
+            }
+        };
+        let template = format!("asyncflow_tmpl_{}", migrations_hash());
+        let client = admin(&admin_url).await;
+        // One builder at a time across test binaries sharing a server.
+        client
+            .execute("select pg_advisory_lock(16710, 99)", &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        let exists = client
+            .query_opt("select 1 from pg_database where datname = $1", &[&template])
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some();
+        if !exists {
+            let building = format!("{template}_building");
+            client
+                .batch_execute(&format!("drop database if exists {building} with (force)"))
+                .await
+                .map_err(|e| e.to_string())?;
+            client
+                .batch_execute(&format!("create database {building}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            db::migrate::migrate(&url_for(&admin_url, &building))
+                .await
+                .map_err(|e| e.to_string())?;
+            client
+                .batch_execute(&format!("alter database {building} rename to {template}"))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        client
+            .execute("select pg_advisory_unlock(16710, 99)", &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Server {
+            admin_url,
+            template,
+            _embedded: embedded,
+        })
+    })
+}
+
+/// Removes data directories left by test processes that are gone.
+fn clean_stale(root: &std::path::Path) {
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(pid) = name.strip_prefix("pg-").and_then(|p| p.parse::<u32>().ok()) {
+            if !PathBuf::from(format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+                let _ = std::fs::remove_file(root.join(format!("{name}.log")));
+            }
+        }
+    }
+}
+
+fn server() -> &'static Server {
+    match SERVER.get_or_init(|| {
+        std::thread::spawn(start)
+            .join()
+            .unwrap_or_else(|_| Err("server start-up panicked".into()))
+    }) {
+        Ok(s) => s,
+        Err(e) => panic!("test database server: {e}"),
+    }
+}
+
+/// A fresh, migrated database for one test; dropped when this value is dropped.
+pub struct TestDb {
+    /// Connection URL (connections get an empty search_path).
+    pub url: String,
+    /// Database name.
+    pub name: String,
+    /// A pool over it.
+    pub pool: DbPool,
+    admin_url: String,
+}
+
+impl TestDb {
+    /// Creates the database from the migrated template.
+    pub async fn new() -> TestDb {
+        let server = tokio::task::spawn_blocking(server).await.expect("server");
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let client = admin(&server.admin_url).await;
+        client
+            .batch_execute(&format!(
+                "create database {name} template {}",
+                server.template
+            ))
+            .await
+            .expect("create test database");
+        let url = format!(
+            "{}?options=-csearch_path%3D",
+            url_for(&server.admin_url, &name)
+        );
+        let pool = db::pool(&url, 16).expect("pool");
+        TestDb {
+            url,
+            name,
+            pool,
+            admin_url: server.admin_url.clone(),
+        }
+    }
+
+    /// A pooled connection.
+    pub async fn conn(&self) -> deadpool_postgres::Object {
+        self.pool.get().await.expect("connection")
+    }
+
+    /// A connection outside the pool (for transactions, LISTEN, killing).
+    pub async fn raw(&self) -> tokio_postgres::Client {
+        admin(&self.url).await
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(async {
+                    if let Ok((client, conn)) = tokio_postgres::connect(&admin_url, NoTls).await {
+                        tokio::spawn(conn);
+                        let _ = client
+                            .batch_execute(&format!("drop database if exists {name} with (force)"))
+                            .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// Waits until `check` is true, polling every 20 ms; panics after `timeout`.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The SQLSTATE of a failed call's database error.
+pub fn sqlstate(e: &tokio_postgres::Error) -> String {
+    e.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
