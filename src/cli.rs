@@ -64,9 +64,7 @@ fn seconds(name: &str, value: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(value)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            crate::Error::Config(format!("--{name} must be a positive number of seconds"))
-        })
+        .ok_or_else(|| crate::Error::Config(format!("--{name} must be a positive number of seconds")))
 }
 
 /// A token fired by SIGINT or SIGTERM.
@@ -74,16 +72,15 @@ pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let fire = token.clone();
     tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch SIGTERM");
-                    let _ = tokio::signal::ctrl_c().await;
-                    fire.cancel();
-                    return;
-                }
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM");
+                let _ = tokio::signal::ctrl_c().await;
+                fire.cancel();
+                return;
+            }
+        };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
@@ -96,11 +93,7 @@ pub fn shutdown_on_signal() -> CancellationToken {
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
-    let db_config = DbConfig {
-        database_url: cli.database_url,
-        data_dir: cli.data_dir,
-        pool_size: cli.pool_size,
-    };
+    let db_config = DbConfig { database_url: cli.database_url, data_dir: cli.data_dir, pool_size: cli.pool_size };
     let (url, _embedded) = db_config.resolve().await?;
     match cli.command {
         Command::Migrate => {
@@ -108,10 +101,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             if report.applied.is_empty() {
                 println!("database is current (version {})", report.version);
             } else {
-                println!(
-                    "applied migrations {:?}; database at version {}",
-                    report.applied, report.version
-                );
+                println!("applied migrations {:?}; database at version {}", report.applied, report.version);
             }
         }
         Command::Demo(args) => {
@@ -149,12 +139,7 @@ async fn maintain_once(url: &str, maintainer: &Maintainer) -> Result<()> {
         return Ok(());
     }
     for report in maintainer.run_once(None).await? {
-        println!(
-            "{:<15} changed {:>6}  {}",
-            report.service,
-            report.changed,
-            report.detail.join(", ")
-        );
+        println!("{:<15} changed {:>6}  {}", report.service, report.changed, report.detail.join(", "));
     }
     Ok(())
 }

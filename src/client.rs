@@ -21,11 +21,7 @@ impl Client {
     }
 
     /// Creates the type or updates the settings named.
-    pub async fn register_type(
-        &self,
-        task_type: &str,
-        settings: &TaskTypeUpdate,
-    ) -> Result<TaskTypeSettings> {
+    pub async fn register_type(&self, task_type: &str, settings: &TaskTypeUpdate) -> Result<TaskTypeSettings> {
         let name = TypeName::new(task_type)?;
         api::register_task_type(&self.pool.get().await?, &name, settings).await
     }

@@ -26,9 +26,8 @@ impl DbConfig {
     /// Checks the values.
     pub fn validate(&self) -> Result<()> {
         if let Some(url) = &self.database_url {
-            url.parse::<tokio_postgres::Config>().map_err(|e| {
-                Error::Config(format!("DATABASE_URL is not a valid PostgreSQL URL: {e}"))
-            })?;
+            url.parse::<tokio_postgres::Config>()
+                .map_err(|e| Error::Config(format!("DATABASE_URL is not a valid PostgreSQL URL: {e}")))?;
         }
         if self.pool_size == 0 || self.pool_size > 1000 {
             return Err(Error::Config("pool size must be between 1 and 1000".into()));

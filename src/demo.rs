@@ -42,70 +42,42 @@ pub struct DemoArgs {
     pub out_dir: PathBuf,
 }
 
-const WORDS: [&str; 12] = [
-    "queue", "stage", "task", "shard", "lease", "retry", "worker", "order", "claim", "fence",
-    "notify", "commit",
-];
+const WORDS: [&str; 12] =
+    ["queue", "stage", "task", "shard", "lease", "retry", "worker", "order", "claim", "fence", "notify", "commit"];
 
 async fn pipeline(call: StageCall, out_dir: PathBuf) -> StageReply {
-    let seed = call
-        .context
-        .get("seed")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
+    let seed = call.context.get("seed").and_then(Value::as_u64).unwrap_or(0);
     match call.stage.as_str() {
         "fetch" => {
             if seed % 11 == 0 && call.context.get("waited").is_none() {
                 let mut context = call.context.clone();
                 context["waited"] = json!(true);
-                return StageReply::Later {
-                    later: 0.3,
-                    context: Some(context),
-                };
+                return StageReply::Later { later: 0.3, context: Some(context) };
             }
             let length = 200 + (seed % 300) as usize;
-            let text: Vec<&str> = (0..length)
-                .map(|i| WORDS[((seed as usize).wrapping_mul(31) + i * i) % WORDS.len()])
-                .collect();
+            let text: Vec<&str> =
+                (0..length).map(|i| WORDS[((seed as usize).wrapping_mul(31) + i * i) % WORDS.len()]).collect();
             let mut context = call.context.clone();
             context["text"] = json!(text.join(" "));
-            StageReply::Next {
-                next_stage: "analyze".into(),
-                context: Some(context),
-            }
+            StageReply::Next { next_stage: "analyze".into(), context: Some(context) }
         }
         "analyze" => {
             if seed % 7 == 0 && call.attempt == 1 {
                 return StageReply::fail("transient: analysis service busy");
             }
-            let text = call
-                .context
-                .get("text")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let text = call.context.get("text").and_then(Value::as_str).unwrap_or_default();
             let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
             for w in text.split_whitespace() {
                 *counts.entry(w).or_default() += 1;
             }
             let total: u64 = counts.values().sum();
-            let top = counts
-                .iter()
-                .max_by_key(|(_, n)| **n)
-                .map(|(w, _)| w.to_string())
-                .unwrap_or_default();
-            let context =
-                json!({"seed": seed, "words": total, "distinct": counts.len(), "top": top});
-            StageReply::Next {
-                next_stage: "publish".into(),
-                context: Some(context),
-            }
+            let top = counts.iter().max_by_key(|(_, n)| **n).map(|(w, _)| w.to_string()).unwrap_or_default();
+            let context = json!({"seed": seed, "words": total, "distinct": counts.len(), "top": top});
+            StageReply::Next { next_stage: "publish".into(), context: Some(context) }
         }
         "publish" => {
             if seed % 50 == 49 {
-                return StageReply::Failed {
-                    error: "document refused by the publisher".into(),
-                    retry: false,
-                };
+                return StageReply::Failed { error: "document refused by the publisher".into(), retry: false };
             }
             let path = out_dir.join(format!("{}.json", call.task_id));
             let body = json!({"task": call.task_id, "report": call.context});
@@ -116,19 +88,14 @@ async fn pipeline(call: StageCall, out_dir: PathBuf) -> StageReply {
                 Err(e) => StageReply::fail(format!("writing {}: {e}", path.display())),
             }
         }
-        other => StageReply::Failed {
-            error: format!("unknown stage {other}"),
-            retry: false,
-        },
+        other => StageReply::Failed { error: format!("unknown stage {other}"), retry: false },
     }
 }
 
 /// Runs the demo and prints its summary.
 pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()> {
     if args.tasks == 0 || args.tasks > 1_000_000 {
-        return Err(Error::Config(
-            "--tasks must be between 1 and 1000000".into(),
-        ));
+        return Err(Error::Config("--tasks must be between 1 and 1000000".into()));
     }
     tokio::fs::create_dir_all(&args.out_dir).await?;
     let name = TypeName::new(DEMO_TYPE)?;
@@ -156,17 +123,17 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         let client = pool.get().await?;
         api::create_tasks(&client, DEMO_TYPE, &tasks).await?
     };
-    println!("enqueued {} '{DEMO_TYPE}' tasks (fetch -> analyze -> publish) with one asyncflow.create_tasks call", ids.len());
+    println!(
+        "enqueued {} '{DEMO_TYPE}' tasks (fetch -> analyze -> publish) with one asyncflow.create_tasks call",
+        ids.len()
+    );
 
     let stop = CancellationToken::new();
     let out_dir = args.out_dir.clone();
     let worker = Worker::new(
         pool.clone(),
         database_url,
-        WorkerConfig {
-            concurrency: args.concurrency,
-            ..WorkerConfig::default()
-        },
+        WorkerConfig { concurrency: args.concurrency, ..WorkerConfig::default() },
     )
     .register(
         name,
@@ -182,18 +149,12 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
     let mut last_line = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let counts: HashMap<TaskStatus, i64> = api::count_by_status_of(&pool.get().await?, &ids)
-            .await?
-            .into_iter()
-            .collect();
-        let done: i64 = [
-            TaskStatus::Succeeded,
-            TaskStatus::Failed,
-            TaskStatus::Cancelled,
-        ]
-        .iter()
-        .map(|s| counts.get(s).copied().unwrap_or(0))
-        .sum();
+        let counts: HashMap<TaskStatus, i64> =
+            api::count_by_status_of(&pool.get().await?, &ids).await?.into_iter().collect();
+        let done: i64 = [TaskStatus::Succeeded, TaskStatus::Failed, TaskStatus::Cancelled]
+            .iter()
+            .map(|s| counts.get(s).copied().unwrap_or(0))
+            .sum();
         let total = ids.len() as i64;
         let width = 40usize;
         let filled = (done as usize * width) / (total.max(1) as usize);
@@ -225,9 +186,7 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     stop.cancel();
-    let summary = worker_task
-        .await
-        .map_err(|e| Error::Config(format!("worker task: {e}")))??;
+    let summary = worker_task.await.map_err(|e| Error::Config(format!("worker task: {e}")))??;
     let _ = maintenance_task.await;
     print_summary(&pool, &ids, started.elapsed(), &summary).await
 }
@@ -263,11 +222,7 @@ async fn print_summary(
         }
     }
     let count = |s: TaskStatus| tasks.iter().filter(|t| t.status == s).count();
-    println!(
-        "\n{} tasks ended in {:.1} s",
-        tasks.len(),
-        elapsed.as_secs_f64()
-    );
+    println!("\n{} tasks ended in {:.1} s", tasks.len(), elapsed.as_secs_f64());
     println!(
         "  succeeded {}, failed {}, cancelled {}",
         count(TaskStatus::Succeeded),
@@ -279,10 +234,7 @@ async fn print_summary(
         "  worker: {} claims, {} stage advances, {} reports refused",
         worker.claimed, worker.advanced, worker.refused
     );
-    println!(
-        "\n  {:<10} {:>7} {:>10} {:>10}",
-        "stage", "calls", "p50 ms", "p95 ms"
-    );
+    println!("\n  {:<10} {:>7} {:>10} {:>10}", "stage", "calls", "p50 ms", "p95 ms");
     for stage in ["fetch", "analyze", "publish"] {
         let mut costs = per_stage.remove(stage).unwrap_or_default();
         costs.sort_by(|a, b| a.total_cmp(b));
@@ -295,17 +247,9 @@ async fn print_summary(
         );
     }
     if let Some(t) = tasks.iter().find(|t| t.status == TaskStatus::Failed) {
-        println!(
-            "\n  a failed task: {} at stage {}: {}",
-            t.id,
-            t.stage,
-            t.error.as_deref().unwrap_or("")
-        );
+        println!("\n  a failed task: {} at stage {}: {}", t.id, t.stage, t.error.as_deref().unwrap_or(""));
     }
-    if let Some(t) = tasks
-        .iter()
-        .find(|t| t.status == TaskStatus::Succeeded && t.retry_count > 0)
-    {
+    if let Some(t) = tasks.iter().find(|t| t.status == TaskStatus::Succeeded && t.retry_count > 0) {
         println!(
             "  a task that succeeded after a retry: {} -> {}",
             t.id,

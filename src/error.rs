@@ -79,9 +79,7 @@ impl Error {
             "AF005" => Error::ContextTooLarge(message),
             "AF006" => Error::InvalidArgument(message),
             "AF007" => Error::UnknownTask(message),
-            _ if *db.code() == SqlState::INVALID_TEXT_REPRESENTATION => {
-                Error::InvalidArgument(message)
-            }
+            _ if *db.code() == SqlState::INVALID_TEXT_REPRESENTATION => Error::InvalidArgument(message),
             _ => Error::Database(err),
         }
     }

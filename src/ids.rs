@@ -68,17 +68,12 @@ impl TaskId {
     pub fn parse(text: &str) -> Result<Self, Error> {
         let bad = || Error::UnknownTask(format!("unknown task {text:?}: not a task id"));
         let mut parts = text.split('-');
-        let (Some(ty), Some(shard), Some(n), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(ty), Some(shard), Some(n), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(bad());
         };
         TypeName::new(ty).map_err(|_| bad())?;
         let number = |s: &str, max_len: usize| {
-            !s.is_empty()
-                && s.len() <= max_len
-                && !s.starts_with('0')
-                && s.chars().all(|c| c.is_ascii_digit())
+            !s.is_empty() && s.len() <= max_len && !s.starts_with('0') && s.chars().all(|c| c.is_ascii_digit())
         };
         if number(shard, 9) && number(n, 18) {
             Ok(TaskId(text.to_string()))
@@ -94,11 +89,7 @@ impl TaskId {
 
     /// The shard that holds the task.
     pub fn shard(&self) -> i32 {
-        self.0
-            .split('-')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_default()
+        self.0.split('-').nth(1).and_then(|s| s.parse().ok()).unwrap_or_default()
     }
 
     /// The id as text.
@@ -140,9 +131,7 @@ impl WorkerId {
     /// A given id, 1 to 200 characters.
     pub fn new(id: &str) -> Result<Self, Error> {
         if id.is_empty() || id.len() > 200 {
-            return Err(Error::InvalidArgument(
-                "worker id must be 1 to 200 characters".into(),
-            ));
+            return Err(Error::InvalidArgument("worker id must be 1 to 200 characters".into()));
         }
         Ok(WorkerId(id.to_string()))
     }
@@ -168,17 +157,7 @@ mod tests {
         for ok in ["a", "video", "v2_transcode", &"a".repeat(40)] {
             assert!(TypeName::new(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            "A",
-            "1a",
-            "_a",
-            "a-b",
-            "a b",
-            "a;drop",
-            "é",
-            &"a".repeat(41),
-        ] {
+        for bad in ["", "A", "1a", "_a", "a-b", "a b", "a;drop", "é", &"a".repeat(41)] {
             assert!(TypeName::new(bad).is_err(), "{bad}");
         }
     }
@@ -188,16 +167,7 @@ mod tests {
         let id = TaskId::parse("video_hd-3-1234").unwrap();
         assert_eq!(id.task_type(), "video_hd");
         assert_eq!(id.shard(), 3);
-        for bad in [
-            "",
-            "video",
-            "video-1",
-            "video-0-1",
-            "video-1-01",
-            "Video-1-1",
-            "video-1-1-1",
-            "video-x-1",
-        ] {
+        for bad in ["", "video", "video-1", "video-0-1", "video-1-01", "Video-1-1", "video-1-1-1", "video-x-1"] {
             assert!(TaskId::parse(bad).is_err(), "{bad}");
         }
     }

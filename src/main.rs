@@ -5,12 +5,8 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let filter = EnvFilter::try_from_env("ASYNCFLOW_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("asyncflow=info,warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = EnvFilter::try_from_env("ASYNCFLOW_LOG").unwrap_or_else(|_| EnvFilter::new("asyncflow=info,warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let cli = asyncflow::cli::Cli::parse();
     match asyncflow::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -11,20 +11,14 @@ use crate::task::TaskStatus;
 pub async fn print(pool: &DbPool) -> Result<()> {
     let client = pool.get().await?;
     let depth = api::queue_depth(&client).await?;
-    let positions: HashMap<String, api::Positions> = api::positions(&client)
-        .await?
-        .into_iter()
-        .map(|p| (p.task_type.clone(), p))
-        .collect();
+    let positions: HashMap<String, api::Positions> =
+        api::positions(&client).await?.into_iter().map(|p| (p.task_type.clone(), p)).collect();
     println!(
         "{:<24} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}  shards (begin..end, live)",
         "type", "ready", "delayed", "running", "succeeded", "failed", "cancelled", "oldest ready"
     );
     for d in depth {
-        let counts: HashMap<TaskStatus, i64> = api::count_by_status(&client, &d.task_type)
-            .await?
-            .into_iter()
-            .collect();
+        let counts: HashMap<TaskStatus, i64> = api::count_by_status(&client, &d.task_type).await?.into_iter().collect();
         let count = |s| counts.get(&s).copied().unwrap_or(0);
         let shards = positions
             .get(&d.task_type)

@@ -39,10 +39,7 @@ impl TaskStatus {
 
     /// Whether the task has ended.
     pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled
-        )
+        matches!(self, TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled)
     }
 }
 
@@ -151,10 +148,7 @@ pub struct NewTask {
 impl NewTask {
     /// A task with this context and defaults for the rest.
     pub fn with_context(context: Value) -> Self {
-        NewTask {
-            context: Some(context),
-            ..Default::default()
-        }
+        NewTask { context: Some(context), ..Default::default() }
     }
 }
 

@@ -42,9 +42,9 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result
 fn status(text: Option<String>) -> Result<Option<TaskStatus>> {
     match text {
         None => Ok(None),
-        Some(t) => TaskStatus::parse(&t)
-            .map(Some)
-            .ok_or_else(|| Error::Unexpected(format!("unknown task status {t:?}"))),
+        Some(t) => {
+            TaskStatus::parse(&t).map(Some).ok_or_else(|| Error::Unexpected(format!("unknown task status {t:?}")))
+        }
     }
 }
 
@@ -54,45 +54,23 @@ pub async fn register_task_type<C: GenericClient>(
     task_type: &TypeName,
     settings: &TaskTypeUpdate,
 ) -> Result<TaskTypeSettings> {
-    let settings =
-        serde_json::to_value(settings).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let row = query_one(
-        c,
-        "select asyncflow.register_task_type($1, $2) as t",
-        &[&task_type.as_str(), &settings],
-    )
-    .await?;
+    let settings = serde_json::to_value(settings).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let row =
+        query_one(c, "select asyncflow.register_task_type($1, $2) as t", &[&task_type.as_str(), &settings]).await?;
     from_json(get(&row, "t")?, "task type")
 }
 
 /// `asyncflow.create_task`: one task; its id.
-pub async fn create_task<C: GenericClient>(
-    c: &C,
-    task_type: &str,
-    task: &NewTask,
-) -> Result<TaskId> {
+pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTask) -> Result<TaskId> {
     let ids = create_tasks(c, task_type, std::slice::from_ref(task)).await?;
-    ids.into_iter()
-        .next()
-        .ok_or_else(|| Error::Unexpected("create_tasks returned no id".into()))
+    ids.into_iter().next().ok_or_else(|| Error::Unexpected("create_tasks returned no id".into()))
 }
 
 /// `asyncflow.create_tasks`: many tasks in one statement; their ids in input order.
-pub async fn create_tasks<C: GenericClient>(
-    c: &C,
-    task_type: &str,
-    tasks: &[NewTask],
-) -> Result<Vec<TaskId>> {
+pub async fn create_tasks<C: GenericClient>(c: &C, task_type: &str, tasks: &[NewTask]) -> Result<Vec<TaskId>> {
     let tasks = serde_json::to_value(tasks).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let rows = query(
-        c,
-        "select asyncflow.create_tasks($1, $2) as id",
-        &[&task_type, &tasks],
-    )
-    .await?;
-    rows.iter()
-        .map(|r| TaskId::parse(&get::<String>(r, "id")?))
-        .collect()
+    let rows = query(c, "select asyncflow.create_tasks($1, $2) as id", &[&task_type, &tasks]).await?;
+    rows.iter().map(|r| TaskId::parse(&get::<String>(r, "id")?)).collect()
 }
 
 /// `asyncflow.get_task`: the task, or None.
@@ -124,12 +102,9 @@ pub async fn claim_tasks<C: GenericClient>(
     limit: i32,
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<ClaimedTask>> {
-    let rows = query(
-        c,
-        "select * from asyncflow.claim_tasks($1, $2, $3, $4)",
-        &[&task_type, &owner.as_str(), &limit, &now],
-    )
-    .await?;
+    let rows =
+        query(c, "select * from asyncflow.claim_tasks($1, $2, $3, $4)", &[&task_type, &owner.as_str(), &limit, &now])
+            .await?;
     rows.iter()
         .map(|r| {
             Ok(ClaimedTask {
@@ -156,9 +131,13 @@ pub async fn report_tasks<C: GenericClient>(
     reports: &[Report],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<ReportResult>> {
-    let reports =
-        serde_json::to_value(reports).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let rows = query(c, "select task_id, accepted, status::text as status, lease_until from asyncflow.report_tasks($1, $2, $3)", &[&owner.as_str(), &reports, &now]).await?;
+    let reports = serde_json::to_value(reports).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let rows = query(
+        c,
+        "select task_id, accepted, status::text as status, lease_until from asyncflow.report_tasks($1, $2, $3)",
+        &[&owner.as_str(), &reports, &now],
+    )
+    .await?;
     rows.iter()
         .map(|r| {
             Ok(ReportResult {
@@ -191,40 +170,21 @@ pub async fn rescue_expired<C: GenericClient>(
     .await?;
     rows.iter()
         .map(|r| {
-            let st = status(get(r, "status")?)?
-                .ok_or_else(|| Error::Unexpected("rescue without status".into()))?;
+            let st = status(get(r, "status")?)?.ok_or_else(|| Error::Unexpected("rescue without status".into()))?;
             Ok((get(r, "task_id")?, get(r, "task_type")?, st))
         })
         .collect()
 }
 
 /// `asyncflow.roll_shard`: the new end_pos when a shard was started.
-pub async fn roll_shard<C: GenericClient>(
-    c: &C,
-    task_type: &str,
-    now: Option<DateTime<Utc>>,
-) -> Result<Option<i32>> {
-    let row = query_one(
-        c,
-        "select asyncflow.roll_shard($1, $2) as pos",
-        &[&task_type, &now],
-    )
-    .await?;
+pub async fn roll_shard<C: GenericClient>(c: &C, task_type: &str, now: Option<DateTime<Utc>>) -> Result<Option<i32>> {
+    let row = query_one(c, "select asyncflow.roll_shard($1, $2) as pos", &[&task_type, &now]).await?;
     get(&row, "pos")
 }
 
 /// `asyncflow.advance_begin_pos`: the (re)computed begin_pos.
-pub async fn advance_begin_pos<C: GenericClient>(
-    c: &C,
-    task_type: &str,
-    now: Option<DateTime<Utc>>,
-) -> Result<i32> {
-    let row = query_one(
-        c,
-        "select asyncflow.advance_begin_pos($1, $2) as pos",
-        &[&task_type, &now],
-    )
-    .await?;
+pub async fn advance_begin_pos<C: GenericClient>(c: &C, task_type: &str, now: Option<DateTime<Utc>>) -> Result<i32> {
+    let row = query_one(c, "select asyncflow.advance_begin_pos($1, $2) as pos", &[&task_type, &now]).await?;
     get(&row, "pos")
 }
 
@@ -234,26 +194,15 @@ pub async fn drop_expired_shards<C: GenericClient>(
     task_type: &str,
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<i32>> {
-    let rows = query(
-        c,
-        "select s from asyncflow.drop_expired_shards($1, $2) s",
-        &[&task_type, &now],
-    )
-    .await?;
+    let rows = query(c, "select s from asyncflow.drop_expired_shards($1, $2) s", &[&task_type, &now]).await?;
     rows.iter().map(|r| get(r, "s")).collect()
 }
 
 /// The registered task types' settings, by name.
 pub async fn list_task_types<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeSettings>> {
-    let rows = query(
-        c,
-        "select asyncflow.task_type_json(y) as t from asyncflow.task_types y order by task_type",
-        &[],
-    )
-    .await?;
-    rows.iter()
-        .map(|r| from_json(get(r, "t")?, "task type"))
-        .collect()
+    let rows =
+        query(c, "select asyncflow.task_type_json(y) as t from asyncflow.task_types y order by task_type", &[]).await?;
+    rows.iter().map(|r| from_json(get(r, "t")?, "task type")).collect()
 }
 
 /// The `asyncflow.queue_depth` view.
@@ -312,25 +261,23 @@ pub async fn positions_of<C: GenericClient>(c: &C, task_type: &str) -> Result<Op
 }
 
 /// Count of tasks per (type, status): a full count, for reports and the demo, not the hot path.
-pub async fn count_by_status<C: GenericClient>(
-    c: &C,
-    task_type: &str,
-) -> Result<Vec<(TaskStatus, i64)>> {
-    let rows = query(c, "select status::text as status, count(*) as n from asyncflow.tasks where task_type = $1 group by status", &[&task_type]).await?;
+pub async fn count_by_status<C: GenericClient>(c: &C, task_type: &str) -> Result<Vec<(TaskStatus, i64)>> {
+    let rows = query(
+        c,
+        "select status::text as status, count(*) as n from asyncflow.tasks where task_type = $1 group by status",
+        &[&task_type],
+    )
+    .await?;
     rows.iter()
         .map(|r| {
-            let st = status(get(r, "status")?)?
-                .ok_or_else(|| Error::Unexpected("count without status".into()))?;
+            let st = status(get(r, "status")?)?.ok_or_else(|| Error::Unexpected("count without status".into()))?;
             Ok((st, get(r, "n")?))
         })
         .collect()
 }
 
 /// Counts per status of the given tasks (unknown ids are not counted).
-pub async fn count_by_status_of<C: GenericClient>(
-    c: &C,
-    task_ids: &[TaskId],
-) -> Result<Vec<(TaskStatus, i64)>> {
+pub async fn count_by_status_of<C: GenericClient>(c: &C, task_ids: &[TaskId]) -> Result<Vec<(TaskStatus, i64)>> {
     let ids: Vec<&str> = task_ids.iter().map(TaskId::as_str).collect();
     let rows = query(
         c,
@@ -342,8 +289,7 @@ pub async fn count_by_status_of<C: GenericClient>(
     .await?;
     rows.iter()
         .map(|r| {
-            let st = status(get(r, "status")?)?
-                .ok_or_else(|| Error::Unexpected("count without status".into()))?;
+            let st = status(get(r, "status")?)?.ok_or_else(|| Error::Unexpected("count without status".into()))?;
             Ok((st, get(r, "n")?))
         })
         .collect()
@@ -353,93 +299,69 @@ pub async fn count_by_status_of<C: GenericClient>(
 pub async fn get_tasks<C: GenericClient>(c: &C, task_ids: &[TaskId]) -> Result<Vec<Task>> {
     let ids: Vec<&str> = task_ids.iter().map(TaskId::as_str).collect();
     let rows = query(c, "select t from unnest($1::text[]) with ordinality x(task_id, n) cross join lateral asyncflow.get_task(x.task_id) t where t is not null order by x.n", &[&ids]).await?;
-    rows.iter()
-        .map(|r| from_json(get(r, "t")?, "task"))
-        .collect()
+    rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()
 }
 
 /// The first `limit` tasks of a type, oldest first (for tests and reports).
 pub async fn list_tasks<C: GenericClient>(c: &C, task_type: &str, limit: i64) -> Result<Vec<Task>> {
-    let rows = query(c, "select asyncflow.task_json(t) as t from asyncflow.tasks t where task_type = $1 order by id limit $2", &[&task_type, &limit]).await?;
-    rows.iter()
-        .map(|r| from_json(get(r, "t")?, "task"))
-        .collect()
+    let rows = query(
+        c,
+        "select asyncflow.task_json(t) as t from asyncflow.tasks t where task_type = $1 order by id limit $2",
+        &[&task_type, &limit],
+    )
+    .await?;
+    rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()
 }
 
 /// Session advisory lock for maintenance leadership; true when this session now holds it.
 /// (Dedicated connections only: a pooled connection would carry the lock back into the pool.)
 pub async fn try_lead(c: &tokio_postgres::Client, key: i32) -> Result<bool> {
-    let row = c
-        .query_one("select pg_try_advisory_lock(16710, $1) as led", &[&key])
-        .await
-        .map_err(Error::from_db)?;
+    let row = c.query_one("select pg_try_advisory_lock(16710, $1) as led", &[&key]).await.map_err(Error::from_db)?;
     get(&row, "led")
 }
 
 /// Round trip that proves the connection is alive.
 pub async fn ping(c: &tokio_postgres::Client) -> Result<()> {
-    c.simple_query("select 1")
-        .await
-        .map(|_| ())
-        .map_err(Error::from_db)
+    c.simple_query("select 1").await.map(|_| ()).map_err(Error::from_db)
 }
 
 /// Subscribes the (dedicated) connection to the wake-up channel.
 pub async fn listen(c: &tokio_postgres::Client) -> Result<()> {
-    c.batch_execute("listen asyncflow")
-        .await
-        .map_err(Error::from_db)
+    c.batch_execute("listen asyncflow").await.map_err(Error::from_db)
 }
 
 /// The backend pid of this connection (tests terminate leaders by it).
 pub async fn backend_pid(c: &tokio_postgres::Client) -> Result<i32> {
-    let row = c
-        .query_one("select pg_backend_pid() as pid", &[])
-        .await
-        .map_err(Error::from_db)?;
+    let row = c.query_one("select pg_backend_pid() as pid", &[]).await.map_err(Error::from_db)?;
     get(&row, "pid")
 }
 
 /// Waits for a session advisory lock (class, key).
 pub async fn advisory_lock(c: &tokio_postgres::Client, key: (i32, i32)) -> Result<()> {
-    c.execute("select pg_advisory_lock($1, $2)", &[&key.0, &key.1])
-        .await
-        .map(|_| ())
-        .map_err(Error::from_db)
+    c.execute("select pg_advisory_lock($1, $2)", &[&key.0, &key.1]).await.map(|_| ()).map_err(Error::from_db)
 }
 
 /// Releases a session advisory lock (class, key).
 pub async fn advisory_unlock(c: &tokio_postgres::Client, key: (i32, i32)) -> Result<()> {
-    c.execute("select pg_advisory_unlock($1, $2)", &[&key.0, &key.1])
-        .await
-        .map(|_| ())
-        .map_err(Error::from_db)
+    c.execute("select pg_advisory_unlock($1, $2)", &[&key.0, &key.1]).await.map(|_| ()).map_err(Error::from_db)
 }
 
 /// Creates the asyncflow schema (refinery's history table lives in it).
 pub async fn create_schema(c: &tokio_postgres::Client) -> Result<()> {
-    c.batch_execute("create schema if not exists asyncflow")
-        .await
-        .map_err(Error::from_db)
+    c.batch_execute("create schema if not exists asyncflow").await.map_err(Error::from_db)
 }
 
 /// The newest applied migration, or None on a database never migrated.
 pub async fn schema_version(c: &tokio_postgres::Client) -> Result<Option<i64>> {
     let row = c
-        .query_one(
-            "select to_regclass('asyncflow.refinery_schema_history') is not null as migrated",
-            &[],
-        )
+        .query_one("select to_regclass('asyncflow.refinery_schema_history') is not null as migrated", &[])
         .await
         .map_err(Error::from_db)?;
     if !get::<bool>(&row, "migrated")? {
         return Ok(None);
     }
     let row = c
-        .query_one(
-            "select max(version)::bigint as v from asyncflow.refinery_schema_history",
-            &[],
-        )
+        .query_one("select max(version)::bigint as v from asyncflow.refinery_schema_history", &[])
         .await
         .map_err(Error::from_db)?;
     get(&row, "v")

@@ -34,10 +34,7 @@ pub struct EmbeddedConfig {
 impl EmbeddedConfig {
     /// Durable defaults for the binary, keeping data in `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        EmbeddedConfig {
-            data_dir: data_dir.into(),
-            settings: Vec::new(),
-        }
+        EmbeddedConfig { data_dir: data_dir.into(), settings: Vec::new() }
     }
 
     /// Adds a server setting.
@@ -169,19 +166,10 @@ fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
         initdb
             .arg("-D")
             .arg(&data_dir)
-            .args([
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C.UTF-8",
-                "--no-instructions",
-            ])
+            .args(["-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"])
             .stdin(Stdio::null());
         as_user(&mut initdb, &user);
-        let out = initdb
-            .output()
-            .map_err(|e| Error::Embedded(format!("running initdb: {e}")))?;
+        let out = initdb.output().map_err(|e| Error::Embedded(format!("running initdb: {e}")))?;
         if !out.status.success() {
             return Err(Error::Embedded(format!(
                 "initdb failed in {}: {}",
@@ -200,39 +188,27 @@ fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
         .arg(&data_dir)
         .arg("-p")
         .arg(port.to_string())
-        .args([
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "unix_socket_directories=",
-        ])
+        .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
         .args(["-c", "max_connections=200"]);
     for (name, value) in &config.settings {
         cmd.arg("-c").arg(format!("{name}={value}"));
     }
-    cmd.stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     as_user(&mut cmd, &user);
     // Stop the server when the thread that started it goes away (it lives as long as the process).
     unsafe {
         cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGINT)
-                .map_err(std::io::Error::from)?;
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGINT).map_err(std::io::Error::from)?;
             Ok(())
         });
     }
     let child = spawn_from_lasting_thread(cmd)?;
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-    let mut server = EmbeddedPostgres {
-        url,
-        child: Some(child),
-    };
+    let mut server = EmbeddedPostgres { url, child: Some(child) };
 
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && accepts_queries(&bin, port)
-        {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && accepts_queries(&bin, port) {
             return Ok(server);
         }
         if let Some(child) = server.child.as_mut() {
@@ -242,14 +218,7 @@ fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
                 return Err(Error::Embedded(format!(
                     "the server exited at start-up ({status}); its log {}:\n{}",
                     log_path.display(),
-                    log.lines()
-                        .rev()
-                        .take(10)
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect::<Vec<_>>()
-                        .join("\n")
+                    log.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
                 )));
             }
         }
@@ -269,15 +238,7 @@ fn accepts_queries(bin: &Path, port: u16) -> bool {
         return true;
     }
     Command::new(isready)
-        .args([
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-        ])
+        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
@@ -287,14 +248,12 @@ fn accepts_queries(bin: &Path, port: u16) -> bool {
 /// from a thread that never ends.
 fn spawn_from_lasting_thread(mut cmd: Command) -> Result<Child> {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("embedded-postgres".into())
-        .spawn(move || {
-            let _ = tx.send(cmd.spawn());
-            loop {
-                std::thread::park();
-            }
-        })?;
+    std::thread::Builder::new().name("embedded-postgres".into()).spawn(move || {
+        let _ = tx.send(cmd.spawn());
+        loop {
+            std::thread::park();
+        }
+    })?;
     rx.recv()
         .map_err(|_| Error::Embedded("the start-up thread ended early".into()))?
         .map_err(|e| Error::Embedded(format!("starting postgres: {e}")))

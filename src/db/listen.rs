@@ -44,14 +44,8 @@ pub fn spawn(url: String, cancel: CancellationToken) -> broadcast::Sender<Wake> 
     tx
 }
 
-async fn listen_once(
-    url: &str,
-    tx: &broadcast::Sender<Wake>,
-    failures: &mut u32,
-) -> Result<(), String> {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .map_err(|e| e.to_string())?;
+async fn listen_once(url: &str, tx: &broadcast::Sender<Wake>, failures: &mut u32) -> Result<(), String> {
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.map_err(|e| e.to_string())?;
     let forward = tx.clone();
     let driver = async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));

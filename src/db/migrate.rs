@@ -14,12 +14,7 @@ const MIGRATION_LOCK: (i32, i32) = (16710, 1);
 
 /// The newest migration this build knows.
 pub fn latest_version() -> u32 {
-    embedded::migrations::runner()
-        .get_migrations()
-        .iter()
-        .map(|m| m.version())
-        .max()
-        .unwrap_or(0)
+    embedded::migrations::runner().get_migrations().iter().map(|m| m.version()).max().unwrap_or(0)
 }
 
 /// What a migration run did.
@@ -44,9 +39,7 @@ pub async fn migrate(url: &str) -> Result<MigrateReport> {
 
 async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport> {
     api::create_schema(client).await?;
-    let mut runner = embedded::migrations::runner()
-        .set_abort_missing(true)
-        .set_abort_divergent(true);
+    let mut runner = embedded::migrations::runner().set_abort_missing(true).set_abort_divergent(true);
     runner.set_migration_table_name("asyncflow.refinery_schema_history");
     let known = latest_version();
     if let Some(version) = api::schema_version(client).await? {
@@ -58,15 +51,8 @@ async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport
         }
     }
     let report = runner.run_async(client).await.map_err(migration_error)?;
-    let applied: Vec<u32> = report
-        .applied_migrations()
-        .iter()
-        .map(|m| m.version())
-        .collect();
-    Ok(MigrateReport {
-        applied,
-        version: known,
-    })
+    let applied: Vec<u32> = report.applied_migrations().iter().map(|m| m.version()).collect();
+    Ok(MigrateReport { applied, version: known })
 }
 
 fn migration_error(e: refinery::Error) -> Error {

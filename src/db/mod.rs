@@ -18,19 +18,13 @@ pub use deadpool_postgres::{GenericClient, Pool as DbPool};
 
 /// Builds a pool of `size` connections to `url`. Connections are made lazily.
 pub fn pool(url: &str, size: usize) -> Result<Pool> {
-    let mut pg = tokio_postgres::Config::from_str(url)
-        .map_err(|e| Error::Config(format!("invalid database URL: {e}")))?;
+    let mut pg =
+        tokio_postgres::Config::from_str(url).map_err(|e| Error::Config(format!("invalid database URL: {e}")))?;
     if pg.get_application_name().is_none() {
         pg.application_name("asyncflow");
     }
     pg.connect_timeout(Duration::from_secs(10));
-    let manager = Manager::from_config(
-        pg,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
+    let manager = Manager::from_config(pg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
         .max_size(size.max(1))
         .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -43,9 +37,7 @@ pub fn pool(url: &str, size: usize) -> Result<Pool> {
 /// Opens one connection outside the pool (for LISTEN, leadership, migrations), driving it on a
 /// spawned task. The returned handle ends when the connection does.
 pub async fn connect(url: &str) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .map_err(Error::from_db)?;
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(Error::from_db)?;
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "database connection ended");

@@ -85,10 +85,7 @@ pub enum StageReply {
 impl StageReply {
     /// A retryable failure.
     pub fn fail(error: impl Into<String>) -> Self {
-        StageReply::Failed {
-            error: error.into(),
-            retry: true,
-        }
+        StageReply::Failed { error: error.into(), retry: true }
     }
 
     /// Reads a reply object; the error says what is wrong with it.
@@ -103,23 +100,15 @@ impl StageReply {
                 Some(_) => Err("context must be a JSON object".into()),
             }
         };
-        let forms = ["next_stage", "result", "error", "later"]
-            .iter()
-            .filter(|k| map.contains_key(**k))
-            .count();
+        let forms = ["next_stage", "result", "error", "later"].iter().filter(|k| map.contains_key(**k)).count();
         if forms != 1 {
-            return Err(
-                "the reply must have exactly one of next_stage, result, error, later".into(),
-            );
+            return Err("the reply must have exactly one of next_stage, result, error, later".into());
         }
         let reply = if let Some(stage) = map.remove("next_stage") {
             let Value::String(next_stage) = stage else {
                 return Err("next_stage must be a string".into());
             };
-            StageReply::Next {
-                next_stage,
-                context: context(&mut map)?,
-            }
+            StageReply::Next { next_stage, context: context(&mut map)? }
         } else if let Some(result) = map.remove("result") {
             StageReply::Succeeded { result }
         } else if let Some(error) = map.remove("error") {
@@ -134,17 +123,11 @@ impl StageReply {
             };
             StageReply::Failed { error, retry }
         } else {
-            let later = map
-                .remove("later")
-                .and_then(|v| v.as_f64())
-                .filter(|s| s.is_finite() && *s >= 0.0);
+            let later = map.remove("later").and_then(|v| v.as_f64()).filter(|s| s.is_finite() && *s >= 0.0);
             let Some(later) = later else {
                 return Err("later must be a number of seconds >= 0".into());
             };
-            StageReply::Later {
-                later,
-                context: context(&mut map)?,
-            }
+            StageReply::Later { later, context: context(&mut map)? }
         };
         if let Some(key) = map.keys().find(|k| k.as_str() != "retry") {
             return Err(format!("unknown field {key:?} in the reply"));
@@ -155,19 +138,10 @@ impl StageReply {
     /// The report that carries this reply.
     pub fn into_report(self) -> ReportKind {
         match self {
-            StageReply::Next {
-                next_stage,
-                context,
-            } => ReportKind::Advance {
-                stage: next_stage,
-                context,
-            },
+            StageReply::Next { next_stage, context } => ReportKind::Advance { stage: next_stage, context },
             StageReply::Succeeded { result } => ReportKind::Succeed { result },
             StageReply::Failed { error, retry } => ReportKind::Fail { error, retry },
-            StageReply::Later { later, context } => ReportKind::Later {
-                delay: later,
-                context,
-            },
+            StageReply::Later { later, context } => ReportKind::Later { delay: later, context },
         }
     }
 }
@@ -198,29 +172,14 @@ mod tests {
     fn each_reply_form_is_read() {
         assert_eq!(
             StageReply::from_json(json!({"next_stage": "b", "context": {"x": 1}})),
-            Ok(StageReply::Next {
-                next_stage: "b".into(),
-                context: Some(json!({"x": 1}))
-            })
+            Ok(StageReply::Next { next_stage: "b".into(), context: Some(json!({"x": 1})) })
         );
-        assert_eq!(
-            StageReply::from_json(json!({"result": 3})),
-            Ok(StageReply::Succeeded { result: json!(3) })
-        );
+        assert_eq!(StageReply::from_json(json!({"result": 3})), Ok(StageReply::Succeeded { result: json!(3) }));
         assert_eq!(
             StageReply::from_json(json!({"error": "no", "retry": false})),
-            Ok(StageReply::Failed {
-                error: "no".into(),
-                retry: false
-            })
+            Ok(StageReply::Failed { error: "no".into(), retry: false })
         );
-        assert_eq!(
-            StageReply::from_json(json!({"later": 2.5})),
-            Ok(StageReply::Later {
-                later: 2.5,
-                context: None
-            })
-        );
+        assert_eq!(StageReply::from_json(json!({"later": 2.5})), Ok(StageReply::Later { later: 2.5, context: None }));
     }
 
     #[test]

@@ -55,8 +55,7 @@ pub fn spawn(url: String, key: i32, check: Duration, stop: CancellationToken) ->
                         };
                         match check_result {
                             Ok(leading) => {
-                                leader_tx
-                                    .send_if_modified(|l| std::mem::replace(l, leading) != leading);
+                                leader_tx.send_if_modified(|l| std::mem::replace(l, leading) != leading);
                             }
                             Err(e) => {
                                 tracing::warn!(error = %e, "leader connection failed; stepping down");
@@ -85,8 +84,5 @@ pub fn spawn(url: String, key: i32, check: Duration, stop: CancellationToken) ->
         }
         leader_tx.send_replace(false);
     });
-    LeaderHandle {
-        is_leader,
-        backend_pid,
-    }
+    LeaderHandle { is_leader, backend_pid }
 }

@@ -100,20 +100,12 @@ impl Maintainer {
     /// A maintainer with the standard services.
     pub fn new(pool: DbPool, database_url: impl Into<String>, config: MaintenanceConfig) -> Self {
         let services: Vec<Arc<dyn Service>> = vec![
-            Arc::new(Rescuer::new(
-                pool.clone(),
-                config.rescue_interval,
-                config.rescue_batch,
-            )),
+            Arc::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
             Arc::new(ShardRoller::new(pool.clone(), config.shard_interval)),
             Arc::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
             Arc::new(RetentionDropper::new(pool, config.retention_interval)),
         ];
-        Maintainer {
-            database_url: database_url.into(),
-            config,
-            services,
-        }
+        Maintainer { database_url: database_url.into(), config, services }
     }
 
     /// One pass of every service, in order, without leadership (for `maintain --once` after it

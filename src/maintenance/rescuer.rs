@@ -21,11 +21,7 @@ pub struct Rescuer {
 impl Rescuer {
     /// A rescuer taking at most `batch` tasks per statement.
     pub fn new(pool: DbPool, interval: Duration, batch: i32) -> Self {
-        Rescuer {
-            pool,
-            interval,
-            batch: batch.max(1),
-        }
+        Rescuer { pool, interval, batch: batch.max(1) }
     }
 }
 
@@ -45,20 +41,12 @@ impl Service for Rescuer {
             loop {
                 let rescued = api::rescue_expired(&client, now, self.batch).await?;
                 let full = rescued.len() as i32 == self.batch;
-                detail.extend(
-                    rescued
-                        .into_iter()
-                        .map(|(id, _, status)| format!("{id} -> {status:?}")),
-                );
+                detail.extend(rescued.into_iter().map(|(id, _, status)| format!("{id} -> {status:?}")));
                 if !full {
                     break;
                 }
             }
-            Ok(RunOnceReport {
-                service: self.name(),
-                changed: detail.len() as u64,
-                detail,
-            })
+            Ok(RunOnceReport { service: self.name(), changed: detail.len() as u64, detail })
         })
     }
 }

@@ -44,10 +44,7 @@ macro_rules! per_type_service {
                 self.interval
             }
 
-            fn run_once(
-                &self,
-                $now: Option<DateTime<Utc>>,
-            ) -> BoxFuture<'_, Result<RunOnceReport>> {
+            fn run_once(&self, $now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>> {
                 Box::pin(async move {
                     let $client = self.pool.get().await?;
                     let mut $detail: Vec<String> = Vec::new();
@@ -55,11 +52,7 @@ macro_rules! per_type_service {
                         let $ty = settings.task_type.as_str();
                         $body
                     }
-                    Ok(RunOnceReport {
-                        service: $label,
-                        changed: $detail.len() as u64,
-                        detail: $detail,
-                    })
+                    Ok(RunOnceReport { service: $label, changed: $detail.len() as u64, detail: $detail })
                 })
             }
         }

@@ -79,10 +79,7 @@ pub(super) async fn run(
             ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
         };
         let is_fail = matches!(kind, ReportKind::Fail { .. });
-        let result = shared
-            .reporter
-            .send(vec![report(&task.task_id, task.claim_seq, kind)])
-            .await;
+        let result = shared.reporter.send(vec![report(&task.task_id, task.claim_seq, kind)]).await;
         match result.into_iter().next().flatten() {
             Some(r) if r.accepted => {
                 if is_fail && r.status == Some(TaskStatus::Failed) {

@@ -159,9 +159,7 @@ struct Shared {
 
 impl Shared {
     fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
-        self.inflight
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inflight.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -176,12 +174,7 @@ pub struct Worker {
 impl Worker {
     /// A worker with no functions yet.
     pub fn new(pool: DbPool, database_url: impl Into<String>, config: WorkerConfig) -> Self {
-        Worker {
-            pool,
-            database_url: database_url.into(),
-            config,
-            functions: BTreeMap::new(),
-        }
+        Worker { pool, database_url: database_url.into(), config, functions: BTreeMap::new() }
     }
 
     /// Registers `function` for `task_type`; at start the type is created or its `settings`
@@ -193,14 +186,7 @@ impl Worker {
         timeout: Option<Duration>,
         settings: TaskTypeUpdate,
     ) -> Self {
-        self.functions.insert(
-            task_type,
-            Registered {
-                function: Arc::new(function),
-                timeout,
-                settings,
-            },
-        );
+        self.functions.insert(task_type, Registered { function: Arc::new(function), timeout, settings });
         self
     }
 
@@ -222,11 +208,8 @@ impl Worker {
         let listener_stop = CancellationToken::new();
         let wakes = db::listen::spawn(self.database_url.clone(), listener_stop.clone());
         let reporter_stop = CancellationToken::new();
-        let (reporter, reporter_task) = reporter::spawn(
-            self.pool.clone(),
-            self.config.worker_id.clone(),
-            reporter_stop.clone(),
-        );
+        let (reporter, reporter_task) =
+            reporter::spawn(self.pool.clone(), self.config.worker_id.clone(), reporter_stop.clone());
         let shared = Arc::new(Shared {
             pool: self.pool.clone(),
             worker_id: self.config.worker_id.clone(),
@@ -239,40 +222,21 @@ impl Worker {
         });
 
         let heartbeat_stop = CancellationToken::new();
-        let heartbeater = tokio::spawn(executor::heartbeat_loop(
-            shared.clone(),
-            self.config.heartbeat_check,
-            heartbeat_stop.clone(),
-        ));
+        let heartbeater =
+            tokio::spawn(executor::heartbeat_loop(shared.clone(), self.config.heartbeat_check, heartbeat_stop.clone()));
         let mut producers = tokio::task::JoinSet::new();
         for (name, reg, settings) in types {
-            producers.spawn(producer::run(
-                shared.clone(),
-                name,
-                reg,
-                settings,
-                wakes.subscribe(),
-                shutdown.clone(),
-            ));
+            producers.spawn(producer::run(shared.clone(), name, reg, settings, wakes.subscribe(), shutdown.clone()));
         }
         tracing::info!(worker = %self.config.worker_id, types = self.functions.len(), "worker started");
 
         shutdown.cancelled().await;
         while producers.join_next().await.is_some() {}
         shared.tracker.close();
-        if tokio::time::timeout(self.config.shutdown_grace, shared.tracker.wait())
-            .await
-            .is_err()
-        {
-            let unfinished: Vec<CancellationToken> = shared
-                .lock_inflight()
-                .values()
-                .map(|f| f.release.clone())
-                .collect();
-            tracing::info!(
-                count = unfinished.len(),
-                "grace period over: handing unfinished tasks back"
-            );
+        if tokio::time::timeout(self.config.shutdown_grace, shared.tracker.wait()).await.is_err() {
+            let unfinished: Vec<CancellationToken> =
+                shared.lock_inflight().values().map(|f| f.release.clone()).collect();
+            tracing::info!(count = unfinished.len(), "grace period over: handing unfinished tasks back");
             for token in unfinished {
                 token.cancel();
             }
@@ -290,9 +254,5 @@ impl Worker {
 }
 
 fn report(task_id: &crate::ids::TaskId, claim_seq: i32, kind: ReportKind) -> Report {
-    Report {
-        task_id: task_id.clone(),
-        claim_seq,
-        kind,
-    }
+    Report { task_id: task_id.clone(), claim_seq, kind }
 }

@@ -51,19 +51,14 @@ pub(super) async fn run(
             Ok(tasks) => {
                 failures = 0;
                 let full = tasks.len() == want;
-                shared
-                    .stats
-                    .claimed
-                    .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+                shared.stats.claimed.fetch_add(tasks.len() as u64, Ordering::Relaxed);
                 for task in tasks {
                     let Some(permit) = permits.split(1) else {
                         break;
                     };
                     let shared2 = shared.clone();
                     let reg = registered.clone();
-                    shared
-                        .tracker
-                        .spawn(executor::run(shared2, reg, task, lease_secs, permit));
+                    shared.tracker.spawn(executor::run(shared2, reg, task, lease_secs, permit));
                 }
                 drop(permits);
                 if full {
@@ -104,14 +99,7 @@ pub(super) async fn run(
 
 async fn claim(shared: &Shared, task_type: &TypeName, want: usize) -> Result<Vec<ClaimedTask>> {
     let client = shared.pool.get().await?;
-    api::claim_tasks(
-        &client,
-        task_type.as_str(),
-        &shared.worker_id,
-        want as i32,
-        None,
-    )
-    .await
+    api::claim_tasks(&client, task_type.as_str(), &shared.worker_id, want as i32, None).await
 }
 
 /// Time until the earliest pending task is due (zero when one already is), if any.

@@ -58,12 +58,7 @@ pub(super) fn spawn(
     (Reporter { tx }, task)
 }
 
-async fn run(
-    pool: DbPool,
-    worker: WorkerId,
-    mut rx: mpsc::UnboundedReceiver<Pending>,
-    stop: CancellationToken,
-) {
+async fn run(pool: DbPool, worker: WorkerId, mut rx: mpsc::UnboundedReceiver<Pending>, stop: CancellationToken) {
     loop {
         let first = tokio::select! {
             biased;

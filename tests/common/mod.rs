@@ -38,11 +38,7 @@ fn url_for(base: &str, database: &str) -> String {
 
 fn migrations_hash() -> String {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql/migrations");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("sql/migrations")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("sql/migrations").flatten().map(|e| e.path()).collect();
     files.sort();
     let mut h = DefaultHasher::new();
     for f in files {
@@ -53,9 +49,7 @@ fn migrations_hash() -> String {
 }
 
 async fn admin(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, NoTls)
-        .await
-        .expect("connect to the test server");
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect to the test server");
     tokio::spawn(conn);
     client
 }
@@ -75,19 +69,14 @@ fn start() -> Result<Server, String> {
                     .setting("synchronous_commit", "off")
                     .setting("full_page_writes", "off")
                     .setting("max_connections", "300");
-                let server = EmbeddedPostgres::start(config)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let server = EmbeddedPostgres::start(config).await.map_err(|e| e.to_string())?;
                 (server.url().to_string(), Some(server))
             }
         };
         let template = format!("asyncflow_tmpl_{}", migrations_hash());
         let client = admin(&admin_url).await;
         // One builder at a time across test binaries sharing a server.
-        client
-            .execute("select pg_advisory_lock(16710, 99)", &[])
-            .await
-            .map_err(|e| e.to_string())?;
+        client.execute("select pg_advisory_lock(16710, 99)", &[]).await.map_err(|e| e.to_string())?;
         let exists = client
             .query_opt("select 1 from pg_database where datname = $1", &[&template])
             .await
@@ -99,27 +88,15 @@ fn start() -> Result<Server, String> {
                 .batch_execute(&format!("drop database if exists {building} with (force)"))
                 .await
                 .map_err(|e| e.to_string())?;
-            client
-                .batch_execute(&format!("create database {building}"))
-                .await
-                .map_err(|e| e.to_string())?;
-            db::migrate::migrate(&url_for(&admin_url, &building))
-                .await
-                .map_err(|e| e.to_string())?;
+            client.batch_execute(&format!("create database {building}")).await.map_err(|e| e.to_string())?;
+            db::migrate::migrate(&url_for(&admin_url, &building)).await.map_err(|e| e.to_string())?;
             client
                 .batch_execute(&format!("alter database {building} rename to {template}"))
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        client
-            .execute("select pg_advisory_unlock(16710, 99)", &[])
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Server {
-            admin_url,
-            template,
-            _embedded: embedded,
-        })
+        client.execute("select pg_advisory_unlock(16710, 99)", &[]).await.map_err(|e| e.to_string())?;
+        Ok(Server { admin_url, template, _embedded: embedded })
     })
 }
 
@@ -137,11 +114,9 @@ fn clean_stale(root: &std::path::Path) {
 }
 
 fn server() -> &'static Server {
-    match SERVER.get_or_init(|| {
-        std::thread::spawn(start)
-            .join()
-            .unwrap_or_else(|_| Err("server start-up panicked".into()))
-    }) {
+    match SERVER
+        .get_or_init(|| std::thread::spawn(start).join().unwrap_or_else(|_| Err("server start-up panicked".into())))
+    {
         Ok(s) => s,
         Err(e) => panic!("test database server: {e}"),
     }
@@ -165,23 +140,12 @@ impl TestDb {
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
         let client = admin(&server.admin_url).await;
         client
-            .batch_execute(&format!(
-                "create database {name} template {}",
-                server.template
-            ))
+            .batch_execute(&format!("create database {name} template {}", server.template))
             .await
             .expect("create test database");
-        let url = format!(
-            "{}?options=-csearch_path%3D",
-            url_for(&server.admin_url, &name)
-        );
+        let url = format!("{}?options=-csearch_path%3D", url_for(&server.admin_url, &name));
         let pool = db::pool(&url, 16).expect("pool");
-        TestDb {
-            url,
-            name,
-            pool,
-            admin_url: server.admin_url.clone(),
-        }
+        TestDb { url, name, pool, admin_url: server.admin_url.clone() }
     }
 
     /// A pooled connection.
@@ -200,16 +164,11 @@ impl Drop for TestDb {
         let admin_url = self.admin_url.clone();
         let name = self.name.clone();
         let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 rt.block_on(async {
                     if let Ok((client, conn)) = tokio_postgres::connect(&admin_url, NoTls).await {
                         tokio::spawn(conn);
-                        let _ = client
-                            .batch_execute(&format!("drop database if exists {name} with (force)"))
-                            .await;
+                        let _ = client.batch_execute(&format!("drop database if exists {name} with (force)")).await;
                     }
                 });
             }
@@ -235,7 +194,5 @@ where
 
 /// The SQLSTATE of a failed call's database error.
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
-    e.code()
-        .map(|c| c.code().to_string())
-        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
 }

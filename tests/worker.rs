@@ -1,0 +1,251 @@
+//! The worker end to end with in-process (Rust) functions: stages, retries, later, timeouts,
+//! panics, lease loss, graceful shutdown.
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use asyncflow::db::api;
+use asyncflow::function::{StageCall, StageReply};
+use asyncflow::task::{NewTask, TaskStatus};
+use asyncflow::task_type::TaskTypeUpdate;
+use asyncflow::worker::{Worker, WorkerConfig};
+use asyncflow::{TaskId, TypeName, WorkerId};
+use common::{wait_until, TestDb};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn config(concurrency: usize) -> WorkerConfig {
+    WorkerConfig {
+        worker_id: WorkerId::new("test-worker").unwrap(),
+        concurrency,
+        shutdown_grace: Duration::from_millis(300),
+        heartbeat_check: Duration::from_millis(100),
+    }
+}
+
+fn fast(settings: TaskTypeUpdate) -> TaskTypeUpdate {
+    TaskTypeUpdate { schedule_interval: Some(0.2), max_retry_interval: Some(-1), ..settings }
+}
+
+async fn status_of(db: &TestDb, id: &TaskId) -> TaskStatus {
+    api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap().status
+}
+
+async fn all_final(db: &TestDb, ids: &[TaskId]) -> bool {
+    let counts = api::count_by_status_of(&db.conn().await, ids).await.unwrap();
+    counts.iter().filter(|(s, _)| s.is_final()).map(|(_, n)| n).sum::<i64>() == ids.len() as i64
+}
+
+#[tokio::test]
+async fn a_worker_runs_tasks_through_three_stages_carrying_context() {
+    let db = TestDb::new().await;
+    let ty = TypeName::new("media").unwrap();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(4)).register(
+        ty,
+        |call: StageCall| async move {
+            let mut ctx = call.context.clone();
+            let trail = ctx["trail"].as_array().cloned().unwrap_or_default();
+            let mut trail = trail;
+            trail.push(json!(call.stage));
+            ctx["trail"] = json!(trail);
+            match call.stage.as_str() {
+                "probe" => StageReply::Next { next_stage: "transform".into(), context: Some(ctx) },
+                "transform" => StageReply::Next { next_stage: "publish".into(), context: Some(ctx) },
+                _ => StageReply::Succeeded { result: ctx },
+            }
+        },
+        None,
+        fast(TaskTypeUpdate { initial_stage: Some("probe".into()), ..Default::default() }),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    // The worker registers the type; wait for it, then enqueue (the NOTIFY wakes the worker).
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let tasks: Vec<NewTask> = (0..20).map(|i| NewTask::with_context(json!({"n": i}))).collect();
+    let ids = api::create_tasks(&db.conn().await, "media", &tasks).await.unwrap();
+    wait_until(Duration::from_secs(20), "all tasks final", || all_final(&db, &ids)).await;
+    stop.cancel();
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!(summary.succeeded, 20);
+    assert_eq!(summary.advanced, 40);
+    let t = api::get_task(&db.conn().await, ids[3].as_str()).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.result, Some(json!({"n": 3, "trail": ["probe", "transform", "publish"]})));
+}
+
+#[tokio::test]
+async fn failures_are_retried_panics_and_timeouts_count_as_failures_and_later_does_not() {
+    let db = TestDb::new().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(4)).register(
+        TypeName::new("mixed").unwrap(),
+        move |call: StageCall| {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                let kind = call.context["kind"].as_str().unwrap_or_default().to_string();
+                match (kind.as_str(), call.attempt) {
+                    ("flaky", 1 | 2) => StageReply::fail("transient"),
+                    ("flaky", _) => StageReply::Succeeded { result: json!(call.attempt) },
+                    ("panic", 1) => panic!("handler bug"),
+                    ("panic", _) => StageReply::Succeeded { result: json!("recovered") },
+                    ("slow", 1) => {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        StageReply::Succeeded { result: json!("too late") }
+                    }
+                    ("slow", _) => StageReply::Succeeded { result: json!("fast now") },
+                    ("later", _) if call.context.get("again").is_none() => {
+                        StageReply::Later { later: 0.1, context: Some(json!({"kind": "later", "again": true})) }
+                    }
+                    ("later", _) => StageReply::Succeeded { result: json!(call.attempt) },
+                    _ => StageReply::Failed { error: "refused".into(), retry: false },
+                }
+            }
+        },
+        Some(Duration::from_millis(500)),
+        fast(TaskTypeUpdate { max_retry_num: Some(3), ..Default::default() }),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let kinds = ["flaky", "panic", "slow", "later", "bad"];
+    let tasks: Vec<NewTask> = kinds.iter().map(|k| NewTask::with_context(json!({"kind": k}))).collect();
+    let ids = api::create_tasks(&db.conn().await, "mixed", &tasks).await.unwrap();
+    wait_until(Duration::from_secs(30), "all tasks final", || all_final(&db, &ids)).await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let c = db.conn().await;
+    let get = |i: usize| {
+        let c = &c;
+        let id = ids[i].clone();
+        async move { api::get_task(c, id.as_str()).await.unwrap().unwrap() }
+    };
+    let flaky = get(0).await;
+    assert_eq!((flaky.status, flaky.result.clone(), flaky.retry_count), (TaskStatus::Succeeded, Some(json!(3)), 2));
+    let panicked = get(1).await;
+    assert_eq!(panicked.result, Some(json!("recovered")));
+    assert!(panicked.schedule_log[0].error.as_deref().unwrap_or_default().contains("panicked: handler bug"));
+    let slow = get(2).await;
+    assert_eq!(slow.result, Some(json!("fast now")));
+    assert!(slow.schedule_log[0].error.as_deref().unwrap_or_default().contains("timed out"));
+    let later = get(3).await;
+    assert_eq!((later.status, later.result.clone(), later.retry_count), (TaskStatus::Succeeded, Some(json!(1)), 0));
+    let bad = get(4).await;
+    assert_eq!((bad.status, bad.error.as_deref(), bad.retry_count), (TaskStatus::Failed, Some("refused"), 1));
+}
+
+#[tokio::test]
+async fn shutdown_hands_unfinished_tasks_back_without_burning_a_try() {
+    let db = TestDb::new().await;
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = started.clone();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(3)).register(
+        TypeName::new("long").unwrap(),
+        move |_call: StageCall| {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                StageReply::Succeeded { result: json!(null) }
+            }
+        },
+        None,
+        fast(TaskTypeUpdate::default()),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let ids = api::create_tasks(&db.conn().await, "long", &vec![NewTask::default(); 5]).await.unwrap();
+    wait_until(Duration::from_secs(10), "3 calls running", || async { started.load(Ordering::SeqCst) == 3 }).await;
+    stop.cancel();
+    let summary = tokio::time::timeout(Duration::from_secs(10), running).await.expect("worker stops").unwrap().unwrap();
+    assert_eq!(summary.released, 3);
+    for id in &ids {
+        let t = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+        assert_eq!((t.status, t.attempt, t.owner), (TaskStatus::Pending, 0, None), "{id}");
+        assert!(t.order_time <= chrono::Utc::now(), "ready again at once");
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_lease_is_lost_is_abandoned_and_its_report_never_lands() {
+    let db = TestDb::new().await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(1)).register(
+        TypeName::new("held").unwrap(),
+        move |_call: StageCall| {
+            let gate = gate.clone();
+            async move {
+                gate.notified().await;
+                StageReply::Succeeded { result: json!("from the first worker") }
+            }
+        },
+        None,
+        fast(TaskTypeUpdate::default()),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let id = api::create_task(&db.conn().await, "held", &NewTask::default()).await.unwrap();
+    wait_until(Duration::from_secs(10), "claimed", || async { status_of(&db, &id).await == TaskStatus::Running }).await;
+    // Cancel it by hand: the next heartbeat is refused and the call abandoned.
+    assert!(api::cancel_task(&db.conn().await, id.as_str()).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    release.notify_waiters();
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let t = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+    assert_eq!((t.status, t.result), (TaskStatus::Cancelled, None));
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_long_call_past_max_processing_time() {
+    let db = TestDb::new().await;
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(1)).register(
+        TypeName::new("slowpoke").unwrap(),
+        |_call: StageCall| async move {
+            tokio::time::sleep(Duration::from_millis(3500)).await;
+            StageReply::Succeeded { result: json!("done") }
+        },
+        None,
+        fast(TaskTypeUpdate { max_processing_time: Some(1), ..Default::default() }),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let id = api::create_task(&db.conn().await, "slowpoke", &NewTask::default()).await.unwrap();
+    // A rescuer running all along must find nothing to rescue.
+    let rescuer = asyncflow::maintenance::Rescuer::new(db.pool.clone(), Duration::from_millis(100), 100);
+    use asyncflow::maintenance::Service;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while status_of(&db, &id).await != TaskStatus::Succeeded {
+        let report = rescuer.run_once(None).await.unwrap();
+        assert_eq!(report.changed, 0, "the heartbeated task was rescued: {:?}", report.detail);
+        assert!(tokio::time::Instant::now() < deadline, "did not finish");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let t = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+    assert_eq!((t.retry_count, t.schedule_log.len()), (0, 1));
+    assert!(t.schedule_log[0].cost_ms.unwrap_or_default() >= 3000.0);
+}
