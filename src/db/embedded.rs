@@ -155,10 +155,42 @@ fn free_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Whether every directory above `path` lets `user` through (owner, group or other search bit).
+fn reachable_by(path: &Path, user: &nix::unistd::User) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    path.ancestors().skip(1).all(|dir| match std::fs::metadata(dir) {
+        Ok(m) if m.uid() == user.uid.as_raw() => m.mode() & 0o100 != 0,
+        Ok(m) if m.gid() == user.gid.as_raw() => m.mode() & 0o010 != 0,
+        Ok(m) => m.mode() & 0o001 != 0,
+        Err(_) => true, // not created yet: created below by us with default modes
+    })
+}
+
+/// The data directory to use: the configured one, or, when running as root and the `postgres`
+/// user cannot reach it (a checkout under /root, say), one under the system temp directory.
+fn usable_data_dir(configured: &Path, user: &Option<nix::unistd::User>) -> Result<PathBuf> {
+    let dir = std::path::absolute(configured)?;
+    match user {
+        Some(u) if !reachable_by(&dir, u) => {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(&dir, &mut hasher);
+            let fallback = std::env::temp_dir()
+                .join(format!("asyncflow-pg-{:016x}", std::hash::Hasher::finish(&hasher)))
+                .join(dir.file_name().unwrap_or_default());
+            tracing::info!(configured = %dir.display(), used = %fallback.display(), "the postgres user cannot reach the data directory; using one under the temp directory");
+            if let Some(parent) = fallback.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            Ok(fallback)
+        }
+        _ => Ok(dir),
+    }
+}
+
 fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
     let bin = find_bin_dir()?;
     let user = server_user()?;
-    let data_dir = std::path::absolute(&config.data_dir)?;
+    let data_dir = usable_data_dir(&config.data_dir, &user)?;
     if !data_dir.join("PG_VERSION").is_file() {
         std::fs::create_dir_all(&data_dir)?;
         chown_to(&data_dir, &user)?;
