@@ -97,7 +97,11 @@ pub fn find_bin_dir() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
             if has_both(&dir) {
-                return Ok(dir);
+                // /usr/local/bin/initdb may be a link into the real installation, where the
+                // other tools (pg_isready, pg_dump) are.
+                let real =
+                    std::fs::canonicalize(dir.join("initdb")).ok().and_then(|p| p.parent().map(Path::to_path_buf));
+                return Ok(real.filter(|r| has_both(r)).unwrap_or(dir));
             }
         }
     }
