@@ -37,7 +37,7 @@ pub enum Error {
     #[error("database error: {}", db_text(.0))]
     Database(#[from] tokio_postgres::Error),
     /// No connection could be had from the pool.
-    #[error("connection pool: {0}")]
+    #[error("connection pool: {}", with_causes(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     /// Migrations failed or the database is ahead of this build.
     #[error("migration: {0}")]
@@ -60,8 +60,23 @@ pub enum Error {
 fn db_text(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+        None => with_causes(e),
     }
+}
+
+/// An error followed by its causes: "error connecting to server: Connection refused (os error 111)".
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl Error {
