@@ -41,6 +41,40 @@ pub enum Command {
     Maintain(MaintainArgs),
     /// Print queue depth, counts and shard positions per type.
     Status,
+    /// Run the functions of a functions folder.
+    Worker(WorkerArgs),
+}
+
+/// `worker` options.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The functions folder (one sub-folder with a function.toml per task type).
+    #[arg(long, default_value = "functions")]
+    pub functions: PathBuf,
+    /// Only these task types (comma-separated); default: every function found.
+    #[arg(long, value_delimiter = ',')]
+    pub types: Vec<String>,
+    /// Stage calls at once.
+    #[arg(long, default_value_t = crate::worker::CONCURRENCY_DEFAULT)]
+    pub concurrency: usize,
+    /// Exit 0 once no task of the worker's types is ready and in-flight calls are done.
+    #[arg(long)]
+    pub exit_when_idle: bool,
+    /// Exit after claiming and finishing this many tasks.
+    #[arg(long)]
+    pub max_tasks: Option<u64>,
+    /// Exit after this long (e.g. 90s, 10m), handing back what is unfinished after the grace.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_runtime: Option<Duration>,
+    /// Time in-flight calls get after SIGTERM/SIGINT before their tasks are handed back.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub shutdown_grace: Duration,
+    /// Do not take part in the maintenance leader election.
+    #[arg(long)]
+    pub no_maintenance: bool,
+    /// This worker's id (default: host-pid-random).
+    #[arg(long, env = "ASYNCFLOW_WORKER_ID")]
+    pub worker_id: Option<String>,
 }
 
 /// `maintain` options.
@@ -67,7 +101,8 @@ fn seconds(name: &str, value: f64) -> Result<Duration> {
         .ok_or_else(|| crate::Error::Config(format!("--{name} must be a positive number of seconds")))
 }
 
-/// A token fired by SIGINT or SIGTERM.
+/// A token fired by the first SIGINT or SIGTERM; a second signal exits the process at once
+/// (exit status 130), leaving held tasks to the rescuer when their leases run out.
 pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let fire = token.clone();
@@ -85,8 +120,14 @@ pub fn shutdown_on_signal() -> CancellationToken {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        tracing::info!("shutdown signal received");
+        tracing::info!("shutdown signal received: finishing in-flight work (signal again to exit at once)");
         fire.cancel();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("asyncflow: second signal: exiting now");
+        std::process::exit(130);
     });
     token
 }
@@ -112,6 +153,33 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Status => {
             let pool = db::pool(&url, 2)?;
             crate::status::print(&pool).await?;
+        }
+        Command::Worker(args) => {
+            db::migrate::migrate(&url).await?;
+            if args.concurrency == 0 || args.concurrency > 10_000 {
+                return Err(crate::Error::Config("--concurrency must be between 1 and 10000".into()));
+            }
+            let worker_id = match &args.worker_id {
+                Some(id) => crate::WorkerId::new(id)?,
+                None => crate::WorkerId::generate(),
+            };
+            let config = crate::worker::WorkerConfig {
+                worker_id,
+                concurrency: args.concurrency,
+                shutdown_grace: args.shutdown_grace,
+                exit_when_idle: args.exit_when_idle,
+                max_tasks: args.max_tasks,
+                max_runtime: args.max_runtime,
+                ..crate::worker::WorkerConfig::default()
+            };
+            let options = crate::worker::folder::FolderOptions {
+                dir: args.functions.clone(),
+                types: args.types.clone(),
+                maintenance: !args.no_maintenance,
+            };
+            let pool = db::pool(&url, db_config.pool_size.max(args.concurrency.min(64) + 4))?;
+            let summary = crate::worker::folder::run(pool, &url, &options, config, shutdown_on_signal()).await?;
+            println!("{}", serde_json::to_string(&summary).unwrap_or_default());
         }
         Command::Maintain(args) => {
             let config = MaintenanceConfig {

@@ -65,7 +65,7 @@ fn db_text(e: &tokio_postgres::Error) -> String {
 }
 
 /// An error followed by its causes: "error connecting to server: Connection refused (os error 111)".
-fn with_causes(e: &dyn std::error::Error) -> String {
+pub fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

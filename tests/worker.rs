@@ -22,6 +22,7 @@ fn config(concurrency: usize) -> WorkerConfig {
         concurrency,
         shutdown_grace: Duration::from_millis(300),
         heartbeat_check: Duration::from_millis(100),
+        ..WorkerConfig::default()
     }
 }
 

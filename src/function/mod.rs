@@ -2,6 +2,10 @@
 //! a [`StageReply`]. This module holds the contract and the in-process (Rust) kind; every other
 //! kind (executables, HTTP endpoints) implements the same [`Function`] trait.
 
+pub mod exec;
+pub mod http;
+pub mod registry;
+
 use std::future::Future;
 use std::pin::Pin;
 

@@ -16,6 +16,7 @@
 //! handed back (`release`) without burning a try.
 
 mod executor;
+pub mod folder;
 mod producer;
 mod reporter;
 
@@ -24,13 +25,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::function::registry::FunctionSpec;
 use chrono::{DateTime, Utc};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::db::{self, api, DbPool};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::ids::{TypeName, WorkerId};
 use crate::task::{Report, ReportKind};
@@ -54,6 +56,13 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// How often leases are checked for extension.
     pub heartbeat_check: Duration,
+    /// Stop (after finishing what is in flight) once no task of the worker's types is ready.
+    /// Delayed tasks not yet due do not keep the worker alive.
+    pub exit_when_idle: bool,
+    /// Stop claiming after this many claims, finish them, and stop.
+    pub max_tasks: Option<u64>,
+    /// Stop after this long, like a shutdown signal (grace, then hand back).
+    pub max_runtime: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -63,8 +72,24 @@ impl Default for WorkerConfig {
             concurrency: CONCURRENCY_DEFAULT,
             shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
             heartbeat_check: HEARTBEAT_CHECK_DEFAULT,
+            exit_when_idle: false,
+            max_tasks: None,
+            max_runtime: None,
         }
     }
+}
+
+/// Why a worker stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum StopReason {
+    /// The shutdown token fired (SIGTERM / SIGINT).
+    Shutdown,
+    /// `max_runtime` passed.
+    MaxRuntime,
+    /// `exit_when_idle` and nothing was ready.
+    Idle,
+    /// `max_tasks` claims were made and finished.
+    MaxTasks,
 }
 
 /// A function registered for one task type.
@@ -73,6 +98,8 @@ pub struct Registered {
     function: Arc<dyn Function>,
     timeout: Option<Duration>,
     settings: TaskTypeUpdate,
+    /// Where it was declared (a function.toml path, "rust handler"), for error messages.
+    origin: String,
 }
 
 /// Counters of what a worker did.
@@ -115,6 +142,8 @@ pub struct WorkerSummary {
     pub released: u64,
     /// Reports refused by the fence.
     pub refused: u64,
+    /// Why the worker stopped.
+    pub stopped_by: Option<StopReason>,
 }
 
 impl WorkerStats {
@@ -129,6 +158,7 @@ impl WorkerStats {
             later: g(&self.later),
             released: g(&self.released),
             refused: g(&self.refused),
+            stopped_by: None,
         }
     }
 }
@@ -155,11 +185,49 @@ struct Shared {
     reporter: reporter::Reporter,
     stats: WorkerStats,
     tracker: TaskTracker,
+    /// Claims not yet finished: reserved before a claim, released when its executor has
+    /// reported. Zero means nothing in flight and nothing being claimed.
+    active: std::sync::atomic::AtomicUsize,
+    /// Claims left under max_tasks (None: no limit); `budget_spent` fires at zero.
+    budget: Mutex<Option<u64>>,
+    budget_spent: CancellationToken,
 }
 
 impl Shared {
     fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
         self.inflight.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes up to `want` claims from the budget (all of them when there is no limit).
+    fn reserve(&self, want: usize) -> usize {
+        let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+        let granted = match budget.as_mut() {
+            None => want,
+            Some(left) => {
+                let n = (*left).min(want as u64);
+                *left -= n;
+                n as usize
+            }
+        };
+        self.active.fetch_add(granted, Ordering::SeqCst);
+        granted
+    }
+
+    /// Gives back reserved claims that were not used.
+    fn unreserve(&self, unused: usize) {
+        let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(left) = budget.as_mut() {
+            *left += unused as u64;
+        }
+        drop(budget);
+        self.active.fetch_sub(unused, Ordering::SeqCst);
+    }
+
+    /// Called when claims were made: fires `budget_spent` when the budget is used up.
+    fn check_budget(&self) {
+        if self.budget.lock().unwrap_or_else(|p| p.into_inner()).as_ref() == Some(&0) {
+            self.budget_spent.cancel();
+        }
     }
 }
 
@@ -180,14 +248,41 @@ impl Worker {
     /// Registers `function` for `task_type`; at start the type is created or its `settings`
     /// applied. `timeout` bounds each call (None: only the lease and heartbeats bound it).
     pub fn register(
-        mut self,
+        self,
         task_type: TypeName,
         function: impl Function,
         timeout: Option<Duration>,
         settings: TaskTypeUpdate,
     ) -> Self {
-        self.functions.insert(task_type, Registered { function: Arc::new(function), timeout, settings });
+        self.register_arc(task_type, Arc::new(function), timeout, settings, "rust handler")
+    }
+
+    /// Like [`Worker::register`], for a shared function; `origin` names where it was declared.
+    pub fn register_arc(
+        mut self,
+        task_type: TypeName,
+        function: Arc<dyn Function>,
+        timeout: Option<Duration>,
+        settings: TaskTypeUpdate,
+        origin: impl Into<String>,
+    ) -> Self {
+        self.functions.insert(task_type, Registered { function, timeout, settings, origin: origin.into() });
         self
+    }
+
+    /// Registers every function of a functions folder (see [`crate::function::registry`]).
+    pub fn register_specs<'a>(mut self, specs: impl IntoIterator<Item = &'a FunctionSpec>) -> Result<Self> {
+        for spec in specs {
+            let function = spec.function()?;
+            self = self.register_arc(
+                spec.task_type.clone(),
+                function,
+                spec.timeout,
+                spec.settings.clone(),
+                spec.file.display().to_string(),
+            );
+        }
+        Ok(self)
     }
 
     /// The worker's id.
@@ -201,7 +296,10 @@ impl Worker {
         {
             let client = self.pool.get().await?;
             for (name, reg) in &self.functions {
-                let settings = api::register_task_type(&client, name, &reg.settings).await?;
+                let settings = api::register_task_type(&client, name, &reg.settings).await.map_err(|e| match e {
+                    e if e.is_client_error() => Error::Config(format!("{}: settings: {e}", reg.origin)),
+                    e => e,
+                })?;
                 types.push((name.clone(), reg.clone(), settings));
             }
         }
@@ -219,37 +317,104 @@ impl Worker {
             reporter,
             stats: WorkerStats::default(),
             tracker: TaskTracker::new(),
+            active: std::sync::atomic::AtomicUsize::new(0),
+            budget: Mutex::new(self.config.max_tasks),
+            budget_spent: CancellationToken::new(),
         });
+        if self.config.max_tasks == Some(0) {
+            shared.budget_spent.cancel();
+        }
 
         let heartbeat_stop = CancellationToken::new();
         let heartbeater =
             tokio::spawn(executor::heartbeat_loop(shared.clone(), self.config.heartbeat_check, heartbeat_stop.clone()));
+        let stop_claiming = CancellationToken::new();
         let mut producers = tokio::task::JoinSet::new();
+        let type_names: Vec<TypeName> = types.iter().map(|(n, _, _)| n.clone()).collect();
         for (name, reg, settings) in types {
-            producers.spawn(producer::run(shared.clone(), name, reg, settings, wakes.subscribe(), shutdown.clone()));
+            producers.spawn(producer::run(
+                shared.clone(),
+                name,
+                reg,
+                settings,
+                wakes.subscribe(),
+                stop_claiming.clone(),
+            ));
         }
         tracing::info!(worker = %self.config.worker_id, types = self.functions.len(), "worker started");
 
-        shutdown.cancelled().await;
+        let runtime = async {
+            match self.config.max_runtime {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let idle = async {
+            if self.config.exit_when_idle {
+                wait_until_idle(&shared, &type_names).await
+            } else {
+                std::future::pending().await
+            }
+        };
+        let reason = tokio::select! {
+            _ = shutdown.cancelled() => StopReason::Shutdown,
+            _ = runtime => StopReason::MaxRuntime,
+            _ = idle => StopReason::Idle,
+            _ = shared.budget_spent.cancelled() => StopReason::MaxTasks,
+        };
+        tracing::info!(worker = %self.config.worker_id, ?reason, "worker stopping: no more claims");
+        stop_claiming.cancel();
         while producers.join_next().await.is_some() {}
         shared.tracker.close();
-        if tokio::time::timeout(self.config.shutdown_grace, shared.tracker.wait()).await.is_err() {
-            let unfinished: Vec<CancellationToken> =
-                shared.lock_inflight().values().map(|f| f.release.clone()).collect();
-            tracing::info!(count = unfinished.len(), "grace period over: handing unfinished tasks back");
-            for token in unfinished {
-                token.cancel();
+        let drain = matches!(reason, StopReason::Idle | StopReason::MaxTasks);
+        // A drain lets in-flight calls finish however long they take, unless a signal comes.
+        let grace_starts = async {
+            if drain {
+                shutdown.cancelled().await
             }
-            shared.tracker.wait().await;
+        };
+        tokio::select! {
+            _ = shared.tracker.wait() => {}
+            _ = async { grace_starts.await; tokio::time::sleep(self.config.shutdown_grace).await } => {
+                let unfinished: Vec<CancellationToken> = shared.lock_inflight().values().map(|f| f.release.clone()).collect();
+                tracing::info!(count = unfinished.len(), "grace period over: handing unfinished tasks back");
+                for token in unfinished {
+                    token.cancel();
+                }
+                shared.tracker.wait().await;
+            }
         }
         heartbeat_stop.cancel();
         let _ = heartbeater.await;
         reporter_stop.cancel();
         let _ = reporter_task.await;
         listener_stop.cancel();
-        let summary = shared.stats.summary();
+        let summary = WorkerSummary { stopped_by: Some(reason), ..shared.stats.summary() };
         tracing::info!(worker = %self.config.worker_id, ?summary, "worker stopped");
         Ok(summary)
+    }
+}
+
+/// Returns once nothing is in flight or being claimed and no task of `types` is ready.
+async fn wait_until_idle(shared: &Shared, types: &[TypeName]) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if shared.active.load(Ordering::SeqCst) != 0 {
+            continue;
+        }
+        let Ok(client) = shared.pool.get().await else { continue };
+        let mut ready = false;
+        for ty in types {
+            match api::next_due(&client, ty.as_str()).await {
+                Ok(Some(due)) if due <= Utc::now() => ready = true,
+                Ok(_) => {}
+                Err(_) => ready = true,
+            }
+        }
+        if !ready && shared.active.load(Ordering::SeqCst) == 0 {
+            return;
+        }
     }
 }
 

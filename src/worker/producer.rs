@@ -37,25 +37,32 @@ pub(super) async fn run(
             return;
         }
         freed.borrow_and_update();
-        let want = shared.slots.available_permits().min(batch);
-        if want == 0 {
+        let free = shared.slots.available_permits().min(batch);
+        if free == 0 {
             tokio::select! {
                 _ = freed.changed() => continue,
                 _ = stop.cancelled() => return,
             }
         }
+        let want = shared.reserve(free);
+        if want == 0 {
+            // max_tasks reached: the worker is stopping.
+            stop.cancelled().await;
+            return;
+        }
         let Ok(mut permits) = shared.slots.clone().try_acquire_many_owned(want as u32) else {
+            shared.unreserve(want);
             continue;
         };
         match claim(&shared, &task_type, want).await {
             Ok(tasks) => {
                 failures = 0;
                 let full = tasks.len() == want;
+                shared.unreserve(want - tasks.len());
                 shared.stats.claimed.fetch_add(tasks.len() as u64, Ordering::Relaxed);
+                shared.check_budget();
                 for task in tasks {
-                    let Some(permit) = permits.split(1) else {
-                        break;
-                    };
+                    let Some(permit) = permits.split(1) else { break };
                     let shared2 = shared.clone();
                     let reg = registered.clone();
                     shared.tracker.spawn(executor::run(shared2, reg, task, lease_secs, permit));
@@ -66,6 +73,7 @@ pub(super) async fn run(
                 }
             }
             Err(e) => {
+                shared.unreserve(want);
                 drop(permits);
                 failures += 1;
                 let cap = (100u64 << failures.min(8)).min(30_000);

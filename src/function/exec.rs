@@ -1,0 +1,159 @@
+//! Executable functions: one process per stage call.
+//!
+//! ```text
+//!   worker ── StageCall JSON ──> stdin   ┐
+//!          ── ASYNCFLOW_* env ─────────> │ the function's process (its own process group,
+//!   worker <── one reply object ─ stdout │ working directory = its folder)
+//!   log    <── lines ─────────── stderr  ┘
+//! ```
+//!
+//! Exit 0 means "the reply is on stdout". A non-zero exit, a reply that is not one of the four
+//! forms, or stdout past the limit is a failure with retry, its error taken from the stderr tail.
+//! When the call is abandoned (timeout, lease lost, shutdown) its future is dropped, and the drop
+//! kills the whole process group, so no grandchild outlives the call.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use super::{BoxFuture, Function, StageCall, StageReply};
+
+/// Largest reply read from stdout.
+pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
+/// How much of stderr is kept for the error message.
+const STDERR_TAIL_BYTES: usize = 2048;
+
+/// A function run as a program.
+#[derive(Clone)]
+pub struct ExecFunction {
+    inner: Arc<ExecInner>,
+}
+
+struct ExecInner {
+    name: String,
+    argv: Vec<String>,
+    dir: PathBuf,
+    max_reply: usize,
+}
+
+impl ExecFunction {
+    /// `argv[0]` is the program (already resolved), run in `dir`.
+    pub fn new(name: impl Into<String>, argv: Vec<String>, dir: PathBuf, max_reply: usize) -> Self {
+        ExecFunction { inner: Arc::new(ExecInner { name: name.into(), argv, dir, max_reply }) }
+    }
+}
+
+impl Function for ExecFunction {
+    fn call(&self, call: StageCall) -> BoxFuture<'static, StageReply> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.run(call).await })
+    }
+}
+
+/// Kills the process group when dropped: on every way out of a call, including abandonment.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+fn tail(bytes: &VecDeque<u8>) -> String {
+    let text = String::from_utf8_lossy(bytes.iter().copied().collect::<Vec<u8>>().as_slice()).trim().to_string();
+    text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+impl ExecInner {
+    async fn run(&self, call: StageCall) -> StageReply {
+        let input = match serde_json::to_vec(&call) {
+            Ok(v) => v,
+            Err(e) => return StageReply::fail(format!("cannot encode the stage call: {e}")),
+        };
+        let Some((program, args)) = self.argv.split_first() else {
+            return StageReply::Failed { error: "empty command".into(), retry: false };
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .current_dir(&self.dir)
+            .env("ASYNCFLOW_TASK_ID", &call.task_id)
+            .env("ASYNCFLOW_TYPE", &call.task_type)
+            .env("ASYNCFLOW_STAGE", &call.stage)
+            .env("ASYNCFLOW_ATTEMPT", call.attempt.to_string())
+            .env("ASYNCFLOW_DEADLINE", call.deadline.to_rfc3339())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return StageReply::fail(format!("cannot start {program}: {e}")),
+        };
+        let _guard = GroupGuard(child.id().map(|pid| pid as i32));
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return StageReply::fail("the function's pipes could not be opened");
+        };
+
+        let write = async move {
+            // A function that does not read its input closes the pipe: not our failure.
+            let _ = stdin.write_all(&input).await;
+            drop(stdin);
+        };
+        let limit = self.max_reply;
+        let read_out = async move {
+            let mut buf = Vec::new();
+            let read = stdout.take(limit as u64 + 1).read_to_end(&mut buf).await;
+            (buf, read.err())
+        };
+        let (name, task) = (self.name.clone(), call.task_id.clone());
+        let read_err = async move {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut kept: VecDeque<u8> = VecDeque::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(function = %name, task = %task, "stderr: {line}");
+                kept.extend(line.as_bytes());
+                kept.push_back(b'\n');
+                while kept.len() > STDERR_TAIL_BYTES {
+                    kept.pop_front();
+                }
+            }
+            kept
+        };
+        let (_, (out, out_err), err) = tokio::join!(write, read_out, read_err);
+        if out.len() > limit {
+            return StageReply::fail(format!("the reply on stdout is larger than {limit} bytes"));
+        }
+        let status = match child.wait().await {
+            Ok(s) => s,
+            Err(e) => return StageReply::fail(format!("waiting for the function: {e}")),
+        };
+        let stderr_tail = tail(&err);
+        if !status.success() {
+            let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+                (Some(code), _) => format!("exit status {code}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                _ => "abnormal exit".to_string(),
+            };
+            return StageReply::fail(if stderr_tail.is_empty() { how } else { format!("{how}: {stderr_tail}") });
+        }
+        if let Some(e) = out_err {
+            return StageReply::fail(format!("reading the reply: {e}"));
+        }
+        let value: serde_json::Value = match serde_json::from_slice(out.trim_ascii()) {
+            Ok(v) => v,
+            Err(e) => {
+                let start: String = String::from_utf8_lossy(&out).chars().take(120).collect();
+                return StageReply::fail(format!("the reply on stdout is not JSON ({e}): {start:?}"));
+            }
+        };
+        StageReply::from_json(value).unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}")))
+    }
+}

@@ -1,0 +1,135 @@
+//! HTTP-endpoint functions: the stage call is POSTed as JSON, the reply read from the body.
+//!
+//! With a secret configured, each request carries
+//! `X-Asyncflow-Signature: sha256=<hex HMAC-SHA256(secret, body)>`, so the endpoint can check
+//! that the call comes from asyncflow (compare in constant time). A non-2xx answer is a failure
+//! with retry, its error taken from the body; so is a body past the size limit or one that is not
+//! a stage reply.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::{BoxFuture, Function, StageCall, StageReply};
+use crate::error::with_causes;
+
+/// Header carrying the signature.
+pub const SIGNATURE_HEADER: &str = "x-asyncflow-signature";
+
+/// `sha256=<hex>` of HMAC-SHA256(secret, body).
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    // HMAC accepts keys of any length; new_from_slice cannot fail for it.
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
+        Ok(m) => m,
+        Err(_) => return String::new(),
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Checks a signature header value in constant time.
+pub fn verify(secret: &[u8], body: &[u8], header: &str) -> bool {
+    let Some(hex_sig) = header.strip_prefix("sha256=") else { return false };
+    let Ok(sig) = hex::decode(hex_sig) else { return false };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else { return false };
+    mac.update(body);
+    mac.verify_slice(&sig).is_ok()
+}
+
+/// A function behind an HTTP endpoint.
+#[derive(Clone)]
+pub struct HttpFunction {
+    inner: Arc<HttpInner>,
+}
+
+struct HttpInner {
+    url: reqwest::Url,
+    client: reqwest::Client,
+    secret: Option<Vec<u8>>,
+    max_reply: usize,
+}
+
+impl HttpFunction {
+    /// An endpoint at `url`; `timeout` bounds each request.
+    pub fn new(
+        url: reqwest::Url,
+        timeout: Option<Duration>,
+        secret: Option<Vec<u8>>,
+        max_reply: usize,
+    ) -> Result<Self, String> {
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+        if let Some(t) = timeout {
+            builder = builder.timeout(t);
+        }
+        let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(HttpFunction { inner: Arc::new(HttpInner { url, client, secret, max_reply }) })
+    }
+}
+
+impl Function for HttpFunction {
+    fn call(&self, call: StageCall) -> BoxFuture<'static, StageReply> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.run(call).await })
+    }
+}
+
+impl HttpInner {
+    async fn run(&self, call: StageCall) -> StageReply {
+        let body = match serde_json::to_vec(&call) {
+            Ok(b) => b,
+            Err(e) => return StageReply::fail(format!("cannot encode the stage call: {e}")),
+        };
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("x-asyncflow-task-id", &call.task_id);
+        if let Some(secret) = &self.secret {
+            request = request.header(SIGNATURE_HEADER, sign(secret, &body));
+        }
+        let mut response = match request.body(body).send().await {
+            Ok(r) => r,
+            Err(e) => return StageReply::fail(format!("calling {}: {}", self.url, with_causes(&e))),
+        };
+        let status = response.status();
+        let mut received = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    received.extend_from_slice(&chunk);
+                    if received.len() > self.max_reply {
+                        return StageReply::fail(format!("the reply body is larger than {} bytes", self.max_reply));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return StageReply::fail(format!("reading the reply: {}", with_causes(&e))),
+            }
+        }
+        let text = String::from_utf8_lossy(&received);
+        if !status.is_success() {
+            let excerpt: String = text.trim().chars().take(200).collect();
+            return StageReply::fail(format!("HTTP {status}: {excerpt}"));
+        }
+        match serde_json::from_slice::<serde_json::Value>(&received) {
+            Ok(v) => StageReply::from_json(v).unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}"))),
+            Err(e) => StageReply::fail(format!("the reply body is not JSON ({e})")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_verify_only_with_the_same_secret_and_body() {
+        let sig = sign(b"s3cret", b"{\"a\":1}");
+        assert!(sig.starts_with("sha256=") && sig.len() == 7 + 64);
+        assert!(verify(b"s3cret", b"{\"a\":1}", &sig));
+        assert!(!verify(b"other", b"{\"a\":1}", &sig));
+        assert!(!verify(b"s3cret", b"{\"a\":2}", &sig));
+        assert!(!verify(b"s3cret", b"{\"a\":1}", "sha256=zz"));
+    }
+}

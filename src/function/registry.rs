@@ -1,0 +1,298 @@
+//! The functions folder: `functions/<name>/function.toml` declares one task type and how to
+//! call it. Every file is read and checked before the worker starts; a bad file is an error that
+//! names the file and the field, and nothing runs.
+//!
+//! ```toml
+//! type = "media"              # default: the folder name
+//! command = ["./run"]         # or: url = "http://127.0.0.1:9000/media"
+//! timeout = 60                # seconds per call (optional)
+//! build = ["cargo", "build"]  # run once in the folder when the worker starts (optional)
+//! secret_env = "MEDIA_SECRET" # HTTP only: HMAC-SHA256 key, read from this variable
+//! [settings]                  # task type settings; the ones not named are left as they are
+//! initial_stage = "probe"
+//! max_retry_num = 3
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::exec::{ExecFunction, MAX_REPLY_BYTES_DEFAULT};
+use super::http::HttpFunction;
+use super::Function;
+use crate::error::{Error, Result};
+use crate::ids::TypeName;
+use crate::task_type::TaskTypeUpdate;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FunctionToml {
+    #[serde(rename = "type")]
+    task_type: Option<String>,
+    command: Option<Vec<String>>,
+    url: Option<String>,
+    timeout: Option<f64>,
+    build: Option<Vec<String>>,
+    secret_env: Option<String>,
+    description: Option<String>,
+    #[serde(default)]
+    settings: TaskTypeUpdate,
+}
+
+/// How a function is called.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FunctionKind {
+    /// A program; `argv[0]` resolved against the folder when relative.
+    Exec {
+        /// Program and arguments.
+        argv: Vec<String>,
+    },
+    /// An HTTP endpoint.
+    Http {
+        /// Where to POST.
+        url: String,
+        /// Signing key, when configured.
+        secret: Option<Vec<u8>>,
+    },
+}
+
+/// One checked `function.toml`.
+#[derive(Debug, Clone)]
+pub struct FunctionSpec {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// The folder (working directory of executables).
+    pub dir: PathBuf,
+    /// The task type it serves.
+    pub task_type: TypeName,
+    /// How to call it.
+    pub kind: FunctionKind,
+    /// Per-call timeout.
+    pub timeout: Option<Duration>,
+    /// Build command run once at start.
+    pub build: Option<Vec<String>>,
+    /// Type settings to apply at start.
+    pub settings: TaskTypeUpdate,
+    /// Free text.
+    pub description: Option<String>,
+}
+
+impl FunctionSpec {
+    /// The callable function.
+    pub fn function(&self) -> Result<Arc<dyn Function>> {
+        match &self.kind {
+            FunctionKind::Exec { argv } => Ok(Arc::new(ExecFunction::new(
+                self.task_type.to_string(),
+                argv.clone(),
+                self.dir.clone(),
+                MAX_REPLY_BYTES_DEFAULT,
+            ))),
+            FunctionKind::Http { url, secret } => {
+                let url = reqwest::Url::parse(url).map_err(|e| bad(&self.file, "url", &e.to_string()))?;
+                let f = HttpFunction::new(url, self.timeout, secret.clone(), MAX_REPLY_BYTES_DEFAULT)
+                    .map_err(|e| bad(&self.file, "url", &e))?;
+                Ok(Arc::new(f))
+            }
+        }
+    }
+
+    /// Runs the build command, if any, in the function's folder.
+    pub async fn build(&self) -> Result<()> {
+        let Some((program, args)) = self.build.as_ref().and_then(|b| b.split_first()) else { return Ok(()) };
+        tracing::info!(file = %self.file.display(), "building function: {}", self.build.as_ref().map(|b| b.join(" ")).unwrap_or_default());
+        let out = tokio::process::Command::new(program)
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .await
+            .map_err(|e| bad(&self.file, "build", &format!("cannot run {program}: {e}")))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(10).collect();
+            return Err(bad(
+                &self.file,
+                "build",
+                &format!("{} failed: {}", program, tail.into_iter().rev().collect::<Vec<_>>().join("\n")),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn bad(file: &Path, field: &str, why: &str) -> Error {
+    Error::Config(format!("{}: {field}: {why}", file.display()))
+}
+
+/// Reads and checks one `function.toml`. Environment variables named by `secret_env` are read
+/// here, once.
+pub fn load_file(file: &Path) -> Result<FunctionSpec> {
+    let text = std::fs::read_to_string(file).map_err(|e| Error::Config(format!("{}: {e}", file.display())))?;
+    let parsed: FunctionToml =
+        toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {}", file.display(), e.message().trim())))?;
+    let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = std::path::absolute(&dir).map_err(|e| bad(file, "path", &e.to_string()))?;
+    let folder = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let type_text = parsed.task_type.clone().unwrap_or(folder);
+    let task_type = TypeName::new(&type_text).map_err(|e| bad(file, "type", &e.to_string()))?;
+
+    let kind = match (parsed.command, parsed.url) {
+        (Some(_), Some(_)) => return Err(bad(file, "command", "give either command or url, not both")),
+        (None, None) => {
+            return Err(bad(file, "command", "missing: give command = [\"./run\"] or url = \"http://...\""))
+        }
+        (Some(argv), None) => {
+            if parsed.secret_env.is_some() {
+                return Err(bad(file, "secret_env", "only HTTP functions (url) are signed"));
+            }
+            let Some(program) = argv.first() else { return Err(bad(file, "command", "must not be empty")) };
+            let resolved = if program.starts_with("./") || program.starts_with("../") {
+                let path = dir.join(program.strip_prefix("./").unwrap_or(program));
+                if parsed.build.is_none() {
+                    check_executable(&path).map_err(|why| bad(file, "command", &why))?;
+                }
+                path.to_string_lossy().to_string()
+            } else {
+                program.clone()
+            };
+            let mut argv = argv;
+            argv[0] = resolved;
+            FunctionKind::Exec { argv }
+        }
+        (None, Some(url)) => {
+            let parsed_url = reqwest::Url::parse(&url).map_err(|e| bad(file, "url", &e.to_string()))?;
+            if !matches!(parsed_url.scheme(), "http" | "https") {
+                return Err(bad(file, "url", "must be http:// or https://"));
+            }
+            let secret = match &parsed.secret_env {
+                None => None,
+                Some(var) => match std::env::var(var) {
+                    Ok(v) if !v.is_empty() => Some(v.into_bytes()),
+                    _ => return Err(bad(file, "secret_env", &format!("environment variable {var} is unset or empty"))),
+                },
+            };
+            FunctionKind::Http { url, secret }
+        }
+    };
+    let timeout = match parsed.timeout {
+        None => None,
+        Some(t) => Some(
+            Duration::try_from_secs_f64(t)
+                .ok()
+                .filter(|d| !d.is_zero() && d.as_secs() <= 31_536_000)
+                .ok_or_else(|| bad(file, "timeout", "must be a positive number of seconds"))?,
+        ),
+    };
+    if let Some(build) = &parsed.build {
+        if build.is_empty() {
+            return Err(bad(file, "build", "must not be empty"));
+        }
+    }
+    Ok(FunctionSpec {
+        file: file.to_path_buf(),
+        dir,
+        task_type,
+        kind,
+        timeout,
+        build: parsed.build,
+        settings: parsed.settings,
+        description: parsed.description,
+    })
+}
+
+fn check_executable(path: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Err(e) => Err(format!("{}: {e}", path.display())),
+        Ok(m) if !m.is_file() => Err(format!("{} is not a file", path.display())),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(format!("{} is not executable (chmod +x)", path.display())),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Every `*/function.toml` under `dir`, checked, by type name. Two files for one type is an error.
+pub fn load_dir(dir: &Path) -> Result<BTreeMap<TypeName, FunctionSpec>> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::Config(format!("functions folder {}: {e}", dir.display())))?;
+    let mut files: Vec<PathBuf> =
+        entries.flatten().map(|e| e.path().join("function.toml")).filter(|p| p.is_file()).collect();
+    files.sort();
+    let mut specs: BTreeMap<TypeName, FunctionSpec> = BTreeMap::new();
+    for file in files {
+        let spec = load_file(&file)?;
+        if let Some(other) = specs.get(&spec.task_type) {
+            return Err(bad(
+                &file,
+                "type",
+                &format!("type {} is already served by {}", spec.task_type, other.file.display()),
+            ));
+        }
+        specs.insert(spec.task_type.clone(), spec);
+    }
+    if specs.is_empty() {
+        return Err(Error::Config(format!("no */function.toml in {}", dir.display())));
+    }
+    Ok(specs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, toml: &str) -> PathBuf {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let run = d.join("run");
+        std::fs::write(&run, "#!/bin/sh\necho '{\"result\": 1}'\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let f = d.join("function.toml");
+        std::fs::write(&f, toml).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_good_file_is_read_with_defaults_from_the_folder() {
+        let tmp = std::env::temp_dir().join(format!("af-reg-{}", uuid::Uuid::new_v4().simple()));
+        let f =
+            write(&tmp, "echo", "command = [\"./run\", \"--fast\"]\ntimeout = 2.5\n[settings]\nmax_retry_num = 4\n");
+        let spec = load_file(&f).unwrap();
+        assert_eq!(spec.task_type.as_str(), "echo");
+        assert_eq!(spec.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(spec.settings.max_retry_num, Some(4));
+        match spec.kind {
+            FunctionKind::Exec { argv } => {
+                assert!(argv[0].ends_with("echo/run"));
+                assert_eq!(argv[1], "--fast");
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_file_and_field() {
+        let tmp = std::env::temp_dir().join(format!("af-reg-{}", uuid::Uuid::new_v4().simple()));
+        let cases = [
+            ("a", "command = [\"./run\"]\nurl = \"http://x\"\n", "command"),
+            ("b", "timeout = 3\n", "command"),
+            ("c", "command = [\"./missing\"]\n", "command"),
+            ("d", "command = [\"./run\"]\ntimeout = -1\n", "timeout"),
+            ("e", "command = [\"./run\"]\ntype = \"Bad-Type\"\n", "type"),
+            ("f", "command = [\"./run\"]\ncolour = \"red\"\n", "colour"),
+            ("g", "command = [\"./run\"]\n[settings]\nmax_retries = 3\n", "max_retries"),
+            ("h", "url = \"ftp://x\"\n", "url"),
+            ("i", "url = \"http://127.0.0.1:1/\"\nsecret_env = \"AF_TEST_UNSET_SECRET\"\n", "secret_env"),
+            ("j", "command = [\"./run\"\n", "function.toml"),
+        ];
+        for (name, toml, field) in cases {
+            let f = write(&tmp, name, toml);
+            let err = load_file(&f).expect_err(toml).to_string();
+            assert!(err.contains(&f.display().to_string()), "{err}");
+            assert!(err.contains(field), "{toml}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+}

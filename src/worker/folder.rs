@@ -1,0 +1,69 @@
+//! Running a functions folder: what `asyncflow worker` and `asyncflow demo` share. Reads and
+//! checks every `function.toml` (nothing runs if one is bad), runs build steps, registers the
+//! types, then runs a [`Worker`] and, unless told not to, a [`Maintainer`] beside it.
+
+use std::path::PathBuf;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Worker, WorkerConfig, WorkerSummary};
+use crate::db::DbPool;
+use crate::error::{Error, Result};
+use crate::function::registry::{self, FunctionSpec};
+use crate::maintenance::{Maintainer, MaintenanceConfig};
+
+/// What to run from a folder.
+#[derive(Debug, Clone)]
+pub struct FolderOptions {
+    /// The functions folder.
+    pub dir: PathBuf,
+    /// Only these types (empty: every function found).
+    pub types: Vec<String>,
+    /// Take part in maintenance leader election.
+    pub maintenance: bool,
+}
+
+/// Reads the folder and keeps the requested types; an unknown requested type is an error.
+pub fn load(options: &FolderOptions) -> Result<Vec<FunctionSpec>> {
+    let mut all = registry::load_dir(&options.dir)?;
+    if options.types.is_empty() {
+        return Ok(all.into_values().collect());
+    }
+    let mut chosen = Vec::new();
+    for name in &options.types {
+        let key = crate::ids::TypeName::new(name)?;
+        match all.remove(&key) {
+            Some(spec) => chosen.push(spec),
+            None => {
+                return Err(Error::Config(format!("--types: no function for type {name} in {}", options.dir.display())))
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// Runs the folder's functions until the worker stops (see [`WorkerConfig`]).
+pub async fn run(
+    pool: DbPool,
+    database_url: &str,
+    options: &FolderOptions,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+) -> Result<WorkerSummary> {
+    let specs = load(options)?;
+    for spec in &specs {
+        spec.build().await?;
+    }
+    let worker = Worker::new(pool.clone(), database_url, config).register_specs(&specs)?;
+    let maintenance_stop = CancellationToken::new();
+    let maintenance = options.maintenance.then(|| {
+        let maintainer = Maintainer::new(pool.clone(), database_url, MaintenanceConfig::default());
+        tokio::spawn(maintainer.run(maintenance_stop.clone()))
+    });
+    let outcome = worker.run(shutdown).await;
+    maintenance_stop.cancel();
+    if let Some(task) = maintenance {
+        let _ = task.await;
+    }
+    outcome
+}
