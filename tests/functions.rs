@@ -1,0 +1,252 @@
+//! The function adapters with real processes and a real HTTP server: the JSON contract, exit
+//! codes, malformed and oversize replies, timeouts killing the whole process group, signatures.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use asyncflow::function::exec::{ExecFunction, MAX_REPLY_BYTES_DEFAULT};
+use asyncflow::function::http::{verify, HttpFunction, SIGNATURE_HEADER};
+use asyncflow::function::{Function, StageCall, StageReply};
+use serde_json::{json, Value};
+
+fn call(stage: &str, context: Value) -> StageCall {
+    StageCall {
+        task_id: "fn_test-1-7".into(),
+        task_type: "fn_test".into(),
+        stage: stage.into(),
+        context,
+        attempt: 2,
+        priority: 5,
+        user_id: Some("u".into()),
+        deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
+    }
+}
+
+/// A temporary folder, removed when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn script(body: &str) -> (TempDir, ExecFunction) {
+    let dir = std::env::temp_dir().join(format!("af-fn-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = ExecFunction::new("fn_test", vec![path.display().to_string()], dir.clone(), MAX_REPLY_BYTES_DEFAULT);
+    (TempDir(dir), f)
+}
+
+fn error_of(reply: &StageReply) -> String {
+    match reply {
+        StageReply::Failed { error, retry: true } => error.clone(),
+        other => panic!("expected a retryable failure, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_executable_gets_the_call_on_stdin_and_in_the_environment() {
+    let (_dir, f) = script(
+        r#"input=$(cat)
+printf '{"result": {"stdin": %s, "env": ["%s", "%s", "%s", "%s"], "cwd": "%s"}}' "$input" "$ASYNCFLOW_TASK_ID" "$ASYNCFLOW_TYPE" "$ASYNCFLOW_STAGE" "$ASYNCFLOW_ATTEMPT" "$(pwd)""#,
+    );
+    let reply = f.call(call("probe", json!({"file": "a.wav"}))).await;
+    let StageReply::Succeeded { result } = reply else { panic!("{reply:?}") };
+    assert_eq!(result["stdin"]["context"], json!({"file": "a.wav"}));
+    assert_eq!(result["stdin"]["stage"], "probe");
+    assert_eq!(result["stdin"]["type"], "fn_test");
+    assert_eq!(result["stdin"]["attempt"], 2);
+    assert_eq!(result["stdin"]["user_id"], "u");
+    assert!(result["stdin"]["deadline"].is_string());
+    assert_eq!(result["env"], json!(["fn_test-1-7", "fn_test", "probe", "2"]));
+    assert!(result["cwd"].as_str().unwrap().contains("af-fn-"), "runs in its folder");
+}
+
+#[tokio::test]
+async fn each_reply_form_of_an_executable_is_understood() {
+    let cases = [
+        (
+            r#"echo '{"next_stage": "transform", "context": {"k": 1}}'"#,
+            StageReply::Next { next_stage: "transform".into(), context: Some(json!({"k": 1})) },
+        ),
+        (r#"echo '{"result": {"ok": true}}'"#, StageReply::Succeeded { result: json!({"ok": true}) }),
+        (
+            r#"echo '{"error": "bad input", "retry": false}'"#,
+            StageReply::Failed { error: "bad input".into(), retry: false },
+        ),
+        (r#"echo '{"error": "try again"}'"#, StageReply::Failed { error: "try again".into(), retry: true }),
+        (
+            r#"echo '{"later": 30, "context": {"polls": 2}}'"#,
+            StageReply::Later { later: 30.0, context: Some(json!({"polls": 2})) },
+        ),
+        ("echo '  {\"result\": 1}  '; echo", StageReply::Succeeded { result: json!(1) }),
+    ];
+    for (body, expected) in cases {
+        let (_dir, f) = script(body);
+        assert_eq!(f.call(call("s", json!({}))).await, expected, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_is_a_retryable_failure_carrying_the_stderr_tail() {
+    let (_dir, f) = script("echo 'first line' >&2; echo 'disk full' >&2; echo '{\"result\": 1}'; exit 3");
+    let error = error_of(&f.call(call("s", json!({}))).await);
+    assert!(error.contains("exit status 3"), "{error}");
+    assert!(error.contains("disk full"), "{error}");
+}
+
+#[tokio::test]
+async fn malformed_and_oversize_replies_are_failures() {
+    let (_dir, f) = script("echo 'this is not json'");
+    assert!(error_of(&f.call(call("s", json!({}))).await).contains("not JSON"));
+    let (_dir, f) = script(r#"echo '{"result": 1, "error": "both"}'"#);
+    assert!(error_of(&f.call(call("s", json!({}))).await).contains("malformed reply"));
+    let (_dir, f) = script("echo '[1, 2]'");
+    assert!(error_of(&f.call(call("s", json!({}))).await).contains("malformed reply"));
+    let (_dir, f) = script("head -c 2000000 /dev/zero | tr '\\0' 'x'");
+    assert!(error_of(&f.call(call("s", json!({}))).await).contains("larger than 1048576 bytes"));
+    let (_dir, f) = script("exit 0");
+    assert!(error_of(&f.call(call("s", json!({}))).await).contains("not JSON"));
+}
+
+#[tokio::test]
+async fn a_function_that_ignores_stdin_still_works() {
+    let (_dir, f) = script("echo '{\"result\": \"ignored the call\"}'");
+    let big = json!({"blob": "y".repeat(300_000)});
+    assert_eq!(f.call(call("s", big)).await, StageReply::Succeeded { result: json!("ignored the call") });
+}
+
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+async fn read_pids(dir: &Path) -> Vec<i32> {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(dir.join("pids")) {
+            let pids: Vec<i32> = text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+            if pids.len() == 2 {
+                return pids;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the script did not write its pids");
+}
+
+#[tokio::test]
+async fn an_abandoned_call_kills_the_whole_process_group_leaving_no_orphan() {
+    let (dir, f) = script("sleep 300 & echo \"$$ $!\" > pids; wait");
+    let timed_out = tokio::time::timeout(Duration::from_millis(1500), f.call(call("s", json!({})))).await;
+    assert!(timed_out.is_err(), "the call should still be running");
+    let pids = read_pids(&dir).await;
+    for _ in 0..250 {
+        if pids.iter().all(|p| !alive(*p)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("processes {pids:?} outlived the abandoned call");
+}
+
+mod http {
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::post;
+
+    use super::*;
+
+    async fn serve(secret: &'static [u8], seen: Arc<Mutex<Vec<Value>>>) -> String {
+        let app = axum::Router::new()
+            .route(
+                "/stage",
+                post(move |headers: HeaderMap, body: Bytes| {
+                    let seen = seen.clone();
+                    async move {
+                        let sig = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+                        if !verify(secret, &body, sig) {
+                            return (StatusCode::UNAUTHORIZED, "bad signature".to_string());
+                        }
+                        let call: Value = serde_json::from_slice(&body).unwrap();
+                        seen.lock().unwrap().push(call.clone());
+                        let reply = match call["stage"].as_str() {
+                            Some("a") => json!({"next_stage": "b", "context": {"from": "a"}}),
+                            Some("boom") => return (StatusCode::INTERNAL_SERVER_ERROR, "database unavailable".into()),
+                            Some("huge") => json!({"result": "z".repeat(2_000_000)}),
+                            Some("bad") => json!({"nonsense": true}),
+                            _ => json!({"result": {"stage": call["stage"]}}),
+                        };
+                        (StatusCode::OK, reply.to_string())
+                    }
+                }),
+            )
+            .route(
+                "/slow",
+                post(|| async {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    "{}"
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    fn function(base: &str, path: &str, secret: &[u8]) -> HttpFunction {
+        HttpFunction::new(
+            format!("{base}{path}").parse().unwrap(),
+            Some(Duration::from_secs(2)),
+            Some(secret.to_vec()),
+            MAX_REPLY_BYTES_DEFAULT,
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_http_function_gets_a_signed_call_and_its_reply_is_read() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let base = serve(b"topsecret", seen.clone()).await;
+        let f = function(&base, "/stage", b"topsecret");
+        assert_eq!(
+            f.call(call("a", json!({"x": 1}))).await,
+            StageReply::Next { next_stage: "b".into(), context: Some(json!({"from": "a"})) }
+        );
+        assert_eq!(f.call(call("z", json!({}))).await, StageReply::Succeeded { result: json!({"stage": "z"}) });
+        let calls = seen.lock().unwrap().clone();
+        assert_eq!(calls[0]["context"], json!({"x": 1}));
+        assert_eq!(calls[0]["task_id"], "fn_test-1-7");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_signature_non_2xx_bad_or_huge_bodies_and_timeouts_are_failures() {
+        let base = serve(b"topsecret", Arc::new(Mutex::new(Vec::new()))).await;
+        let wrong = function(&base, "/stage", b"not the secret");
+        assert!(error_of(&wrong.call(call("z", json!({}))).await).contains("HTTP 401"));
+        let f = function(&base, "/stage", b"topsecret");
+        let e = error_of(&f.call(call("boom", json!({}))).await);
+        assert!(e.contains("HTTP 500") && e.contains("database unavailable"), "{e}");
+        assert!(error_of(&f.call(call("huge", json!({}))).await).contains("larger than"));
+        assert!(error_of(&f.call(call("bad", json!({}))).await).contains("malformed reply"));
+        let slow = function(&base, "/slow", b"topsecret");
+        assert!(!error_of(&slow.call(call("z", json!({}))).await).is_empty());
+        let nowhere = function("http://127.0.0.1:1", "/x", b"s");
+        assert!(error_of(&nowhere.call(call("z", json!({}))).await).contains("calling http://127.0.0.1:1/x"));
+    }
+}
