@@ -91,6 +91,13 @@ impl ExecInner {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        // If the worker itself dies (SIGKILL), the function goes with it.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return StageReply::fail(format!("cannot start {program}: {e}")),

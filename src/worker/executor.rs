@@ -96,6 +96,7 @@ pub(super) async fn run(
         }
     }
     drop(permit);
+    shared.activity.fetch_add(1, Ordering::SeqCst);
     shared.active.fetch_sub(1, Ordering::SeqCst);
     shared.freed.send_modify(|n| *n = n.wrapping_add(1));
 }

@@ -188,6 +188,9 @@ struct Shared {
     /// Claims not yet finished: reserved before a claim, released when its executor has
     /// reported. Zero means nothing in flight and nothing being claimed.
     active: std::sync::atomic::AtomicUsize,
+    /// Bumped by every claim and every finished call: an idle check that saw the same value
+    /// before and after looking at the database saw a quiet worker throughout.
+    activity: AtomicU64,
     /// Claims left under max_tasks (None: no limit); `budget_spent` fires at zero.
     budget: Mutex<Option<u64>>,
     budget_spent: CancellationToken,
@@ -210,6 +213,7 @@ impl Shared {
             }
         };
         self.active.fetch_add(granted, Ordering::SeqCst);
+        self.activity.fetch_add(1, Ordering::SeqCst);
         granted
     }
 
@@ -318,6 +322,7 @@ impl Worker {
             stats: WorkerStats::default(),
             tracker: TaskTracker::new(),
             active: std::sync::atomic::AtomicUsize::new(0),
+            activity: AtomicU64::new(0),
             budget: Mutex::new(self.config.max_tasks),
             budget_spent: CancellationToken::new(),
         });
@@ -400,6 +405,7 @@ async fn wait_until_idle(shared: &Shared, types: &[TypeName]) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
+        let before = shared.activity.load(Ordering::SeqCst);
         if shared.active.load(Ordering::SeqCst) != 0 {
             continue;
         }
@@ -412,7 +418,7 @@ async fn wait_until_idle(shared: &Shared, types: &[TypeName]) {
                 Err(_) => ready = true,
             }
         }
-        if !ready && shared.active.load(Ordering::SeqCst) == 0 {
+        if !ready && shared.active.load(Ordering::SeqCst) == 0 && shared.activity.load(Ordering::SeqCst) == before {
             return;
         }
     }
