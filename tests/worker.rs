@@ -250,3 +250,71 @@ async fn heartbeats_keep_a_long_call_past_max_processing_time() {
     assert_eq!((t.retry_count, t.schedule_log.len()), (0, 1));
     assert!(t.schedule_log[0].cost_ms.unwrap_or_default() >= 3000.0);
 }
+
+#[tokio::test]
+async fn killing_every_database_connection_mid_run_loses_nothing() {
+    let db = TestDb::new().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(8)).register(
+        TypeName::new("steady").unwrap(),
+        move |call: StageCall| {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                match call.stage.as_str() {
+                    "start" => StageReply::Next { next_stage: "end".into(), context: None },
+                    _ => StageReply::Succeeded { result: json!(call.attempt) },
+                }
+            }
+        },
+        None,
+        fast(TaskTypeUpdate { max_retry_num: Some(100), max_processing_time: Some(2), ..Default::default() }),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    // A claim whose answer was lost with its connection leaves tasks running under this worker's
+    // name without the worker knowing: only the rescuer finds those again, as in production.
+    let maintainer = asyncflow::maintenance::Maintainer::new(
+        db.pool.clone(),
+        db.url.clone(),
+        asyncflow::maintenance::MaintenanceConfig { leader_check: Duration::from_millis(200), ..Default::default() },
+    );
+    let maintenance = tokio::spawn(maintainer.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let ids = api::create_tasks(&db.conn().await, "steady", &vec![NewTask::default(); 300]).await.unwrap();
+    // Terminate every other connection to the database, again and again, while the worker runs.
+    let killer = db.raw().await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        killer
+            .execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity \
+                 where datname = current_database() and pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+    let fresh = db.raw().await;
+    let done = || async {
+        let n: i64 = fresh
+            .query_one("select count(*) from asyncflow.tasks where status = 'succeeded'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        n == ids.len() as i64
+    };
+    wait_until(Duration::from_secs(60), "all tasks succeeded after the connection losses", done).await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    maintenance.await.unwrap();
+    let lost: i64 =
+        fresh.query_one("select count(*) from asyncflow.tasks where status <> 'succeeded'", &[]).await.unwrap().get(0);
+    assert_eq!(lost, 0);
+    assert!(calls.load(Ordering::SeqCst) >= 600, "two stages each");
+}
