@@ -441,7 +441,7 @@ begin
     end loop;
   end if;
 
-  perform pg_notify('asyncflow', p_task_type);
+  perform asyncflow.wake(p_task_type);
   return coalesce(v_ids, '{}');
 end
 $_$;
@@ -633,7 +633,7 @@ begin
   order by r.n;
 
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY per type).
-  perform pg_notify('asyncflow', y.task_type)
+  perform asyncflow.wake(y.task_type)
   from (select distinct k.task_type
         from jsonb_array_elements(p_reports) e
         cross join lateral asyncflow.parse_task_id(e ->> 'task_id') k
@@ -678,7 +678,7 @@ begin
   into v_ids, v_types, v_statuses
   from changed c;
 
-  perform pg_notify('asyncflow', d.type_name)
+  perform asyncflow.wake(d.type_name)
   from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
   return query select * from unnest(v_ids, v_types, v_statuses);
 end
@@ -720,7 +720,7 @@ begin
     update asyncflow.shards set closed_at = null
     where task_type = v_key.task_type and shard >= v_key.shard and dropped_at is null;
   end if;
-  perform pg_notify('asyncflow', v_key.task_type);
+  perform asyncflow.wake(v_key.task_type);
   return true;
 end
 $_$;
@@ -838,6 +838,12 @@ CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     'max_retry_interval', p.max_retry_interval, 'shard_max_rows', p.shard_max_rows, 'retention', p.retention,
     'concurrency', p.concurrency, 'paused', p.paused, 'initial_stage', p.initial_stage,
     'created_at', p.created_at, 'updated_at', p.updated_at)
+$$;
+
+CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
+    LANGUAGE sql
+    AS $$
+  select pg_notify('asyncflow', p_task_type) where pg_try_advisory_xact_lock(16712, hashtext(p_task_type))
 $$;
 
 CREATE TABLE asyncflow.config (
@@ -991,6 +997,8 @@ REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer
 REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wake(p_task_type text) FROM PUBLIC;
 
 GRANT SELECT ON TABLE asyncflow.queue_depth TO asyncflow_client;
 

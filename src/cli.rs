@@ -43,6 +43,8 @@ pub enum Command {
     Status,
     /// Run the functions of a functions folder.
     Worker(WorkerArgs),
+    /// Measure throughput against this database's commit-rate ceiling, in one run.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `worker` options.
@@ -149,6 +151,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, db_config.pool_size)?;
             crate::demo::run(pool, &url, &args).await?;
+        }
+        Command::Bench(args) => {
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, (args.connections + 8).max(db_config.pool_size))?;
+            crate::bench::run(pool, &url, &args).await?;
         }
         Command::Status => {
             let pool = db::pool(&url, 2)?;

@@ -755,3 +755,54 @@ async fn eight_concurrent_claimers_never_hold_the_same_task_and_finish_all_10000
         c.query_one("select count(*) from asyncflow.tasks where claim_seq <> 1", &[]).await.unwrap().get(0);
     assert_eq!(claims, 0, "every task was claimed exactly once");
 }
+
+#[tokio::test]
+async fn wake_ups_are_debounced_to_one_notifying_transaction_per_type_at_a_time() {
+    let db = TestDb::new().await;
+    let mut a = db.raw().await;
+    let mut b = db.raw().await;
+    register(&a, "video", json!({})).await;
+    register(&a, "audio", json!({})).await;
+    let (listener, mut conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = stream.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    listener.batch_execute("listen asyncflow").await.unwrap();
+    let drain = |notes: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        let mut got = Vec::new();
+        while let Ok(n) = notes.try_recv() {
+            got.push(n);
+        }
+        got
+    };
+
+    // Sequential transactions each notify.
+    for _ in 0..3 {
+        a.query_one("select asyncflow.create_task('video')", &[]).await.unwrap();
+    }
+    listener.batch_execute("select 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(drain(&mut notes), vec!["video", "video", "video"]);
+
+    // While A's transaction (which will notify) is open, B's commit for the same type skips its
+    // NOTIFY; a commit for another type does not.
+    let ta = a.transaction().await.unwrap();
+    ta.query_one("select asyncflow.create_task('video')", &[]).await.unwrap();
+    let tb = b.transaction().await.unwrap();
+    tb.query_one("select asyncflow.create_task('video')", &[]).await.unwrap();
+    tb.query_one("select asyncflow.create_task('audio')", &[]).await.unwrap();
+    tb.commit().await.unwrap();
+    listener.batch_execute("select 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(drain(&mut notes), vec!["audio"]);
+    ta.commit().await.unwrap();
+    listener.batch_execute("select 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(drain(&mut notes), vec!["video"]);
+}

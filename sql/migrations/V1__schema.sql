@@ -29,6 +29,9 @@ create table asyncflow.config (
 );
 insert into asyncflow.config default values;
 
+-- Advisory lock keys (class, key): (16710, 1) migrations, (16710, 2) maintenance leader,
+-- (16711, hashtext(type)) registering a new type, (16712, hashtext(type)) the wake-up debounce.
+
 -- Errors raised by asyncflow use SQLSTATE class AF:
 --   AF001 unknown task type        AF002 stale fencing token (reserved for single reports)
 --   AF003 invalid task type name   AF004 priority out of range

@@ -67,3 +67,15 @@ language sql immutable parallel safe as $$
           where n > jsonb_array_length(p_log) - 19) || jsonb_build_array(p_entry)
     else p_log || jsonb_build_array(p_entry) end
 $$;
+
+
+-- Wakes workers of a type: NOTIFY asyncflow, <type> at commit. PostgreSQL serialises the commits
+-- of notifying transactions behind one database-wide lock held through the commit's flush, so a
+-- NOTIFY in every enqueue would cap enqueue throughput at one flush at a time. Only the
+-- transaction that wins a per-type transaction-scoped try-lock notifies; concurrent ones skip,
+-- and their tasks are found by the workers' re-check right after each wake-up (or by the poll at
+-- schedule_interval). At most one NOTIFY per call either way.
+create function asyncflow.wake(p_task_type text) returns void
+language sql as $$
+  select pg_notify('asyncflow', p_task_type) where pg_try_advisory_xact_lock(16712, hashtext(p_task_type))
+$$;

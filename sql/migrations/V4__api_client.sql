@@ -267,7 +267,7 @@ begin
     end loop;
   end if;
 
-  perform pg_notify('asyncflow', p_task_type);
+  perform asyncflow.wake(p_task_type);
   return coalesce(v_ids, '{}');
 end
 $$;
@@ -401,7 +401,7 @@ begin
     update asyncflow.shards set closed_at = null
     where task_type = v_key.task_type and shard >= v_key.shard and dropped_at is null;
   end if;
-  perform pg_notify('asyncflow', v_key.task_type);
+  perform asyncflow.wake(v_key.task_type);
   return true;
 end
 $$;

@@ -184,7 +184,7 @@ begin
   order by r.n;
 
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY per type).
-  perform pg_notify('asyncflow', y.task_type)
+  perform asyncflow.wake(y.task_type)
   from (select distinct k.task_type
         from jsonb_array_elements(p_reports) e
         cross join lateral asyncflow.parse_task_id(e ->> 'task_id') k

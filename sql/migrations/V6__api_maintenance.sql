@@ -43,7 +43,7 @@ begin
   into v_ids, v_types, v_statuses
   from changed c;
 
-  perform pg_notify('asyncflow', d.type_name)
+  perform asyncflow.wake(d.type_name)
   from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
   return query select * from unnest(v_ids, v_types, v_statuses);
 end

@@ -366,3 +366,28 @@ pub async fn schema_version(c: &tokio_postgres::Client) -> Result<Option<i64>> {
         .map_err(Error::from_db)?;
     get(&row, "v")
 }
+
+/// Benchmark baseline table: 100,000 one-int rows (`asyncflow_bench.rows`), and an empty
+/// insert target (`asyncflow_bench.inserts`). Outside the asyncflow schema on purpose.
+pub async fn bench_prepare<C: GenericClient>(c: &C) -> Result<()> {
+    c.batch_execute(
+        "create schema if not exists asyncflow_bench; \
+         drop table if exists asyncflow_bench.rows, asyncflow_bench.inserts; \
+         create table asyncflow_bench.rows (id int primary key, n bigint not null default 0); \
+         insert into asyncflow_bench.rows (id) select generate_series(1, 100000); \
+         create table asyncflow_bench.inserts (id bigint generated always as identity primary key, n int not null, at timestamptz not null default now())",
+    )
+    .await
+    .map_err(Error::from_db)?;
+    c.batch_execute("vacuum analyze asyncflow_bench.rows").await.map_err(Error::from_db)
+}
+
+/// The UPDATE baseline's statement.
+pub async fn bench_update<C: GenericClient>(c: &C, id: i32) -> Result<()> {
+    query(c, "update asyncflow_bench.rows set n = n + 1 where id = $1", &[&id]).await.map(|_| ())
+}
+
+/// The INSERT baseline's statement.
+pub async fn bench_insert<C: GenericClient>(c: &C, n: i32) -> Result<()> {
+    query(c, "insert into asyncflow_bench.inserts (n) values ($1)", &[&n]).await.map(|_| ())
+}

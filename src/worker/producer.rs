@@ -19,6 +19,9 @@ use crate::ids::TypeName;
 use crate::task::ClaimedTask;
 use crate::task_type::TaskTypeSettings;
 
+/// How soon after a wake-up the producer looks again when the wake-up found less than a batch.
+const RECHECK_AFTER_WAKE: Duration = Duration::from_millis(25);
+
 pub(super) async fn run(
     shared: Arc<Shared>,
     task_type: TypeName,
@@ -32,6 +35,7 @@ pub(super) async fn run(
     let lease_secs = i64::from(settings.max_processing_time);
     let mut freed = shared.freed.subscribe();
     let mut failures: u32 = 0;
+    let mut recheck = false;
     loop {
         if stop.is_cancelled() {
             return;
@@ -85,11 +89,16 @@ pub(super) async fn run(
                 }
             }
         }
-        // Nothing more ready: sleep until something may be.
-        let wait = match next_due(&shared, &task_type).await {
+        // Nothing more ready: sleep until something may be. Right after a wake-up, look once
+        // more shortly: transactions that committed alongside the notifying one skipped their
+        // own NOTIFY (see asyncflow.wake).
+        let mut wait = match next_due(&shared, &task_type).await {
             Some(due) => due.min(poll),
             None => poll,
         };
+        if std::mem::take(&mut recheck) {
+            wait = wait.min(RECHECK_AFTER_WAKE);
+        }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             tokio::select! {
@@ -98,7 +107,7 @@ pub(super) async fn run(
                 wake = wakes.recv() => match wake {
                     Ok(Some(t)) if t != task_type.as_str() => continue,
                     Err(RecvError::Closed) => { tokio::time::sleep_until(deadline).await; break }
-                    _ => break,
+                    _ => { recheck = true; break }
                 },
             }
         }
