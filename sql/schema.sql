@@ -456,6 +456,38 @@ exception when others then
 end
 $$;
 
+CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_status asyncflow.task_status DEFAULT NULL::asyncflow.task_status, p_stage text DEFAULT NULL::text, p_user_id text DEFAULT NULL::text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_after record;
+  v_after_type text;
+  v_after_id bigint;
+begin
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform asyncflow.raise_error('AF006', 'limit must be between 1 and 1000');
+  end if;
+  if p_after is not null then
+    select * into v_after from asyncflow.parse_task_id(p_after);
+    if v_after.task_type is null then
+      perform asyncflow.raise_error('AF006', format('after must be a task id, got %L', p_after));
+    end if;
+    v_after_type := v_after.task_type;
+    v_after_id := v_after.id;
+  end if;
+  return query
+  select asyncflow.task_json(t) from asyncflow.tasks t
+  where (p_task_type is null or t.task_type = p_task_type)
+    and (p_status is null or t.status = p_status)
+    and (p_stage is null or t.stage = p_stage)
+    and (p_user_id is null or t.user_id = p_user_id)
+    and (v_after_type is null or (t.task_type, t.id) > (v_after_type, v_after_id))
+  order by t.task_type, t.id
+  limit p_limit;
+end
+$$;
+
 CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time zone
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -969,6 +1001,9 @@ GRANT ALL ON FUNCTION asyncflow.get_task(task_id text) TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.is_timestamptz(p_text text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;

@@ -43,8 +43,27 @@ pub enum Command {
     Status,
     /// Run the functions of a functions folder.
     Worker(WorkerArgs),
+    /// Serve the HTTP API.
+    Serve(ServeArgs),
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
+}
+
+/// `serve` options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Accepted bearer tokens (comma-separated; at least 16 characters each).
+    #[arg(long = "token", env = "ASYNCFLOW_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    pub tokens: Vec<String>,
+    /// Allow listening beyond loopback without tokens.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = crate::http::MAX_BODY_DEFAULT)]
+    pub max_body: usize,
 }
 
 /// `worker` options.
@@ -151,6 +170,18 @@ pub async fn run(cli: Cli) -> Result<()> {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, db_config.pool_size)?;
             crate::demo::run(pool, &url, &args).await?;
+        }
+        Command::Serve(args) => {
+            let config = crate::http::HttpConfig {
+                listen: args.listen,
+                tokens: args.tokens.into_iter().filter(|t| !t.is_empty()).collect(),
+                insecure_no_auth: args.insecure_no_auth,
+                max_body: args.max_body,
+            };
+            config.validate()?;
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, db_config.pool_size)?;
+            crate::http::serve(pool, config, shutdown_on_signal()).await?;
         }
         Command::Bench(args) => {
             db::migrate::migrate(&url).await?;

@@ -55,6 +55,7 @@ pub mod db;
 pub mod demo;
 pub mod error;
 pub mod function;
+pub mod http;
 pub mod ids;
 pub mod maintenance;
 pub mod status;

@@ -302,12 +302,31 @@ pub async fn get_tasks<C: GenericClient>(c: &C, task_ids: &[TaskId]) -> Result<V
     rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()
 }
 
-/// The first `limit` tasks of a type, oldest first (for tests and reports).
-pub async fn list_tasks<C: GenericClient>(c: &C, task_type: &str, limit: i64) -> Result<Vec<Task>> {
+/// Filters for [`list_tasks`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+pub struct TaskFilter {
+    /// Only this type.
+    #[serde(rename = "type")]
+    pub task_type: Option<String>,
+    /// Only this status.
+    pub status: Option<TaskStatus>,
+    /// Only this stage.
+    pub stage: Option<String>,
+    /// Only this user.
+    pub user_id: Option<String>,
+    /// Start after this task id (the last id of the previous page).
+    pub after: Option<String>,
+    /// Page size, 1..=1000 (default 100).
+    pub limit: Option<i32>,
+}
+
+/// `asyncflow.list_tasks`: one page of tasks, in (type, id) order.
+pub async fn list_tasks<C: GenericClient>(c: &C, filter: &TaskFilter) -> Result<Vec<Task>> {
+    let status = filter.status.map(|s| format!("{s:?}").to_lowercase());
     let rows = query(
         c,
-        "select asyncflow.task_json(t) as t from asyncflow.tasks t where task_type = $1 order by id limit $2",
-        &[&task_type, &limit],
+        "select t from asyncflow.list_tasks($1, $2::text::asyncflow.task_status, $3, $4, $5, $6) t",
+        &[&filter.task_type, &status, &filter.stage, &filter.user_id, &filter.after, &filter.limit.unwrap_or(100)],
     )
     .await?;
     rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()

@@ -1,0 +1,82 @@
+//! API errors: a status and a JSON body `{"code", "message"}`. Client mistakes say what is
+//! wrong; server trouble is logged and answered with a generic message, never database text.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::Error;
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400 with a message naming the problem.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::BAD_REQUEST, code: "bad_request", message: message.into() }
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into() }
+    }
+
+    /// 401.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: "a valid bearer token is required".into(),
+        }
+    }
+
+    /// 409: the fencing token no longer matches.
+    pub fn stale(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::CONFLICT, code: "stale_fencing_token", message: message.into() }
+    }
+
+    /// 413.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "payload_too_large", message: message.into() }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let (status, code) = match &e {
+            Error::UnknownTaskType(_) => (StatusCode::NOT_FOUND, "unknown_task_type"),
+            Error::UnknownTask(_) => (StatusCode::NOT_FOUND, "unknown_task"),
+            Error::StaleFence(_) => (StatusCode::CONFLICT, "stale_fencing_token"),
+            Error::InvalidTypeName(_) => (StatusCode::BAD_REQUEST, "invalid_type_name"),
+            Error::PriorityOutOfRange(_) => (StatusCode::BAD_REQUEST, "priority_out_of_range"),
+            Error::ContextTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "context_too_large"),
+            Error::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
+            Error::Pool(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        let message = if status.is_server_error() {
+            tracing::error!(error = %e, "request failed");
+            "the server could not complete the request; see its log".to_string()
+        } else {
+            e.to_string()
+        };
+        ApiError { status, code, message }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({"code": self.code, "message": self.message}))).into_response()
+    }
+}
+
+/// Handler result.
+pub type ApiResult<T> = Result<T, ApiError>;

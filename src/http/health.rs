@@ -1,0 +1,32 @@
+//! `/healthz`: the process answers. `/readyz`: the database answers and its schema is the one
+//! this build expects.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::AppState;
+use crate::db::{api, migrate};
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/healthz", get(|| async { Json(json!({"status": "ok"})) })).route("/readyz", get(readyz))
+}
+
+async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+    let version = async {
+        let c = state.pool.get().await.ok()?;
+        api::schema_version(&c).await.ok()
+    }
+    .await;
+    let expected = i64::from(migrate::latest_version());
+    match version {
+        Some(Some(v)) if v == expected => (StatusCode::OK, Json(json!({"status": "ready", "schema_version": v}))),
+        Some(v) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "schema not current", "schema_version": v, "expected": expected})),
+        ),
+        None => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "database unreachable"}))),
+    }
+}

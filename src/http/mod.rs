@@ -1,0 +1,140 @@
+//! The HTTP API (the seeds' flowsvr): tasks, task types, queue depth and a fenced worker
+//! protocol for workers that cannot reach the database. Servers keep no state of their own, so
+//! any number run behind a load balancer against one database.
+//!
+//! ```text
+//!   /healthz /readyz                     no auth
+//!   /v1/tasks ...  /v1/task-types ...    bearer token when configured
+//!   /v1/queue-depth  /v1/worker/...
+//! ```
+
+mod error;
+mod health;
+mod task_types;
+mod tasks;
+mod worker_protocol;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+pub use error::{ApiError, ApiResult};
+
+use crate::db::DbPool;
+use crate::error::{Error, Result};
+
+/// Default largest request body.
+pub const MAX_BODY_DEFAULT: usize = 2 * 1024 * 1024;
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Accepted bearer tokens (empty: no auth).
+    pub tokens: Vec<String>,
+    /// Allow a non-loopback address without tokens.
+    pub insecure_no_auth: bool,
+    /// Largest request body in bytes.
+    pub max_body: usize,
+}
+
+impl HttpConfig {
+    /// Refuses to expose an unauthenticated API beyond this machine unless told to.
+    pub fn validate(&self) -> Result<()> {
+        if self.tokens.is_empty() && !self.listen.ip().is_loopback() && !self.insecure_no_auth {
+            return Err(Error::Config(format!(
+                "refusing to listen on {} without a bearer token: set --token (or ASYNCFLOW_TOKENS), \
+                 or pass --insecure-no-auth",
+                self.listen
+            )));
+        }
+        if self.tokens.iter().any(|t| t.len() < 16) {
+            return Err(Error::Config("bearer tokens must be at least 16 characters".into()));
+        }
+        if self.max_body < 1024 {
+            return Err(Error::Config("--max-body must be at least 1024 bytes".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pool: DbPool,
+    tokens: Arc<Vec<String>>,
+    max_body: usize,
+}
+
+/// The router with every route, auth and body limit.
+pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
+    let state = AppState { pool, tokens: Arc::new(config.tokens.clone()), max_body: config.max_body };
+    let api = Router::new()
+        .merge(tasks::routes())
+        .merge(task_types::routes())
+        .merge(worker_protocol::routes())
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .merge(health::routes())
+        .merge(api)
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(DefaultBodyLimit::max(config.max_body))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` fires, then finishes the requests in flight.
+pub async fn serve(pool: DbPool, config: HttpConfig, shutdown: CancellationToken) -> Result<()> {
+    config.validate()?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    tracing::info!(listen = %listener.local_addr()?, auth = !config.tokens.is_empty(), "serving the HTTP API");
+    axum::serve(listener, router(pool, &config))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await?;
+    Ok(())
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if state.tokens.is_empty() {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if state.tokens.iter().any(|t| constant_time_eq(t.as_bytes(), given.as_bytes())) {
+        next.run(request).await
+    } else {
+        axum::response::IntoResponse::into_response(ApiError::unauthorized())
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Reads a JSON body: 413 past the limit, 400 naming the problem otherwise.
+fn parse_body<T: serde::de::DeserializeOwned>(
+    state: &AppState,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> ApiResult<T> {
+    let bytes = body.map_err(|e| match e.status() {
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::too_large(format!("the request body is larger than {} bytes", state.max_body))
+        }
+        _ => ApiError::bad_request(e.body_text()),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}

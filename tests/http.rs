@@ -1,0 +1,311 @@
+//! The HTTP API through its router (no socket) and once over a real socket: tasks, types, the
+//! fenced worker protocol, auth, error bodies.
+mod common;
+
+use std::time::Duration;
+
+use asyncflow::http::{router, HttpConfig};
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::TestDb;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const TOKEN: &str = "test-token-0123456789";
+
+fn config(tokens: &[&str], max_body: usize) -> HttpConfig {
+    HttpConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        tokens: tokens.iter().map(|t| t.to_string()).collect(),
+        insecure_no_auth: false,
+        max_body,
+    }
+}
+
+struct Api {
+    app: axum::Router,
+    token: Option<&'static str>,
+}
+
+impl Api {
+    fn new(db: &TestDb, tokens: &[&'static str]) -> Api {
+        Api { app: router(db.pool.clone(), &config(tokens, 64 * 1024)), token: tokens.first().copied() }
+    }
+
+    async fn call(&self, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        self.raw(method, uri, body.map(|b| b.to_string()), self.token).await
+    }
+
+    async fn raw(&self, method: &str, uri: &str, body: Option<String>, token: Option<&str>) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(method).uri(uri).header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req.body(body.map(Body::from).unwrap_or_else(Body::empty)).unwrap();
+        let resp = self.app.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)}));
+        (status, value)
+    }
+}
+
+#[tokio::test]
+async fn tasks_are_created_read_listed_cancelled_and_retried() {
+    let db = TestDb::new().await;
+    let api = Api::new(&db, &[]);
+    let (s, t) =
+        api.call("PUT", "/v1/task-types/video", Some(json!({"initial_stage": "probe", "max_retry_num": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    assert_eq!(t["initial_stage"], "probe");
+    let (s, created) =
+        api.call("POST", "/v1/tasks", Some(json!({"type": "video", "context": {"url": "u"}, "priority": 30}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let (s, task) = api.call("GET", &format!("/v1/tasks/{id}"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (task["stage"].clone(), task["status"].clone(), task["context"].clone()),
+        (json!("probe"), json!("pending"), json!({"url": "u"}))
+    );
+
+    let (s, again) = api.raw("POST", "/v1/tasks", Some(json!({"type": "video"}).to_string()), None).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let mut req_key = |key: &'static str| {
+        let app = api.app.clone();
+        async move {
+            let req = Request::builder()
+                .method("POST")
+                .uri("/v1/tasks")
+                .header("idempotency-key", key)
+                .body(Body::from(json!({"type": "video"}).to_string()))
+                .unwrap();
+            let resp = app.oneshot(req).await.unwrap();
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+            serde_json::from_slice::<Value>(&bytes).unwrap()["id"].clone()
+        }
+    };
+    assert_eq!(req_key("k-1").await, req_key("k-1").await, "Idempotency-Key honoured");
+    assert_ne!(again["id"], created["id"]);
+
+    let (s, bulk) = api
+        .call(
+            "POST",
+            "/v1/tasks/bulk",
+            Some(json!({"type": "video", "tasks": [{}, {"user_id": "ann"}, {"user_id": "ann"}]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    assert_eq!(bulk["ids"].as_array().unwrap().len(), 3);
+
+    let (s, page) = api.call("GET", "/v1/tasks?type=video&user_id=ann", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(page["tasks"].as_array().unwrap().len(), 2);
+    // Keyset pagination: pages of 2 over 6 tasks.
+    let mut seen = Vec::new();
+    let mut uri = "/v1/tasks?type=video&limit=2".to_string();
+    loop {
+        let (_, page) = api.call("GET", &uri, None).await;
+        for t in page["tasks"].as_array().unwrap() {
+            seen.push(t["id"].as_str().unwrap().to_string());
+        }
+        match page["next"].as_str() {
+            Some(next) => uri = format!("/v1/tasks?type=video&limit=2&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 6);
+    let mut dedup = seen.clone();
+    dedup.dedup();
+    assert_eq!(dedup, seen);
+
+    let (s, c) = api.call("POST", &format!("/v1/tasks/{id}/cancel"), None).await;
+    assert_eq!((s, c["cancelled"].clone()), (StatusCode::OK, json!(true)));
+    let (s, r) = api.call("POST", &format!("/v1/tasks/{id}/retry"), None).await;
+    assert_eq!((s, r["retried"].clone()), (StatusCode::OK, json!(true)));
+    let (s, depth) = api.call("GET", "/v1/queue-depth", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(depth[0]["ready"], 6);
+}
+
+#[tokio::test]
+async fn errors_are_json_with_the_right_status_and_no_database_text() {
+    let db = TestDb::new().await;
+    let api = Api::new(&db, &[]);
+    api.call("PUT", "/v1/task-types/video", Some(json!({}))).await;
+    let cases = [
+        ("POST", "/v1/tasks", Some("{not json".to_string()), StatusCode::BAD_REQUEST, "invalid JSON"),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(json!({"type": "video", "priority": -5}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "priority",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(json!({"type": "video", "colour": 1}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "colour",
+        ),
+        ("POST", "/v1/tasks", Some(json!({"type": "nope"}).to_string()), StatusCode::NOT_FOUND, "unknown task type"),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(json!({"type": "video", "context": [1]}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "context",
+        ),
+        ("GET", "/v1/tasks/video-1-999", None, StatusCode::NOT_FOUND, "unknown task"),
+        ("GET", "/v1/tasks/garbage", None, StatusCode::NOT_FOUND, "unknown task"),
+        ("POST", "/v1/tasks/video-1-999/cancel", None, StatusCode::NOT_FOUND, "unknown task"),
+        ("GET", "/v1/tasks?status=sleeping", None, StatusCode::BAD_REQUEST, "status"),
+        ("GET", "/v1/tasks?limit=5000", None, StatusCode::BAD_REQUEST, "limit"),
+        ("PUT", "/v1/task-types/Bad-Name", Some("{}".to_string()), StatusCode::BAD_REQUEST, "invalid task type name"),
+        (
+            "PUT",
+            "/v1/task-types/video",
+            Some(json!({"schedule_limit": 0}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "schedule_limit",
+        ),
+        ("POST", "/v1/task-types/nope/pause", None, StatusCode::NOT_FOUND, "unknown task type"),
+        ("GET", "/v1/nowhere", None, StatusCode::NOT_FOUND, "no such route"),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(json!({"type": "video", "context": {"blob": "x".repeat(70_000)}}).to_string()),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "larger than 65536",
+        ),
+    ];
+    for (method, uri, body, status, words) in cases {
+        let (s, v) = api.raw(method, uri, body.clone(), None).await;
+        assert_eq!(s, status, "{method} {uri} {body:?}: {v}");
+        let message = v["message"].as_str().unwrap_or_default();
+        assert!(v["code"].is_string(), "{v}");
+        assert!(message.contains(words), "{method} {uri}: {message:?} lacks {words:?}");
+        assert!(!message.contains("SQLSTATE") && !message.contains("PL/pgSQL"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn the_worker_protocol_holds_reports_and_refuses_stale_tokens_with_409() {
+    let db = TestDb::new().await;
+    let api = Api::new(&db, &[]);
+    api.call("PUT", "/v1/task-types/remote", Some(json!({"max_processing_time": 30}))).await;
+    let (_, created) = api.call("POST", "/v1/tasks", Some(json!({"type": "remote", "context": {"n": 1}}))).await;
+    let id = created["id"].as_str().unwrap().to_string();
+    let (s, held) =
+        api.call("POST", "/v1/worker/hold", Some(json!({"type": "remote", "worker_id": "far-away", "limit": 5}))).await;
+    assert_eq!(s, StatusCode::OK, "{held}");
+    let task = &held["tasks"][0];
+    assert_eq!(task["task_id"], id.as_str());
+    let seq = task["claim_seq"].as_i64().unwrap();
+    let (s, hb) = api
+        .call("POST", "/v1/worker/heartbeat", Some(json!({"worker_id": "far-away", "task_id": id, "claim_seq": seq})))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{hb}");
+    assert!(hb["lease_until"].is_string());
+    let (s, adv) = api
+        .call(
+            "POST",
+            "/v1/worker/advance",
+            Some(
+                json!({"worker_id": "far-away", "task_id": id, "claim_seq": seq, "stage": "two", "context": {"n": 2}}),
+            ),
+        )
+        .await;
+    assert_eq!((s, adv["status"].clone()), (StatusCode::OK, json!("pending")));
+    // The same token again: the task has moved on.
+    let (s, stale) = api
+        .call(
+            "POST",
+            "/v1/worker/succeed",
+            Some(json!({"worker_id": "far-away", "task_id": id, "claim_seq": seq, "result": 1})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{stale}");
+    assert_eq!(stale["code"], "stale_fencing_token");
+    let (_, held) = api.call("POST", "/v1/worker/hold", Some(json!({"type": "remote", "worker_id": "far-away"}))).await;
+    let seq2 = held["tasks"][0]["claim_seq"].as_i64().unwrap();
+    assert_eq!(held["tasks"][0]["stage"], "two");
+    let (s, batch) = api
+        .call(
+            "POST",
+            "/v1/worker/report",
+            Some(json!({"worker_id": "far-away", "reports": [
+                {"task_id": id, "claim_seq": seq2, "outcome": "succeed", "result": {"ok": true}}
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(batch["results"][0]["accepted"], true);
+    let (_, task) = api.call("GET", &format!("/v1/tasks/{id}"), None).await;
+    assert_eq!((task["status"].clone(), task["result"].clone()), (json!("succeeded"), json!({"ok": true})));
+    let (s, e) =
+        api.call("POST", "/v1/worker/advance", Some(json!({"worker_id": "w", "task_id": id, "claim_seq": 9}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+    let (s, _) =
+        api.call("POST", "/v1/worker/hold", Some(json!({"type": "remote", "worker_id": "w", "limit": 0}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn bearer_tokens_guard_every_route_but_health() {
+    let db = TestDb::new().await;
+    let api = Api::new(&db, &[TOKEN]);
+    let (s, v) = api.raw("GET", "/v1/task-types", None, None).await;
+    assert_eq!((s, v["code"].clone()), (StatusCode::UNAUTHORIZED, json!("unauthorized")));
+    let (s, _) = api.raw("GET", "/v1/task-types", None, Some("wrong-token-0123456789")).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, _) = api.raw("GET", "/v1/task-types", None, Some(TOKEN)).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = api.raw("GET", "/healthz", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, ready) = api.raw("GET", "/readyz", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{ready}");
+    // No tokens on a public address is refused unless asked for.
+    let mut open = config(&[], 1024 * 1024);
+    open.listen = "0.0.0.0:8080".parse().unwrap();
+    assert!(open.validate().is_err());
+    open.insecure_no_auth = true;
+    assert!(open.validate().is_ok());
+}
+
+#[tokio::test]
+async fn the_serve_command_answers_over_a_real_socket() {
+    let db = TestDb::new().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--token", TOKEN])
+        .env("DATABASE_URL", &db.url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut ready = false;
+    for _ in 0..200 {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            ready = r.status().is_success();
+            if ready {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the server became ready");
+    let r = client.put(format!("{base}/v1/task-types/net")).bearer_auth(TOKEN).json(&json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r =
+        client.post(format!("{base}/v1/tasks")).bearer_auth(TOKEN).json(&json!({"type": "net"})).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let r = client.get(format!("{base}/v1/tasks?type=net")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
+}
