@@ -1,160 +1,161 @@
-//! `asyncflow demo`: registers a three-stage type, enqueues a batch of tasks from SQL (one
-//! `asyncflow.create_tasks` statement), runs a worker with an in-process Rust function and the
-//! maintenance services until every task has ended, and prints what happened.
+//! `asyncflow demo`: the README's main job. On the embedded default it migrates, registers the
+//! functions of `functions/`, enqueues a batch of real multi-stage tasks with one SQL statement,
+//! runs a worker (and the maintenance services) with a progress bar until every task has ended,
+//! and prints a summary: per type and stage the calls and their p50/p95 time, retries, failures.
 //!
-//! The pipeline does real work on generated documents:
-//! `fetch` (build the document, some tasks first answer "later") -> `analyze` (count words; some
-//! tasks fail once with a transient error and are retried) -> `publish` (write the report to
-//! `.asyncflow/demo-out/<task>.json`; a few documents are refused for good).
+//! The batch: `media` tasks (probe → transform → publish on generated WAV recordings: real
+//! audio work by the Python function in functions/media), `flaky` tasks that fail twice before
+//! succeeding (retries and back-off), and `echo` tasks.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
-use crate::function::{StageCall, StageReply};
-use crate::ids::{TaskId, TypeName};
-use crate::maintenance::{Maintainer, MaintenanceConfig};
-use crate::task::{NewTask, TaskStatus};
-use crate::task_type::TaskTypeUpdate;
-use crate::worker::{Worker, WorkerConfig};
-
-/// The demo's task type.
-pub const DEMO_TYPE: &str = "demo_pipeline";
+use crate::ids::TaskId;
+use crate::task::{NewTask, Task, TaskStatus};
+use crate::worker::folder::{self, FolderOptions};
+use crate::worker::WorkerConfig;
 
 /// `demo` options.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// Tasks to enqueue.
-    #[arg(long, default_value_t = 200)]
+    /// Media tasks to enqueue (each runs probe → transform → publish on its own recording).
+    #[arg(long, default_value_t = 24)]
     pub tasks: usize,
     /// Stage calls at once.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
-    /// Where published reports are written.
-    #[arg(long, default_value = ".asyncflow/demo-out")]
-    pub out_dir: PathBuf,
+    /// The functions folder.
+    #[arg(long, default_value = "functions")]
+    pub functions: PathBuf,
+    /// Where inputs and outputs go.
+    #[arg(long, default_value = ".asyncflow/demo")]
+    pub work_dir: PathBuf,
 }
 
-const WORDS: [&str; 12] =
-    ["queue", "stage", "task", "shard", "lease", "retry", "worker", "order", "claim", "fence", "notify", "commit"];
+/// Types the demo enqueues; the worker runs only these.
+const DEMO_TYPES: [&str; 3] = ["media", "flaky", "echo"];
 
-async fn pipeline(call: StageCall, out_dir: PathBuf) -> StageReply {
-    let seed = call.context.get("seed").and_then(Value::as_u64).unwrap_or(0);
-    match call.stage.as_str() {
-        "fetch" => {
-            if seed % 11 == 0 && call.context.get("waited").is_none() {
-                let mut context = call.context.clone();
-                context["waited"] = json!(true);
-                return StageReply::Later { later: 0.3, context: Some(context) };
-            }
-            let length = 200 + (seed % 300) as usize;
-            let text: Vec<&str> =
-                (0..length).map(|i| WORDS[((seed as usize).wrapping_mul(31) + i * i) % WORDS.len()]).collect();
-            let mut context = call.context.clone();
-            context["text"] = json!(text.join(" "));
-            StageReply::Next { next_stage: "analyze".into(), context: Some(context) }
-        }
-        "analyze" => {
-            if seed % 7 == 0 && call.attempt == 1 {
-                return StageReply::fail("transient: analysis service busy");
-            }
-            let text = call.context.get("text").and_then(Value::as_str).unwrap_or_default();
-            let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
-            for w in text.split_whitespace() {
-                *counts.entry(w).or_default() += 1;
-            }
-            let total: u64 = counts.values().sum();
-            let top = counts.iter().max_by_key(|(_, n)| **n).map(|(w, _)| w.to_string()).unwrap_or_default();
-            let context = json!({"seed": seed, "words": total, "distinct": counts.len(), "top": top});
-            StageReply::Next { next_stage: "publish".into(), context: Some(context) }
-        }
-        "publish" => {
-            if seed % 50 == 49 {
-                return StageReply::Failed { error: "document refused by the publisher".into(), retry: false };
-            }
-            let path = out_dir.join(format!("{}.json", call.task_id));
-            let body = json!({"task": call.task_id, "report": call.context});
-            match tokio::fs::write(&path, body.to_string()).await {
-                Ok(()) => StageReply::Succeeded {
-                    result: json!({"published": path.display().to_string(), "words": call.context["words"]}),
-                },
-                Err(e) => StageReply::fail(format!("writing {}: {e}", path.display())),
-            }
-        }
-        other => StageReply::Failed { error: format!("unknown stage {other}"), retry: false },
+/// Writes a 16-bit stereo WAV: a tone with a slow tremolo, `seconds` long.
+fn write_wav(path: &Path, seconds: f64, freq: f64, amplitude: f64) -> std::io::Result<()> {
+    let rate = 22_050u32;
+    let frames = (seconds * f64::from(rate)) as u32;
+    let mut data = Vec::with_capacity(frames as usize * 4);
+    for i in 0..frames {
+        let t = f64::from(i) / f64::from(rate);
+        let env = 0.6 + 0.4 * (2.0 * std::f64::consts::PI * 0.5 * t).sin();
+        let left = (amplitude * env * (2.0 * std::f64::consts::PI * freq * t).sin() * 32767.0) as i16;
+        let right = (amplitude * env * (2.0 * std::f64::consts::PI * freq * 1.5 * t).sin() * 32767.0) as i16;
+        data.extend_from_slice(&left.to_le_bytes());
+        data.extend_from_slice(&right.to_le_bytes());
     }
+    let mut out = Vec::with_capacity(44 + data.len());
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    out.extend_from_slice(&2u16.to_le_bytes()); // channels
+    out.extend_from_slice(&rate.to_le_bytes());
+    out.extend_from_slice(&(rate * 4).to_le_bytes()); // byte rate
+    out.extend_from_slice(&4u16.to_le_bytes()); // block align
+    out.extend_from_slice(&16u16.to_le_bytes()); // bits per sample
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(&data);
+    std::fs::write(path, out)
 }
 
 /// Runs the demo and prints its summary.
 pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()> {
-    if args.tasks == 0 || args.tasks > 1_000_000 {
-        return Err(Error::Config("--tasks must be between 1 and 1000000".into()));
+    if args.tasks == 0 || args.tasks > 10_000 {
+        return Err(Error::Config("--tasks must be between 1 and 10000".into()));
     }
-    tokio::fs::create_dir_all(&args.out_dir).await?;
-    let name = TypeName::new(DEMO_TYPE)?;
-    let settings = TaskTypeUpdate {
-        initial_stage: Some("fetch".into()),
-        max_retry_num: Some(3),
-        max_retry_interval: Some(1),
-        max_processing_time: Some(30),
-        schedule_interval: Some(1.0),
-        ..Default::default()
+    let options = FolderOptions {
+        dir: args.functions.clone(),
+        types: DEMO_TYPES.iter().map(|s| s.to_string()).collect(),
+        maintenance: true,
     };
+    // Check the folder first: a clear error before anything is enqueued.
+    let specs = folder::load(&options)
+        .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --functions DIR)")))?;
     let started = Instant::now();
-    {
-        let client = pool.get().await?;
-        api::register_task_type(&client, &name, &settings).await?;
-    }
-    let tasks: Vec<NewTask> = (0..args.tasks)
-        .map(|i| NewTask {
-            context: Some(json!({"seed": i})),
-            priority: Some(if i % 10 == 0 { 60 } else { 0 }),
+    let inputs = std::path::absolute(args.work_dir.join("in"))?;
+    let outputs = std::path::absolute(args.work_dir.join("out"))?;
+    std::fs::create_dir_all(&inputs)?;
+    std::fs::create_dir_all(&outputs)?;
+    let mut media = Vec::with_capacity(args.tasks);
+    for i in 0..args.tasks {
+        let path = inputs.join(format!("recording-{i:04}.wav"));
+        let seconds = 1.0 + (i % 4) as f64 * 0.5;
+        write_wav(&path, seconds, 220.0 + 20.0 * i as f64, 0.2 + 0.05 * (i % 10) as f64)?;
+        media.push(NewTask {
+            context: Some(json!({"input": path.display().to_string(), "out_dir": outputs.display().to_string()})),
+            priority: Some(if i % 8 == 0 { 60 } else { 0 }),
             ..Default::default()
-        })
-        .collect();
-    let ids = {
-        let client = pool.get().await?;
-        api::create_tasks(&client, DEMO_TYPE, &tasks).await?
-    };
+        });
+    }
+    // The worker applies each function.toml's settings when it starts; the tasks are enqueued
+    // first, so apply them now (initial_stage above all).
+    {
+        let c = pool.get().await?;
+        for spec in &specs {
+            api::register_task_type(&c, &spec.task_type, &spec.settings).await?;
+        }
+    }
+    let flaky: Vec<NewTask> = (0..4).map(|i| NewTask::with_context(json!({"fail_times": 2, "n": i}))).collect();
+    let echo: Vec<NewTask> = (0..4).map(|i| NewTask::with_context(json!({"hello": "world", "n": i}))).collect();
+    let mut ids: Vec<TaskId> = Vec::new();
+    {
+        let c = pool.get().await?;
+        ids.extend(api::create_tasks(&c, "media", &media).await?);
+        ids.extend(api::create_tasks(&c, "flaky", &flaky).await?);
+        ids.extend(api::create_tasks(&c, "echo", &echo).await?);
+    }
     println!(
-        "enqueued {} '{DEMO_TYPE}' tasks (fetch -> analyze -> publish) with one asyncflow.create_tasks call",
-        ids.len()
+        "enqueued {} tasks with asyncflow.create_tasks: {} media (probe -> transform -> publish on generated recordings), {} flaky, {} echo",
+        ids.len(),
+        media.len(),
+        flaky.len(),
+        echo.len()
     );
 
     let stop = CancellationToken::new();
-    let out_dir = args.out_dir.clone();
-    let worker = Worker::new(
-        pool.clone(),
-        database_url,
-        WorkerConfig { concurrency: args.concurrency, ..WorkerConfig::default() },
-    )
-    .register(
-        name,
-        move |call: StageCall| pipeline(call, out_dir.clone()),
-        Some(Duration::from_secs(30)),
-        settings,
-    );
-    let worker_task = tokio::spawn(worker.run(stop.clone()));
-    let maintainer = Maintainer::new(pool.clone(), database_url, MaintenanceConfig::default());
-    let maintenance_task = tokio::spawn(maintainer.run(stop.clone()));
+    let config = WorkerConfig { concurrency: args.concurrency, ..WorkerConfig::default() };
+    let worker = {
+        let (pool, url, options, stop) = (pool.clone(), database_url.to_string(), options.clone(), stop.clone());
+        tokio::spawn(async move { folder::run(pool, &url, &options, config, stop).await })
+    };
+    let waited = progress(&pool, &ids, &worker).await;
+    stop.cancel();
+    let summary = worker.await.map_err(|e| Error::Config(format!("worker task: {e}")))??;
+    waited?;
+    let tasks = api::get_tasks(&pool.get().await?, &ids).await?;
+    print_summary(&tasks, started.elapsed(), summary.claimed, &outputs);
+    Ok(())
+}
 
+/// Shows progress until every task has ended (or the worker stopped on its own).
+async fn progress(
+    pool: &DbPool,
+    ids: &[TaskId],
+    worker: &tokio::task::JoinHandle<Result<crate::worker::WorkerSummary>>,
+) -> Result<()> {
     let tty = std::io::stdout().is_terminal();
     let mut last_line = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let counts: HashMap<TaskStatus, i64> =
-            api::count_by_status_of(&pool.get().await?, &ids).await?.into_iter().collect();
-        let done: i64 = [TaskStatus::Succeeded, TaskStatus::Failed, TaskStatus::Cancelled]
-            .iter()
-            .map(|s| counts.get(s).copied().unwrap_or(0))
-            .sum();
+            api::count_by_status_of(&pool.get().await?, ids).await?.into_iter().collect();
+        let get = |s| counts.get(&s).copied().unwrap_or(0);
+        let done = get(TaskStatus::Succeeded) + get(TaskStatus::Failed) + get(TaskStatus::Cancelled);
         let total = ids.len() as i64;
         let width = 40usize;
         let filled = (done as usize * width) / (total.max(1) as usize);
@@ -162,9 +163,9 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
             "[{}{}] {done}/{total} ended  (succeeded {}, failed {}, running {})",
             "#".repeat(filled),
             ".".repeat(width - filled),
-            counts.get(&TaskStatus::Succeeded).copied().unwrap_or(0),
-            counts.get(&TaskStatus::Failed).copied().unwrap_or(0),
-            counts.get(&TaskStatus::Running).copied().unwrap_or(0),
+            get(TaskStatus::Succeeded),
+            get(TaskStatus::Failed),
+            get(TaskStatus::Running),
         );
         if tty {
             print!("\r{line}   ");
@@ -177,18 +178,16 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
             if tty {
                 println!();
             }
-            break;
+            return Ok(());
+        }
+        if worker.is_finished() {
+            return Err(Error::Config("the worker stopped before the tasks ended".into()));
         }
         if Instant::now() > deadline {
-            stop.cancel();
             return Err(Error::Config("the demo did not finish within 300 s".into()));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    stop.cancel();
-    let summary = worker_task.await.map_err(|e| Error::Config(format!("worker task: {e}")))??;
-    let _ = maintenance_task.await;
-    print_summary(&pool, &ids, started.elapsed(), &summary).await
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -199,65 +198,50 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn print_summary(
-    pool: &DbPool,
-    ids: &[TaskId],
-    elapsed: Duration,
-    worker: &crate::worker::WorkerSummary,
-) -> Result<()> {
-    let client = pool.get().await?;
-    let tasks = api::get_tasks(&client, ids).await?;
-    let mut per_stage: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let (mut fails, mut laters) = (0, 0);
-    for t in &tasks {
+fn print_summary(tasks: &[Task], elapsed: Duration, claims: u64, outputs: &Path) {
+    let mut per_stage: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut retries = 0;
+    for t in tasks {
         for e in &t.schedule_log {
             if let (Some(stage), Some(cost)) = (&e.stage, e.cost_ms) {
-                per_stage.entry(stage.clone()).or_default().push(cost);
+                per_stage.entry((t.task_type.clone(), stage.clone())).or_default().push(cost);
             }
-            match e.outcome.as_deref() {
-                Some("fail") | Some("rescued") => fails += 1,
-                Some("later") => laters += 1,
-                _ => {}
+            if matches!(e.outcome.as_deref(), Some("fail") | Some("rescued")) && t.status == TaskStatus::Succeeded {
+                retries += 1;
             }
         }
     }
     let count = |s: TaskStatus| tasks.iter().filter(|t| t.status == s).count();
-    println!("\n{} tasks ended in {:.1} s", tasks.len(), elapsed.as_secs_f64());
+    println!("\n{} tasks ended in {:.1} s ({claims} stage calls claimed)", tasks.len(), elapsed.as_secs_f64());
     println!(
-        "  succeeded {}, failed {}, cancelled {}",
+        "  succeeded {}, failed {}, cancelled {}; {retries} failed tries retried to success",
         count(TaskStatus::Succeeded),
         count(TaskStatus::Failed),
         count(TaskStatus::Cancelled)
     );
-    println!("  failed tries retried or final: {fails}; 'later' replies: {laters}");
-    println!(
-        "  worker: {} claims, {} stage advances, {} reports refused",
-        worker.claimed, worker.advanced, worker.refused
-    );
-    println!("\n  {:<10} {:>7} {:>10} {:>10}", "stage", "calls", "p50 ms", "p95 ms");
-    for stage in ["fetch", "analyze", "publish"] {
-        let mut costs = per_stage.remove(stage).unwrap_or_default();
+    println!("\n  {:<8} {:<10} {:>6} {:>9} {:>9}", "type", "stage", "calls", "p50 ms", "p95 ms");
+    for ((ty, stage), mut costs) in per_stage {
         costs.sort_by(|a, b| a.total_cmp(b));
         println!(
-            "  {:<10} {:>7} {:>10.1} {:>10.1}",
+            "  {:<8} {:<10} {:>6} {:>9.1} {:>9.1}",
+            ty,
             stage,
             costs.len(),
             percentile(&costs, 0.5),
             percentile(&costs, 0.95)
         );
     }
-    if let Some(t) = tasks.iter().find(|t| t.status == TaskStatus::Failed) {
-        println!("\n  a failed task: {} at stage {}: {}", t.id, t.stage, t.error.as_deref().unwrap_or(""));
+    for t in tasks.iter().filter(|t| t.status == TaskStatus::Failed).take(3) {
+        println!("\n  failed: {} ({}) at stage {}: {}", t.id, t.task_type, t.stage, t.error.as_deref().unwrap_or(""));
     }
-    if let Some(t) = tasks.iter().find(|t| t.status == TaskStatus::Succeeded && t.retry_count > 0) {
-        println!(
-            "  a task that succeeded after a retry: {} -> {}",
-            t.id,
-            t.result.as_ref().map(|r| r.to_string()).unwrap_or_default()
-        );
+    if let Some(t) = tasks.iter().find(|t| t.task_type == "media" && t.status == TaskStatus::Succeeded) {
+        println!("\n  a media task: {} -> {}", t.id, t.result.as_ref().map(|r| r.to_string()).unwrap_or_default());
+    }
+    if let Some(t) = tasks.iter().find(|t| t.retry_count > 0 && t.status == TaskStatus::Succeeded) {
+        println!("  a task that succeeded after retries: {} ({})", t.id, t.task_type);
         for e in &t.schedule_log {
             println!(
-                "    {:<8} attempt {} {:<8} {:>6.1} ms {}",
+                "    {:<10} attempt {} {:<8} {:>7.1} ms {}",
                 e.stage.as_deref().unwrap_or(""),
                 e.attempt.unwrap_or(0),
                 e.outcome.as_deref().unwrap_or(""),
@@ -266,5 +250,5 @@ async fn print_summary(
             );
         }
     }
-    Ok(())
+    println!("\n  outputs in {}", outputs.display());
 }

@@ -139,6 +139,22 @@ impl StageReply {
         Ok(reply)
     }
 
+    /// The reply as the JSON object a function writes (the inverse of [`StageReply::from_json`]).
+    pub fn to_json(&self) -> Value {
+        match self {
+            StageReply::Next { next_stage, context } => match context {
+                Some(c) => serde_json::json!({"next_stage": next_stage, "context": c}),
+                None => serde_json::json!({"next_stage": next_stage}),
+            },
+            StageReply::Succeeded { result } => serde_json::json!({"result": result}),
+            StageReply::Failed { error, retry } => serde_json::json!({"error": error, "retry": retry}),
+            StageReply::Later { later, context } => match context {
+                Some(c) => serde_json::json!({"later": later, "context": c}),
+                None => serde_json::json!({"later": later}),
+            },
+        }
+    }
+
     /// The report that carries this reply.
     pub fn into_report(self) -> ReportKind {
         match self {
@@ -184,6 +200,19 @@ mod tests {
             Ok(StageReply::Failed { error: "no".into(), retry: false })
         );
         assert_eq!(StageReply::from_json(json!({"later": 2.5})), Ok(StageReply::Later { later: 2.5, context: None }));
+    }
+
+    #[test]
+    fn replies_round_trip_through_json() {
+        for reply in [
+            StageReply::Next { next_stage: "b".into(), context: Some(json!({"x": 1})) },
+            StageReply::Next { next_stage: "b".into(), context: None },
+            StageReply::Succeeded { result: json!([1, 2]) },
+            StageReply::Failed { error: "no".into(), retry: false },
+            StageReply::Later { later: 1.5, context: None },
+        ] {
+            assert_eq!(StageReply::from_json(reply.to_json()), Ok(reply));
+        }
     }
 
     #[test]
