@@ -44,7 +44,7 @@ pub struct DemoArgs {
 const DEMO_TYPES: [&str; 3] = ["media", "flaky", "echo"];
 
 /// Writes a 16-bit stereo WAV: a tone with a slow tremolo, `seconds` long.
-fn write_wav(path: &Path, seconds: f64, freq: f64, amplitude: f64) -> std::io::Result<()> {
+pub fn write_wav(path: &Path, seconds: f64, freq: f64, amplitude: f64) -> std::io::Result<()> {
     let rate = 22_050u32;
     let frames = (seconds * f64::from(rate)) as u32;
     let mut data = Vec::with_capacity(frames as usize * 4);

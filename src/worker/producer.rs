@@ -71,7 +71,11 @@ pub(super) async fn run(
                     let reg = registered.clone();
                     shared.tracker.spawn(executor::run(shared2, reg, task, lease_secs, permit));
                 }
-                drop(permits);
+                if permits.num_permits() > 0 {
+                    // Unused slots go back: producers of other types may be waiting for one.
+                    drop(permits);
+                    shared.freed.send_modify(|n| *n = n.wrapping_add(1));
+                }
                 if full {
                     continue;
                 }
@@ -79,6 +83,7 @@ pub(super) async fn run(
             Err(e) => {
                 shared.unreserve(want);
                 drop(permits);
+                shared.freed.send_modify(|n| *n = n.wrapping_add(1));
                 failures += 1;
                 let cap = (100u64 << failures.min(8)).min(30_000);
                 let wait = Duration::from_millis(rand::thread_rng().gen_range(cap / 2..=cap));
