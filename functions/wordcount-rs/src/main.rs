@@ -1,12 +1,38 @@
 //! The wordcount function: one stage. Reads the stage call on stdin, counts the words, lines and
 //! characters of `context.text` (or of the file at `context.path`), and writes the reply on
 //! stdout: `{"result": {"words", "lines", "chars", "top": [[word, count], ...]}}`.
+//! It depends on serde alone: a function needs the JSON contract, not the runner.
 
 use std::collections::HashMap;
 use std::io::Read;
 
-use asyncflow::function::{StageCall, StageReply};
+use serde::Deserialize;
 use serde_json::{json, Value};
+
+/// The fields of the stage call this function uses (the call has more; see functions/README.md).
+#[derive(Debug, Deserialize)]
+struct StageCall {
+    context: Value,
+}
+
+/// The reply forms this function uses.
+enum StageReply {
+    Succeeded { result: Value },
+    Failed { error: String, retry: bool },
+}
+
+impl StageReply {
+    fn fail(error: String) -> Self {
+        StageReply::Failed { error, retry: true }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            StageReply::Succeeded { result } => json!({"result": result}),
+            StageReply::Failed { error, retry } => json!({"error": error, "retry": retry}),
+        }
+    }
+}
 
 fn count(call: &StageCall) -> StageReply {
     let text = match (call.context.get("text"), call.context.get("path")) {
