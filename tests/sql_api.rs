@@ -806,3 +806,41 @@ async fn wake_ups_are_debounced_to_one_notifying_transaction_per_type_at_a_time(
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(drain(&mut notes), vec!["video"]);
 }
+
+#[tokio::test]
+async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
+    let db = TestDb::new().await;
+    let admin = db.raw().await;
+    register(&admin, "video", json!({})).await;
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let (app, wrk) = (format!("app_{}", &suffix[..12]), format!("wrk_{}", &suffix[..12]));
+    admin
+        .batch_execute(&format!(
+            "create role {app} login; grant asyncflow_client to {app}; create role {wrk} login; grant asyncflow_worker to {wrk}"
+        ))
+        .await
+        .unwrap();
+    let connect = |role: String| {
+        let url = db.url.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+        async move {
+            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(conn);
+            c
+        }
+    };
+    let client = connect(app.clone()).await;
+    let id: String = client.query_one("select asyncflow.create_task('video', '{}')", &[]).await.unwrap().get(0);
+    let got: Option<Value> = client.query_one("select asyncflow.get_task($1)", &[&id]).await.unwrap().get(0);
+    assert!(got.is_some());
+    client.query_one("select count(*) from asyncflow.queue_depth", &[]).await.unwrap();
+    let denied = client.query("select * from asyncflow.tasks", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&denied), "42501", "tables are private");
+    let denied = client.query("select * from asyncflow.claim_tasks('video', 'w', 1)", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&denied), "42501", "clients cannot claim");
+    let worker = connect(wrk.clone()).await;
+    let claimed = worker.query("select * from asyncflow.claim_tasks('video', 'w', 1)", &[]).await.unwrap();
+    assert_eq!(claimed.len(), 1, "workers claim");
+    drop((client, worker));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = admin.batch_execute(&format!("drop owned by {app}, {wrk}; drop role {app}; drop role {wrk}")).await;
+}

@@ -1,0 +1,316 @@
+//! Maintenance services with an injected clock: rolling shards, begin_pos, retention, the
+//! rescuer, and leader election.
+mod common;
+
+use std::time::Duration;
+
+use asyncflow::db::api;
+use asyncflow::maintenance::{leader, Maintainer, MaintenanceConfig, Rescuer, Service};
+use asyncflow::task::{NewTask, Report, ReportKind, TaskStatus};
+use asyncflow::task_type::TaskTypeUpdate;
+use asyncflow::{TaskId, TypeName, WorkerId};
+use chrono::Utc;
+use common::{wait_until, TestDb};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+async fn register(db: &TestDb, name: &str, settings: TaskTypeUpdate) {
+    api::register_task_type(&db.conn().await, &TypeName::new(name).unwrap(), &settings).await.unwrap();
+}
+
+fn small_shards(retention: Option<i64>) -> TaskTypeUpdate {
+    TaskTypeUpdate { shard_max_rows: Some(100), retention, ..Default::default() }
+}
+
+/// Creates `rounds` x 100 tasks, rolling after each round: one shard per round.
+async fn fill(db: &TestDb, ty: &str, rounds: usize) -> Vec<TaskId> {
+    let c = db.conn().await;
+    let mut ids = Vec::new();
+    for _ in 0..rounds {
+        ids.extend(api::create_tasks(&c, ty, &vec![NewTask::default(); 100]).await.unwrap());
+        api::roll_shard(&c, ty, None).await.unwrap();
+    }
+    ids
+}
+
+async fn leaf_exists(db: &TestDb, ty: &str, shard: i32) -> bool {
+    let name = format!("asyncflow.tasks_{ty}_{shard}");
+    db.conn().await.query_one("select to_regclass($1) is not null", &[&name]).await.unwrap().get(0)
+}
+
+/// Claims and succeeds every ready task of `ty` whose id is in `which`.
+async fn finish(db: &TestDb, ty: &str, which: &[TaskId]) {
+    let c = db.conn().await;
+    let w = WorkerId::new("finisher").unwrap();
+    let wanted: std::collections::HashSet<&str> = which.iter().map(|i| i.as_str()).collect();
+    loop {
+        let claimed = api::claim_tasks(&c, ty, &w, 1000, None).await.unwrap();
+        if claimed.is_empty() {
+            return;
+        }
+        let reports: Vec<Report> = claimed
+            .iter()
+            .map(|t| Report {
+                task_id: t.task_id.clone(),
+                claim_seq: t.claim_seq,
+                kind: if wanted.contains(t.task_id.as_str()) {
+                    ReportKind::Succeed { result: json!(1) }
+                } else {
+                    ReportKind::Release
+                },
+            })
+            .collect();
+        api::report_tasks(&c, &w, &reports, None).await.unwrap();
+        if claimed.iter().all(|t| !wanted.contains(t.task_id.as_str())) {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn tasks_spread_over_shards_stay_reachable_and_are_claimed_in_order_time_order_across_them() {
+    let db = TestDb::new().await;
+    register(&db, "spread", small_shards(None)).await;
+    let c = db.conn().await;
+    assert_eq!(api::roll_shard(&c, "spread", None).await.unwrap(), None, "an empty end shard does not roll");
+    let old = fill(&db, "spread", 9).await;
+    // The newest shard gets a task an hour ahead: it must come out first.
+    let urgent = api::create_task(&c, "spread", &NewTask { priority: Some(3600), ..Default::default() }).await.unwrap();
+    let more = api::create_tasks(&c, "spread", &vec![NewTask::default(); 99]).await.unwrap();
+    let pos = api::positions_of(&c, "spread").await.unwrap().unwrap();
+    assert_eq!((pos.begin_pos, pos.end_pos, pos.shards), (1, 10, 10));
+    for shard in 1..=10 {
+        assert!(leaf_exists(&db, "spread", shard).await, "leaf {shard}");
+    }
+    assert_eq!(urgent.shard(), 10);
+    assert_eq!(old[0].shard(), 1);
+    for id in old.iter().chain(&more).chain(std::iter::once(&urgent)) {
+        assert!(api::get_task(&c, id.as_str()).await.unwrap().is_some(), "{id} reachable by id");
+    }
+    let w = WorkerId::new("w").unwrap();
+    let first = api::claim_tasks(&c, "spread", &w, 1, None).await.unwrap();
+    assert_eq!(first[0].task_id, urgent, "the high-priority task in the newest shard comes first");
+    // Claimed in batches of 50, the order_time never goes backwards across batches or shards.
+    let mut last = None;
+    let mut claimed = 0;
+    loop {
+        let batch = api::claim_tasks(&c, "spread", &w, 50, None).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        let ids: Vec<TaskId> = batch.iter().map(|t| t.task_id.clone()).collect();
+        let tasks = api::get_tasks(&c, &ids).await.unwrap();
+        let min = tasks.iter().map(|t| t.order_time).min().unwrap();
+        let max = tasks.iter().map(|t| t.order_time).max().unwrap();
+        if let Some(prev) = last {
+            assert!(min >= prev, "order_time went backwards across batches");
+        }
+        last = Some(max);
+        claimed += batch.len();
+    }
+    assert_eq!(claimed, 999);
+}
+
+#[tokio::test]
+async fn begin_pos_moves_past_finished_shards_and_back_for_a_task_retried_by_hand() {
+    let db = TestDb::new().await;
+    register(&db, "moving", small_shards(None)).await;
+    let ids = fill(&db, "moving", 3).await;
+    let c = db.conn().await;
+    let (shard1, shard2): (Vec<TaskId>, Vec<TaskId>) =
+        ids.iter().filter(|i| i.shard() <= 2).cloned().partition(|i| i.shard() == 1);
+    // One task of shard 1 fails for good; everything else of shards 1 and 2 succeeds.
+    let w = WorkerId::new("w").unwrap();
+    let doomed = shard1[0].clone();
+    let finished: Vec<TaskId> = shard1.iter().skip(1).chain(&shard2).cloned().collect();
+    finish(&db, "moving", &finished).await;
+    assert_eq!(api::advance_begin_pos(&c, "moving", None).await.unwrap(), 1, "shard 1 still holds a pending task");
+    let claimed = loop {
+        let batch = api::claim_tasks(&c, "moving", &w, 1000, None).await.unwrap();
+        let mine = batch.iter().find(|t| t.task_id == doomed).cloned();
+        let release: Vec<Report> = batch
+            .iter()
+            .filter(|t| t.task_id != doomed)
+            .map(|t| Report { task_id: t.task_id.clone(), claim_seq: t.claim_seq, kind: ReportKind::Release })
+            .collect();
+        api::report_tasks(&c, &w, &release, None).await.unwrap();
+        if let Some(t) = mine {
+            break t;
+        }
+    };
+    let fail = Report {
+        task_id: doomed.clone(),
+        claim_seq: claimed.claim_seq,
+        kind: ReportKind::Fail { error: "no".into(), retry: false },
+    };
+    api::report_tasks(&c, &w, &[fail], None).await.unwrap();
+    assert_eq!(api::advance_begin_pos(&c, "moving", None).await.unwrap(), 3, "shards 1 and 2 hold no live task");
+    let closed: i64 = c
+        .query_one("select count(*) from asyncflow.shards where task_type = 'moving' and closed_at is not null", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(closed, 2);
+    // Retrying the failed task reopens shard 1 at once.
+    assert!(api::retry_task(&c, doomed.as_str()).await.unwrap());
+    assert_eq!(api::positions_of(&c, "moving").await.unwrap().unwrap().begin_pos, 1);
+    let mut found = false;
+    loop {
+        let again = api::claim_tasks(&c, "moving", &w, 1000, None).await.unwrap();
+        if again.is_empty() {
+            break;
+        }
+        found |= again.iter().any(|t| t.task_id == doomed);
+    }
+    assert!(found, "claimable again");
+}
+
+#[tokio::test]
+async fn retention_drops_old_finished_shards_whole_and_never_a_live_one() {
+    let db = TestDb::new().await;
+    register(&db, "kept", small_shards(Some(3600))).await;
+    let c = db.conn().await;
+    let keyed = api::create_task(&c, "kept", &NewTask { idempotency_key: Some("k-1".into()), ..Default::default() })
+        .await
+        .unwrap();
+    let ids = fill(&db, "kept", 4).await;
+    let old: Vec<TaskId> = ids.iter().filter(|i| i.shard() <= 2).cloned().collect();
+    let live = ids.iter().find(|i| i.shard() == 3).cloned().unwrap();
+    let mut done = old.clone();
+    done.push(keyed.clone());
+    finish(&db, "kept", &done).await;
+    let now = Utc::now();
+    assert_eq!(api::advance_begin_pos(&c, "kept", Some(now)).await.unwrap(), 3);
+    assert!(api::drop_expired_shards(&c, "kept", Some(now)).await.unwrap().is_empty(), "not older than retention yet");
+    let dropped = api::drop_expired_shards(&c, "kept", Some(now + chrono::Duration::seconds(3601))).await.unwrap();
+    assert_eq!(dropped, vec![1, 2]);
+    assert!(!leaf_exists(&db, "kept", 1).await && !leaf_exists(&db, "kept", 2).await, "partitions gone");
+    assert!(leaf_exists(&db, "kept", 3).await && leaf_exists(&db, "kept", 5).await);
+    let rows: i64 = c
+        .query_one("select count(*) from asyncflow.tasks where task_type = 'kept' and shard <= 2", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "no rows left in dropped shards");
+    assert!(api::get_task(&c, old[0].as_str()).await.unwrap().is_none());
+    assert!(api::get_task(&c, keyed.as_str()).await.unwrap().is_none());
+    let keys: i64 = c
+        .query_one("select count(*) from asyncflow.idempotency_keys where task_type = 'kept'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 0, "idempotency keys go with their shard");
+    let fresh = api::create_task(&c, "kept", &NewTask { idempotency_key: Some("k-1".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_ne!(fresh, keyed, "the key is free again");
+    assert_eq!(
+        api::get_task(&c, live.as_str()).await.unwrap().unwrap().status,
+        TaskStatus::Pending,
+        "live shards untouched"
+    );
+    let stats: i64 = c
+        .query_one("select count(*) from asyncflow.shards where task_type = 'kept' and dropped_at is not null", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stats, 2);
+
+    // A task that somehow sits in a shard below begin_pos (an insert that raced a roll) is found
+    // again and its shard is never dropped.
+    c.batch_execute("update asyncflow.positions set begin_pos = 4 where task_type = 'kept'").await.unwrap();
+    c.batch_execute(
+        "update asyncflow.shards set closed_at = now() - interval '2 hours' where task_type = 'kept' and shard = 3",
+    )
+    .await
+    .unwrap();
+    assert!(api::drop_expired_shards(&c, "kept", Some(now + chrono::Duration::seconds(7200)))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(leaf_exists(&db, "kept", 3).await);
+    assert_eq!(api::advance_begin_pos(&c, "kept", None).await.unwrap(), 3, "recomputed from the bottom");
+}
+
+#[tokio::test]
+async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
+    let db = TestDb::new().await;
+    register(
+        &db,
+        "lost",
+        TaskTypeUpdate {
+            max_processing_time: Some(10),
+            max_retry_num: Some(1),
+            max_retry_interval: Some(5),
+            ..Default::default()
+        },
+    )
+    .await;
+    let c = db.conn().await;
+    let id = api::create_task(&c, "lost", &NewTask::default()).await.unwrap();
+    let w = WorkerId::new("gone").unwrap();
+    // PostgreSQL keeps microseconds.
+    let t0 = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
+    api::claim_tasks(&c, "lost", &w, 1, Some(t0)).await.unwrap();
+    let rescuer = Rescuer::new(db.pool.clone(), Duration::from_secs(1), 100);
+    assert_eq!(rescuer.run_once(Some(t0 + chrono::Duration::seconds(9))).await.unwrap().changed, 0, "lease not over");
+    let report = rescuer.run_once(Some(t0 + chrono::Duration::seconds(11))).await.unwrap();
+    assert_eq!(report.changed, 1, "{report:?}");
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!((t.status, t.retry_count, t.owner.clone()), (TaskStatus::Pending, 1, None));
+    assert_eq!(
+        t.order_time,
+        t0 + chrono::Duration::seconds(11) + chrono::Duration::seconds(1),
+        "back-off after the first try"
+    );
+    assert_eq!(t.schedule_log[0].outcome.as_deref(), Some("rescued"));
+    assert_eq!(t.schedule_log[0].worker.as_deref(), Some("gone"));
+    // Second try also lost: out of tries (max_retry_num = 1) -> failed.
+    let t1 = t0 + chrono::Duration::seconds(20);
+    api::claim_tasks(&c, "lost", &w, 1, Some(t1)).await.unwrap();
+    rescuer.run_once(Some(t1 + chrono::Duration::seconds(11))).await.unwrap();
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!((t.status, t.retry_count), (TaskStatus::Failed, 2));
+    assert!(t.error.unwrap().contains("lease expired"));
+    // All services in one pass, as `asyncflow maintain --once` runs them.
+    let reports =
+        Maintainer::new(db.pool.clone(), db.url.clone(), MaintenanceConfig::default()).run_once(None).await.unwrap();
+    let names: Vec<&str> = reports.iter().map(|r| r.service).collect();
+    assert_eq!(names, vec!["rescuer", "shard_roller", "begin_advancer", "retention"]);
+}
+
+#[tokio::test]
+async fn two_maintainers_never_lead_at_once_and_the_second_takes_over_when_the_first_connection_dies() {
+    let db = TestDb::new().await;
+    let stop = CancellationToken::new();
+    let mut a = leader::spawn(db.url.clone(), leader::MAINTENANCE_LOCK, Duration::from_millis(100), stop.clone());
+    let mut b = leader::spawn(db.url.clone(), leader::MAINTENANCE_LOCK, Duration::from_millis(100), stop.clone());
+    wait_until(Duration::from_secs(10), "one leader", || {
+        let (a, b) = (*a.is_leader.borrow(), *b.is_leader.borrow());
+        async move { a || b }
+    })
+    .await;
+    for _ in 0..50 {
+        assert!(!(*a.is_leader.borrow() && *b.is_leader.borrow()), "two leaders at once");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (first, second) = if *a.is_leader.borrow() { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    let pid = first.backend_pid.borrow().expect("the leader's connection pid");
+    db.raw().await.execute("select pg_terminate_backend($1)", &[&pid]).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (f, s) = (*first.is_leader.borrow(), *second.is_leader.borrow());
+        if s {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the second did not take over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _ = f;
+    }
+    // The first steps down and, once reconnected, does not lead while the second does.
+    for _ in 0..50 {
+        assert!(!(*a.is_leader.borrow() && *b.is_leader.borrow()), "two leaders at once after the takeover");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+}
