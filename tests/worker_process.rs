@@ -258,3 +258,39 @@ async fn a_bad_function_toml_stops_the_worker_before_it_starts() {
     let types = api::list_task_types(&db.conn().await).await.unwrap();
     assert!(types.iter().all(|t| t.task_type != "bad"), "nothing registered for the bad file");
 }
+
+#[tokio::test]
+async fn max_tasks_and_max_runtime_bound_a_run() {
+    let db = TestDb::new().await;
+    let quick = "cat > /dev/null; echo '{\"result\": 1}'";
+    let dir = folder(&[
+        ("quick", "command = [\"./run\"]\n[settings]\nschedule_interval = 0.2\n", quick),
+        ("sleeper", "command = [\"./run\"]\n[settings]\nschedule_interval = 0.2\n", SLEEPER),
+    ]);
+    register(&db, "quick", Default::default()).await;
+    register(&db, "sleeper", Default::default()).await;
+    let c = db.conn().await;
+    api::create_tasks(&c, "quick", &vec![NewTask::default(); 10]).await.unwrap();
+
+    let child = worker(&db, &dir.0, "bounded", &["--types", "quick", "--max-tasks", "3", "--concurrency", "1"]);
+    let (status, out) = wait_child(child, Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        out.contains("\"stopped_by\":\"MaxTasks\"") && out.contains("\"claimed\":3") && out.contains("\"succeeded\":3"),
+        "{out}"
+    );
+    let counts = api::count_by_status(&c, "quick").await.unwrap();
+    assert!(counts.contains(&(TaskStatus::Succeeded, 3)) && counts.contains(&(TaskStatus::Pending, 7)), "{counts:?}");
+
+    api::create_task(&c, "sleeper", &NewTask::default()).await.unwrap();
+    let started = std::time::Instant::now();
+    let child =
+        worker(&db, &dir.0, "timed", &["--types", "sleeper", "--max-runtime", "1s", "--shutdown-grace", "500ms"]);
+    let (status, out) = wait_child(child, Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(out.contains("\"stopped_by\":\"MaxRuntime\"") && out.contains("\"released\":1"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(10), "stopped near its runtime bound");
+    let counts = api::count_by_status(&c, "sleeper").await.unwrap();
+    assert_eq!(counts, vec![(TaskStatus::Pending, 1)], "the unfinished task was handed back");
+    assert!(processes_mentioning(&dir.0.display().to_string()).is_empty(), "function processes left running");
+}
