@@ -45,6 +45,24 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Serve the HTTP API.
     Serve(ServeArgs),
+    /// Create, show, list, cancel or retry tasks (database, or a server with --server).
+    Task {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: crate::admin::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::admin::TaskCommand,
+    },
+    /// List task types, change settings, pause, resume (database, or a server with --server).
+    Type {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: crate::admin::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::admin::TypeCommand,
+    },
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
 }
@@ -156,6 +174,20 @@ pub fn shutdown_on_signal() -> CancellationToken {
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
     let db_config = DbConfig { database_url: cli.database_url, data_dir: cli.data_dir, pool_size: cli.pool_size };
+    // Admin commands sent to a server need no database here.
+    let remote = match &cli.command {
+        Command::Task { target, .. } | Command::Type { target, .. } => target.server.is_some(),
+        _ => false,
+    };
+    if remote {
+        let output = match cli.command {
+            Command::Task { target, command } => crate::admin::task(None, &target, command).await?,
+            Command::Type { target, command } => crate::admin::task_type(None, &target, command).await?,
+            _ => return Ok(()),
+        };
+        println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+        return Ok(());
+    }
     let (url, _embedded) = db_config.resolve().await?;
     match cli.command {
         Command::Migrate => {
@@ -170,6 +202,18 @@ pub async fn run(cli: Cli) -> Result<()> {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, db_config.pool_size)?;
             crate::demo::run(pool, &url, &args).await?;
+        }
+        Command::Task { target, command } => {
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, 2)?;
+            let output = crate::admin::task(Some(&pool), &target, command).await?;
+            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+        }
+        Command::Type { target, command } => {
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, 2)?;
+            let output = crate::admin::task_type(Some(&pool), &target, command).await?;
+            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {

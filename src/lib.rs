@@ -47,6 +47,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod client;
