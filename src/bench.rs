@@ -36,7 +36,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
     /// Worker concurrency for the burn-downs.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1000)]
     pub concurrency: usize,
     /// Print the results as JSON.
     #[arg(long)]

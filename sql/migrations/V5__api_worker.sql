@@ -27,7 +27,12 @@ create type asyncflow.claimed_task as (
 -- that type count running tasks one at a time.
 create function asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamptz default null)
 returns setof asyncflow.claimed_task
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+-- Each claimed row is found again by its primary key (a nested loop of index probes, O(batch)).
+-- Without enable_seqscan = off the planner, misled by a young partition's missing statistics,
+-- may hash join against a scan of the whole partition: O(table) per claim. (jit = off: the
+-- inflated cost of a scan of a one-row table would otherwise cross jit_above_cost.)
+set enable_seqscan = off set jit = off as $$
 declare
   v_type asyncflow.task_types;
   v_now timestamptz := coalesce(p_now, now());
@@ -89,7 +94,9 @@ $$;
 -- match (the task's current status is given when the task exists).
 create function asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamptz default null)
 returns table (task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+-- one primary-key probe per report, never a scan (see claim_tasks)
+set enable_seqscan = off set jit = off as $$
 #variable_conflict use_column
 declare
   v_now timestamptz := coalesce(p_now, now());
@@ -104,7 +111,14 @@ begin
     select n, case
       when jsonb_typeof(e) <> 'object' then 'must be a JSON object'
       when jsonb_typeof(e -> 'task_id') is distinct from 'string' then 'task_id must be a string'
-      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' then 'claim_seq must be a number'
+      -- the same rule as parse_task_id, written as an unbounded pattern plus lengths (several
+      -- times cheaper per row than bounded repetitions)
+      when (e ->> 'task_id') !~ '^[a-z][a-z0-9_]*-[1-9][0-9]*-[1-9][0-9]*$'
+        or length(split_part(e ->> 'task_id', '-', 1)) > 40 or length(split_part(e ->> 'task_id', '-', 2)) > 9
+        or length(split_part(e ->> 'task_id', '-', 3)) > 18
+        then format('task_id must be a task id (<type>-<shard>-<n>), got %s', e -> 'task_id')
+      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,9}$'
+        then format('claim_seq must be an integer, got %s', e -> 'claim_seq')
       when e ->> 'outcome' is null or e ->> 'outcome' not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
         then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
       when e ->> 'outcome' = 'advance' and coalesce(e ->> 'stage', '') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
@@ -115,6 +129,9 @@ begin
         then format('context is too large: %s bytes, the limit is %s', pg_column_size(e -> 'context'), v_max_bytes)
       when pg_column_size(e -> 'result') > v_max_bytes
         then format('result is too large: %s bytes, the limit is %s', pg_column_size(e -> 'result'), v_max_bytes)
+      when jsonb_typeof(e -> 'delay') not in ('number', 'null') then 'delay must be a number of seconds'
+      when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
+      when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
       when e ->> 'outcome' = 'later' and (jsonb_typeof(e -> 'delay') is distinct from 'number'
         or (e ->> 'delay')::numeric not between 0 and 31536000)
         then format('delay must be a number of seconds between 0 and 31536000, got %s', e -> 'delay')
@@ -128,13 +145,15 @@ begin
 
   return query
   with r as (
-    select x.n, e ->> 'task_id' as task_id, k.task_type, k.shard, k.id,
-      (e ->> 'claim_seq')::numeric as claim_seq, e ->> 'outcome' as outcome, e ->> 'stage' as stage,
-      nullif(e -> 'context', 'null'::jsonb) as context, e -> 'result' as result,
-      left(e ->> 'error', 256) as error, coalesce((e ->> 'retry')::boolean, true) as retry,
-      (e ->> 'delay')::double precision as delay
-    from jsonb_array_elements(p_reports) with ordinality x(e, n)
-    left join lateral asyncflow.parse_task_id(e ->> 'task_id') k on true
+    -- one pass of jsonb_to_recordset (typed, in C) over the validated reports; ids are split
+    -- inline (a lateral call to parse_task_id is not inlined and cost more than the update)
+    select x.n, x.task_id, split_part(x.task_id, '-', 1) as task_type,
+      split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
+      x.claim_seq, x.outcome, x.stage, nullif(x.context, 'null'::jsonb) as context, x.result,
+      left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay
+    from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq integer, outcome text, stage text,
+      context jsonb, result jsonb, error text, retry boolean, delay double precision))
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n)
   ), changed as (
     update asyncflow.tasks t set
       status = case
@@ -171,23 +190,24 @@ begin
     -- a task named twice in one batch: its last report wins, the earlier ones are refused
     from (select distinct on (task_type, shard, id) * from r order by task_type, shard, id, n desc) r
     where t.task_type = r.task_type and t.shard = r.shard and t.id = r.id
-      and t.status = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
+      -- status compared as text: the partial index on running tasks must not look like a way
+      -- in (the planner would walk every running task for each report)
+      and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
     returning r.n, t.status, t.lease_until, t.task_type
   )
-  select r.task_id, c.n is not null, coalesce(c.status, cur.status), c.lease_until
+  select r.task_id, c.n is not null,
+    -- the current status is looked up only for refused reports
+    case when c.n is null then (select s.status from asyncflow.tasks s
+      where s.task_type = r.task_type and s.shard = r.shard and s.id = r.id) else c.status end,
+    c.lease_until
   from r
   left join changed c on c.n = r.n
-  left join lateral (
-    select s.status from asyncflow.tasks s
-    where c.n is null and s.task_type = r.task_type and s.shard = r.shard and s.id = r.id
-  ) cur on true
   order by r.n;
 
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY per type).
   perform asyncflow.wake(y.task_type)
-  from (select distinct k.task_type
+  from (select distinct split_part(e ->> 'task_id', '-', 1) as task_type
         from jsonb_array_elements(p_reports) e
-        cross join lateral asyncflow.parse_task_id(e ->> 'task_id') k
         where e ->> 'outcome' in ('advance', 'release', 'fail', 'later')) y;
 end
 $$;

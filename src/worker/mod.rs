@@ -179,6 +179,8 @@ struct Shared {
     pool: DbPool,
     worker_id: WorkerId,
     slots: Arc<Semaphore>,
+    /// Slots in all (the configured concurrency).
+    concurrency: usize,
     /// Bumped whenever a slot is freed, so producers waiting for one wake up.
     freed: watch::Sender<u64>,
     inflight: Mutex<HashMap<String, InFlight>>,
@@ -316,6 +318,7 @@ impl Worker {
             pool: self.pool.clone(),
             worker_id: self.config.worker_id.clone(),
             slots: Arc::new(Semaphore::new(self.config.concurrency.max(1))),
+            concurrency: self.config.concurrency.max(1),
             freed: watch::channel(0).0,
             inflight: Mutex::new(HashMap::new()),
             reporter,

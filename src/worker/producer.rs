@@ -22,6 +22,9 @@ use crate::task_type::TaskTypeSettings;
 /// How soon after a wake-up the producer looks again when the wake-up found less than a batch.
 const RECHECK_AFTER_WAKE: Duration = Duration::from_millis(25);
 
+/// Longest wait for more free slots before claiming a small batch while saturated.
+const FILL_WAIT: Duration = Duration::from_millis(3);
+
 pub(super) async fn run(
     shared: Arc<Shared>,
     task_type: TypeName,
@@ -36,6 +39,9 @@ pub(super) async fn run(
     let mut freed = shared.freed.subscribe();
     let mut failures: u32 = 0;
     let mut recheck = false;
+    // a claim waits (at most FILL_WAIT) until a quarter of the batch is free
+    let fill_threshold = (batch.min(shared.concurrency) / 4).max(1);
+    let mut fill_deadline: Option<tokio::time::Instant> = None;
     loop {
         if stop.is_cancelled() {
             return;
@@ -43,11 +49,25 @@ pub(super) async fn run(
         freed.borrow_and_update();
         let free = shared.slots.available_permits().min(batch);
         if free == 0 {
+            fill_deadline = None;
             tokio::select! {
                 _ = freed.changed() => continue,
                 _ = stop.cancelled() => return,
             }
         }
+        if free < fill_threshold {
+            // Saturated: slots free one by one as calls end. Claiming each alone would cost a
+            // round trip and a commit per task; wait a moment for a worthwhile batch instead.
+            let deadline = *fill_deadline.get_or_insert_with(|| tokio::time::Instant::now() + FILL_WAIT);
+            if tokio::time::Instant::now() < deadline {
+                tokio::select! {
+                    _ = freed.changed() => continue,
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        }
+        fill_deadline = None;
         let want = shared.reserve(free);
         if want == 0 {
             // max_tasks reached: the worker is stopping.
