@@ -228,9 +228,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             crate::http::serve(pool, config, shutdown_on_signal()).await?;
         }
         Command::Bench(args) => {
-            db::migrate::migrate(&url).await?;
-            let pool = db::pool(&url, (args.connections + 8).max(db_config.pool_size))?;
-            crate::bench::run(pool, &url, &args).await?;
+            crate::bench::run(&url, &args).await?;
         }
         Command::Status => {
             let pool = db::pool(&url, 2)?;

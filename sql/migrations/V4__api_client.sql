@@ -293,8 +293,52 @@ create function asyncflow.create_task(
 ) returns text
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
-  v_task jsonb := jsonb_build_object('context', coalesce(context, '{}'::jsonb), 'priority', coalesce(priority, 0));
+  v_task jsonb;
+  v_type asyncflow.task_types;
+  v_now timestamptz := coalesce(p_now, now());
+  v_pos integer;
+  v_id bigint;
+  v_max_bytes integer;
 begin
+  -- The common case (no idempotency key) takes a direct path: the same checks and errors as
+  -- insert_tasks, then one INSERT ... VALUES; about four times the rate of the general path.
+  if idempotency_key is null then
+    select * into v_type from asyncflow.task_types y where y.task_type = create_task.task_type;
+    if not found then
+      perform asyncflow.check_type_name(create_task.task_type);
+      perform asyncflow.raise_error('AF001', format('unknown task type %L', create_task.task_type));
+    end if;
+    select max_context_bytes into v_max_bytes from asyncflow.config;
+    if context is not null and jsonb_typeof(context) not in ('object', 'null') then
+      perform asyncflow.raise_error('AF006', 'context must be a JSON object');
+    elsif priority is not null and priority not between 0 and 31104000 then
+      perform asyncflow.raise_error('AF004',
+        format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', priority));
+    elsif pg_column_size(context) > v_max_bytes then
+      perform asyncflow.raise_error('AF005', format(
+        'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
+        pg_column_size(context), v_max_bytes));
+    elsif run_at is not null and not isfinite(run_at) then
+      perform asyncflow.raise_error('AF006', format('run_at must be a finite timestamp, got %s', run_at));
+    elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
+      perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));
+    elsif length(user_id) > 255 then
+      perform asyncflow.raise_error('AF006',
+        format('user_id must be a string of at most 255 characters, got %s', to_jsonb(user_id)));
+    end if;
+    select end_pos into v_pos from asyncflow.positions p where p.task_type = create_task.task_type;
+    v_id := nextval(v_type.id_seq);
+    insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+      max_retry_interval, order_time, user_id, context, created_at, updated_at)
+    values (create_task.task_type, v_pos, v_id, coalesce(stage, v_type.initial_stage), 'pending', coalesce(priority, 0),
+      v_type.max_retry_num, v_type.max_retry_interval,
+      coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
+      user_id, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
+    perform asyncflow.wake(create_task.task_type);
+    return asyncflow.format_task_id(create_task.task_type, v_pos, v_id);
+  end if;
+
+  v_task := jsonb_build_object('context', coalesce(context, '{}'::jsonb), 'priority', coalesce(priority, 0));
   if run_at is not null then v_task := v_task || jsonb_build_object('run_at', run_at); end if;
   if stage is not null then v_task := v_task || jsonb_build_object('stage', stage); end if;
   if idempotency_key is not null then v_task := v_task || jsonb_build_object('idempotency_key', idempotency_key); end if;

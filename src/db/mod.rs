@@ -45,3 +45,44 @@ pub async fn connect(url: &str) -> Result<(tokio_postgres::Client, tokio::task::
     });
     Ok((client, driver))
 }
+
+/// The same server and credentials as `url`, database `database`: a URL (`postgres://...`) gets
+/// its path replaced, a key=value string gets a `dbname` that overrides any earlier one.
+pub fn with_database(url: &str, database: &str) -> Result<String> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let mut parsed = url::Url::parse(url).map_err(|e| Error::Config(format!("invalid database URL: {e}")))?;
+        parsed.set_path(database);
+        // a dbname in the query string would win over the path
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .filter(|(k, _)| k != "dbname")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if pairs.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+        Ok(parsed.to_string())
+    } else {
+        Ok(format!("{url} dbname={database}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::with_database;
+
+    #[test]
+    fn with_database_replaces_the_database_of_either_url_form() {
+        let u = with_database("postgres://me:pw@db.example:6432/app?sslmode=disable", "other").unwrap();
+        assert_eq!(u, "postgres://me:pw@db.example:6432/other?sslmode=disable");
+        let u = with_database("postgresql://h/app?dbname=x&application_name=a", "b").unwrap();
+        assert_eq!(u, "postgresql://h/b?application_name=a");
+        assert_eq!(with_database("host=/tmp dbname=app", "b").unwrap(), "host=/tmp dbname=app dbname=b");
+        let last = tokio_postgres::Config::from_str("host=/tmp dbname=app dbname=b").unwrap();
+        assert_eq!(last.get_dbname(), Some("b"));
+    }
+}

@@ -1,0 +1,219 @@
+//! The load phases: baselines, enqueue, burn-downs and wake latency.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::db::{api, DbPool};
+use crate::error::{Error, Result};
+use crate::function::{StageCall, StageReply};
+use crate::ids::{TypeName, WorkerId};
+use crate::task::NewTask;
+use crate::task_type::TaskTypeUpdate;
+use crate::worker::{Worker, WorkerConfig};
+
+type OpFuture = crate::function::BoxFuture<'static, Result<()>>;
+
+/// Runs `op` in a loop on `connections` connections for `duration`; operations per second.
+async fn timed<F>(pool: &DbPool, connections: usize, duration: Duration, op: F) -> Result<f64>
+where
+    F: Fn(deadpool_postgres::Object, i32) -> OpFuture + Send + Sync + Clone + 'static,
+{
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for _ in 0..connections.max(1) {
+        let (pool, op, count, stop) = (pool.clone(), op.clone(), count.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let id = rand::thread_rng().gen_range(1..=100_000);
+                let c = pool.get().await?;
+                op(c, id).await?;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), Error>(())
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.cancel();
+    for t in tasks {
+        t.await.map_err(|e| Error::Config(format!("bench task: {e}")))??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The commit-rate ceiling: one-row UPDATEs by primary key in autocommit.
+pub(super) async fn update_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<f64> {
+    timed(pool, connections, duration, |c, id| Box::pin(async move { api::bench_update(&c, id).await })).await
+}
+
+/// The same with one-row INSERTs.
+pub(super) async fn insert_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<f64> {
+    timed(pool, connections, duration, |c, n| Box::pin(async move { api::bench_insert(&c, n).await })).await
+}
+
+/// `create_task`, one per transaction.
+pub(super) async fn enqueue_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<f64> {
+    register(pool, "bench_enqueue", None).await?;
+    timed(pool, connections, duration, |c, _| {
+        Box::pin(async move { api::create_task(&c, "bench_enqueue", &NewTask::default()).await.map(|_| ()) })
+    })
+    .await
+}
+
+/// `create_tasks` with 1,000 tasks per call, `tasks` in all.
+pub(super) async fn bulk_rate(pool: &DbPool, tasks: usize) -> Result<f64> {
+    register(pool, "bench_bulk", None).await?;
+    let start = Instant::now();
+    queue(pool, "bench_bulk", tasks, None).await?;
+    Ok(tasks as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Registers (or updates) a benchmark task type: claims of up to 1,000.
+pub(super) async fn register(pool: &DbPool, name: &str, interval: Option<f64>) -> Result<()> {
+    let settings = settings(interval);
+    api::register_task_type(&pool.get().await?, &TypeName::new(name)?, &settings).await.map(|_| ())
+}
+
+fn settings(interval: Option<f64>) -> TaskTypeUpdate {
+    TaskTypeUpdate { schedule_limit: Some(1000), schedule_interval: interval, ..Default::default() }
+}
+
+/// Queues `tasks` empty tasks of `name`, 1,000 per call.
+pub(super) async fn queue(pool: &DbPool, name: &str, tasks: usize, interval: Option<f64>) -> Result<()> {
+    register(pool, name, interval).await?;
+    let c = pool.get().await?;
+    let batch = vec![NewTask::default(); 1000];
+    let mut made = 0;
+    while made < tasks {
+        made += api::create_tasks(&c, name, &batch[..1000.min(tasks - made)]).await?.len();
+    }
+    Ok(())
+}
+
+/// Times a worker (no-op Rust function of `stages` stages) working the queued tasks of `name` to
+/// the end; tasks per second.
+pub(super) async fn burn_down(
+    pool: &DbPool,
+    url: &str,
+    name: &str,
+    tasks: usize,
+    stages: u32,
+    concurrency: usize,
+) -> Result<f64> {
+    let config =
+        WorkerConfig { worker_id: WorkerId::generate(), concurrency, exit_when_idle: true, ..WorkerConfig::default() };
+    let worker = Worker::new(pool.clone(), url, config).register(
+        TypeName::new(name)?,
+        move |call: StageCall| async move {
+            let n: u32 = call.stage.strip_prefix('s').and_then(|s| s.parse().ok()).unwrap_or(1);
+            if n < stages {
+                StageReply::Next { next_stage: format!("s{}", n + 1), context: None }
+            } else {
+                StageReply::Succeeded { result: json!(null) }
+            }
+        },
+        None,
+        settings(None),
+    );
+    let start = Instant::now();
+    let summary = worker.run(CancellationToken::new()).await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    if summary.succeeded != tasks as u64 {
+        return Err(Error::Config(format!("burn-down {name} finished {} of {tasks} tasks", summary.succeeded)));
+    }
+    Ok(tasks as f64 / elapsed)
+}
+
+/// p50 / p95 / p99 in milliseconds.
+pub(super) struct Latency {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Median time of a one-row UPDATE commit on one connection (ms): the floor under any latency
+/// that involves a commit.
+pub(super) async fn commit_latency(pool: &DbPool) -> Result<f64> {
+    let c = pool.get().await?;
+    let mut samples = Vec::with_capacity(300);
+    for i in 0..300 {
+        let start = Instant::now();
+        api::bench_update(&c, 1 + (i * 331) % 100_000).await?;
+        samples.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(percentile(&samples, 0.5))
+}
+
+/// An idle worker; tasks created one per transaction at `rate` per second for `duration`; the
+/// time from calling create_task to the function starting.
+pub(super) async fn wake_latency(pool: &DbPool, url: &str, duration: Duration, rate: f64) -> Result<Latency> {
+    let name = "bench_wake";
+    // a long poll interval: every start must come from a wake-up, not a poll
+    register(pool, name, Some(60.0)).await?;
+    let started: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    let seen = started.clone();
+    let config = WorkerConfig { worker_id: WorkerId::generate(), concurrency: 16, ..WorkerConfig::default() };
+    let worker = Worker::new(pool.clone(), url, config).register(
+        TypeName::new(name)?,
+        move |call: StageCall| {
+            let now = Instant::now();
+            if let Some(seq) = call.context.get("seq").and_then(|v| v.as_u64()) {
+                if let Ok(mut map) = seen.lock() {
+                    map.insert(seq, now);
+                }
+            }
+            async move { StageReply::Succeeded { result: json!(null) } }
+        },
+        None,
+        settings(Some(60.0)),
+    );
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    // let the worker start, listen and go idle
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let count = (duration.as_secs_f64() * rate).ceil().max(1.0) as u64;
+    let every = Duration::from_secs_f64(1.0 / rate);
+    let c = pool.get().await?;
+    let mut sent = HashMap::with_capacity(count as usize);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for seq in 0..count {
+        tick.tick().await;
+        let task = NewTask { context: Some(json!({ "seq": seq })), ..Default::default() };
+        sent.insert(seq, Instant::now());
+        api::create_task(&c, name, &task).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while started.lock().map(|m| (m.len() as u64) < count).unwrap_or(false) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    running.await.map_err(|e| Error::Config(format!("bench worker: {e}")))??;
+    let got = started.lock().map_err(|_| Error::Config("wake latency: poisoned lock".into()))?;
+    if (got.len() as u64) < count {
+        return Err(Error::Config(format!("wake latency: only {} of {count} tasks started within 10 s", got.len())));
+    }
+    let mut samples: Vec<f64> = sent
+        .iter()
+        .filter_map(|(seq, at)| got.get(seq).map(|start| start.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    Ok(Latency { p50: percentile(&samples, 0.5), p95: percentile(&samples, 0.95), p99: percentile(&samples, 0.99) })
+}

@@ -1,0 +1,379 @@
+//! `asyncflow bench`: measures asyncflow against the commit-rate ceiling of the same server in
+//! the same run, and reports every figure both absolute and as a ratio to a baseline measured
+//! alongside it (the machine is shared and noisy; ratios travel, absolute numbers do not).
+//!
+//! The run happens in a database of its own (`asyncflow_bench_<pid>`, created on the server the
+//! URL names and dropped at the end), so existing data neither helps nor hurts the figures and
+//! the 10 million aged rows leave nothing behind.
+//!
+//! ```text
+//!   update, insert   baselines: 8 connections, a one-row UPDATE / INSERT in autocommit
+//!   enqueue, bulk    create_task one per transaction (8 connections); create_tasks 1,000 per call
+//!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function)
+//!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
+//!   aging            the burn-down again beside 10 M finished tasks in the same shard
+//!   drop             retention dropping an expired 1 M-row shard
+//! ```
+//!
+//! Results go to the terminal (a table, or `--json`), to `<out>/results.json` and to
+//! `<out>/chart.svg`.
+
+mod aging;
+mod load;
+mod output;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::db::{self, api, DbPool};
+use crate::error::{Error, Result};
+
+/// `bench` options.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Seconds for each timed phase (baselines, single-task enqueue, wake latency).
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Tasks in each burn-down.
+    #[arg(long, default_value_t = 100_000)]
+    pub tasks: usize,
+    /// Connections for the baselines and the single-task enqueue.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// Worker concurrency for the burn-downs (no-op calls: slots only bound tasks in flight).
+    #[arg(long, default_value_t = 2000)]
+    pub concurrency: usize,
+    /// Finished tasks kept beside the aged burn-down.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub aged_rows: i64,
+    /// Rows in the expired shard that retention drops.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub drop_rows: i64,
+    /// Tasks per second inserted during the wake-latency phase.
+    #[arg(long, default_value_t = 50.0)]
+    pub wake_rate: f64,
+    /// Only these phases (comma-separated: update, insert, enqueue, bulk, burndown, burndown3,
+    /// wake, aging, drop).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where results.json and chart.svg are written.
+    #[arg(long, default_value = "target/bench")]
+    pub out: PathBuf,
+    /// Keep the benchmark database instead of dropping it at the end.
+    #[arg(long)]
+    pub keep_database: bool,
+}
+
+/// The phases, in running order.
+pub const PHASES: [&str; 9] = ["update", "insert", "enqueue", "bulk", "burndown", "burndown3", "wake", "aging", "drop"];
+
+/// One measured figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    /// Stable key (phase and what of it).
+    pub key: String,
+    /// What was measured.
+    pub name: String,
+    /// The measurement.
+    pub value: f64,
+    /// Its unit ("tasks/s", "commits/s", "ms", "s").
+    pub unit: String,
+    /// value / the baseline named in `ratio_to`, measured in the same run.
+    pub ratio: Option<f64>,
+    /// Which baseline the ratio is to.
+    pub ratio_to: Option<String>,
+    /// The bar this figure must clear, when it has one.
+    pub bar: Option<String>,
+    /// Whether it does.
+    pub pass: Option<bool>,
+}
+
+impl Figure {
+    fn new(key: &str, name: &str, value: f64, unit: &str) -> Self {
+        Figure {
+            key: key.into(),
+            name: name.into(),
+            value,
+            unit: unit.into(),
+            ratio: None,
+            ratio_to: None,
+            bar: None,
+            pass: None,
+        }
+    }
+
+    fn ratio(mut self, baseline: Option<f64>, to: &str) -> Self {
+        if let Some(b) = baseline.filter(|b| *b > 0.0) {
+            self.ratio = Some(self.value / b);
+            self.ratio_to = Some(to.into());
+        }
+        self
+    }
+
+    fn bar(mut self, bar: &str, pass: Option<bool>) -> Self {
+        self.bar = Some(bar.into());
+        self.pass = pass;
+        self
+    }
+}
+
+/// Everything one run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResults {
+    /// When the run started (UTC).
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// The command line.
+    pub command: String,
+    /// The server's version string.
+    pub server_version: String,
+    /// CPUs this process could use.
+    pub cpus: usize,
+    /// The figures, in running order.
+    pub figures: Vec<Figure>,
+}
+
+fn wants(args: &BenchArgs, phase: &str) -> bool {
+    args.only.is_empty() || args.only.iter().any(|p| p == phase)
+}
+
+/// Runs the benchmark in a database of its own on `url`'s server, prints the table and writes
+/// the results file and chart.
+pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
+    if let Some(bad) = args.only.iter().find(|p| !PHASES.contains(&p.as_str())) {
+        return Err(Error::Config(format!("--only: unknown phase {bad:?} (phases: {})", PHASES.join(", "))));
+    }
+    if !(args.seconds > 0.0 && args.seconds <= 3600.0) {
+        return Err(Error::Config("--seconds must be between 0 and 3600".into()));
+    }
+    if args.tasks == 0 || args.connections == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
+        return Err(Error::Config("--tasks, --connections must be positive, --concurrency 1..=10000".into()));
+    }
+    if !(args.wake_rate > 0.0 && args.wake_rate <= 1000.0) || args.aged_rows < 0 || args.drop_rows < 1000 {
+        return Err(Error::Config("--wake-rate must be in (0, 1000], --aged-rows >= 0, --drop-rows >= 1000".into()));
+    }
+    let name = format!("asyncflow_bench_{}", std::process::id());
+    let bench_url = db::with_database(url, &name)?;
+    let admin_pool = db::pool(url, 1)?;
+    let admin = admin_pool.get().await?;
+    api::bench_create_database(&admin, &name).await?;
+    let outcome = async {
+        db::migrate::migrate(&bench_url).await?;
+        let pool = db::pool(&bench_url, args.connections + 8)?;
+        let results = run_phases(&pool, &bench_url, args).await;
+        pool.close();
+        results
+    }
+    .await;
+    if args.keep_database {
+        eprintln!("kept the benchmark database {name}");
+    } else if let Err(e) = api::bench_drop_database(&admin, &name).await {
+        eprintln!("could not drop the benchmark database {name}: {e}");
+    }
+    drop(admin);
+    admin_pool.close();
+    let results = outcome?;
+    output::print(&results, args.json);
+    let (json, svg) = output::write(&results, &args.out)?;
+    if !args.json {
+        println!("\nwritten: {} and {}", json.display(), svg.display());
+    }
+    Ok(results)
+}
+
+async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchResults> {
+    let started_at = chrono::Utc::now();
+    let server_version = api::server_version(&pool.get().await?).await?;
+    let seconds = Duration::from_secs_f64(args.seconds);
+    let chosen: Vec<&str> = PHASES.iter().copied().filter(|p| wants(args, p)).collect();
+    let mut progress = Progress::new(chosen.len());
+    let mut figures: Vec<Figure> = Vec::new();
+    let mut update = None;
+    let mut insert = None;
+    let mut burn1 = None;
+
+    if wants(args, "update") || wants(args, "insert") {
+        api::bench_prepare(&pool.get().await?).await?;
+    }
+    if wants(args, "update") {
+        progress.phase("baseline: one-row UPDATE");
+        let rate = load::update_rate(pool, args.connections, seconds).await?;
+        update = Some(rate);
+        figures.push(
+            Figure::new("update", "baseline: one-row UPDATE, autocommit", rate, "commits/s").ratio(update, "UPDATE"),
+        );
+    }
+    if wants(args, "insert") {
+        progress.phase("baseline: one-row INSERT");
+        let rate = load::insert_rate(pool, args.connections, seconds).await?;
+        insert = Some(rate);
+        figures.push(
+            Figure::new("insert", "baseline: one-row INSERT, autocommit", rate, "commits/s").ratio(update, "UPDATE"),
+        );
+    }
+    if wants(args, "enqueue") {
+        progress.phase("enqueue: create_task");
+        let rate = load::enqueue_rate(pool, args.connections, seconds).await?;
+        let pass = insert.map(|i| rate >= 0.8 * i);
+        figures.push(
+            Figure::new("enqueue", "enqueue: create_task, one per transaction", rate, "tasks/s")
+                .ratio(update, "UPDATE")
+                .bar(">= 0.8 x INSERT", pass),
+        );
+    }
+    if wants(args, "bulk") {
+        progress.phase("enqueue: create_tasks bulk");
+        let rate = load::bulk_rate(pool, args.tasks).await?;
+        figures.push(
+            Figure::new("bulk", "enqueue: create_tasks, 1,000 per call", rate, "tasks/s")
+                .ratio(update, "UPDATE")
+                .bar(">= 100,000 tasks/s", Some(rate >= 100_000.0)),
+        );
+    }
+    if wants(args, "burndown") {
+        progress.phase("burn-down: 1-stage");
+        load::queue(pool, "bench_burn1", args.tasks, None).await?;
+        let rate = load::burn_down(pool, url, "bench_burn1", args.tasks, 1, args.concurrency).await?;
+        burn1 = Some(rate);
+        figures.push(
+            Figure::new("burndown", "burn-down: 1-stage no-op tasks", rate, "tasks/s")
+                .ratio(update, "UPDATE")
+                .bar(">= 5 x UPDATE", update.map(|u| rate >= 5.0 * u)),
+        );
+    }
+    if wants(args, "burndown3") {
+        progress.phase("burn-down: 3-stage");
+        load::queue(pool, "bench_burn3", args.tasks, None).await?;
+        let rate = load::burn_down(pool, url, "bench_burn3", args.tasks, 3, args.concurrency).await?;
+        figures
+            .push(Figure::new("burndown3", "burn-down: 3-stage no-op tasks", rate, "tasks/s").ratio(update, "UPDATE"));
+    }
+    if wants(args, "wake") {
+        progress.phase("wake latency");
+        let commit = load::commit_latency(pool).await?;
+        let wake = load::wake_latency(pool, url, seconds, args.wake_rate).await?;
+        let base = Some(commit);
+        let to = "one-row UPDATE commit p50";
+        figures.push(Figure::new("commit_p50", "baseline: one-row UPDATE commit, p50", commit, "ms").ratio(base, to));
+        figures.push(
+            Figure::new("wake_p50", "wake latency: insert -> start, p50", wake.p50, "ms")
+                .ratio(base, to)
+                .bar("<= 2 ms", Some(wake.p50 <= 2.0)),
+        );
+        figures.push(Figure::new("wake_p95", "wake latency: insert -> start, p95", wake.p95, "ms").ratio(base, to));
+        figures.push(
+            Figure::new("wake_p99", "wake latency: insert -> start, p99", wake.p99, "ms")
+                .ratio(base, to)
+                .bar("<= 6 ms", Some(wake.p99 <= 6.0)),
+        );
+    }
+    if wants(args, "aging") {
+        progress.phase("aging: fill finished tasks");
+        let ty = "bench_aged";
+        load::register(pool, ty, None).await?;
+        aging::fill_finished(pool, ty, args.aged_rows, &mut progress).await?;
+        progress.phase_note("aging: burn-down beside the finished tasks");
+        load::queue(pool, ty, args.tasks, None).await?;
+        let rate = load::burn_down(pool, url, ty, args.tasks, 1, args.concurrency).await?;
+        let millions = args.aged_rows as f64 / 1e6;
+        figures.push(
+            Figure::new("aging", &format!("burn-down: 1-stage, {millions} M finished kept"), rate, "tasks/s")
+                .ratio(update, "UPDATE")
+                .bar(">= 0.9 x empty-table burn-down", burn1.map(|b| rate >= 0.9 * b)),
+        );
+        aging::clear(pool, ty).await?;
+    }
+    if wants(args, "drop") {
+        progress.phase("retention: drop an expired shard");
+        let dropped = aging::drop_expired_shard(pool, args.drop_rows, &mut progress).await?;
+        let millions = args.drop_rows as f64 / 1e6;
+        figures.push(
+            Figure::new("drop", &format!("retention: drop an expired {millions} M-row shard"), dropped.seconds, "s")
+                .bar("< 1 s, no dead tuples", Some(dropped.seconds < 1.0 && dropped.dead_tuples == 0)),
+        );
+        figures.push(Figure::new("drop_dead", "dead tuples left by the drop", dropped.dead_tuples as f64, "rows"));
+    }
+    progress.finish();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    Ok(BenchResults { started_at, command, server_version, cpus, figures })
+}
+
+/// A phase-level progress bar on stderr (a line per phase when stderr is not a terminal).
+pub(crate) struct Progress {
+    total: usize,
+    done: usize,
+    started: Instant,
+    current: String,
+    tty: bool,
+}
+
+impl Progress {
+    fn new(total: usize) -> Self {
+        Progress {
+            total,
+            done: 0,
+            started: Instant::now(),
+            current: String::new(),
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Starts the next phase.
+    fn phase(&mut self, name: &str) {
+        if !self.current.is_empty() {
+            self.done += 1;
+        }
+        self.current = name.to_string();
+        self.draw("");
+    }
+
+    /// Renames the current phase without counting a new one.
+    fn phase_note(&mut self, name: &str) {
+        self.current = name.to_string();
+        self.draw("");
+    }
+
+    /// Shows a detail of the current phase.
+    pub(crate) fn detail(&mut self, detail: &str) {
+        self.draw(detail);
+    }
+
+    fn draw(&self, detail: &str) {
+        let width = 30;
+        let filled = (self.done * width) / self.total.max(1);
+        let line = format!(
+            "[{}{}] {}/{} {:>5.0}s  {}{}{}",
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            self.done,
+            self.total,
+            self.started.elapsed().as_secs_f64(),
+            self.current,
+            if detail.is_empty() { "" } else { ": " },
+            detail
+        );
+        let mut err = std::io::stderr();
+        if self.tty {
+            let _ = write!(err, "\r{line:<100}");
+            let _ = err.flush();
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+
+    fn finish(&mut self) {
+        self.done = self.total;
+        self.current = "done".into();
+        self.draw("");
+        if self.tty {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The benchmark's outputs: the table, results.json and an SVG chart.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::{BenchResults, Figure};
+use crate::error::{Error, Result};
+
+/// Prints the table (or the JSON).
+pub(super) fn print(results: &BenchResults, as_json: bool) {
+    if as_json {
+        println!("{}", json!(results));
+        return;
+    }
+    println!(
+        "\nasyncflow bench  ({}; {} CPUs; {})",
+        results.server_version,
+        results.cpus,
+        results.started_at.format("%Y-%m-%d %H:%M UTC")
+    );
+    println!("{:<46} {:>12} {:<10} {:>9}  {:<28} {:<4}", "figure", "value", "unit", "ratio", "bar", "");
+    for f in &results.figures {
+        let ratio = f.ratio.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into());
+        let value = if f.value >= 100.0 { format!("{:.0}", f.value) } else { format!("{:.2}", f.value) };
+        let ok = match f.pass {
+            Some(true) => "ok",
+            Some(false) => "MISS",
+            None => "",
+        };
+        println!(
+            "{:<46} {:>12} {:<10} {:>9}  {:<28} {:<4}",
+            f.name,
+            value,
+            f.unit,
+            ratio,
+            f.bar.as_deref().unwrap_or(""),
+            ok
+        );
+    }
+    let bases: Vec<String> = results.figures.iter().filter_map(|f| f.ratio_to.clone()).fold(Vec::new(), |mut v, b| {
+        if !v.contains(&b) {
+            v.push(b);
+        }
+        v
+    });
+    if !bases.is_empty() {
+        println!("ratio: value / the same run's {}", bases.join(" or "));
+    }
+}
+
+/// Writes `<dir>/results.json` and `<dir>/chart.svg`; their paths.
+pub(super) fn write(results: &BenchResults, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let io = |e: std::io::Error| Error::Config(format!("writing benchmark results to {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let json_path = dir.join("results.json");
+    let text = serde_json::to_string_pretty(results).map_err(|e| Error::Unexpected(e.to_string()))?;
+    std::fs::write(&json_path, text + "\n").map_err(io)?;
+    let svg_path = dir.join("chart.svg");
+    std::fs::write(&svg_path, chart(results)).map_err(io)?;
+    Ok((json_path, svg_path))
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Two panels: throughput figures as multiples of the UPDATE baseline (with the bar's line where
+/// there is one), and latencies in milliseconds.
+pub(super) fn chart(results: &BenchResults) -> String {
+    let rates: Vec<&Figure> = results.figures.iter().filter(|f| f.unit.ends_with("/s")).collect();
+    let times: Vec<&Figure> = results.figures.iter().filter(|f| f.unit == "ms").collect();
+    let (left, width, row) = (330.0, 420.0, 26.0);
+    let top_rates = 60.0;
+    let top_times = top_rates + row * rates.len() as f64 + 70.0;
+    let height = top_times + row * times.len() as f64 + 50.0;
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">"#,
+        w = left + width + 120.0
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="10" y="22" font-size="15" font-weight="bold">asyncflow bench — {} — {} CPUs — {}</text>"#,
+        escape(&results.server_version),
+        results.cpus,
+        results.started_at.format("%Y-%m-%d %H:%M UTC")
+    );
+
+    let max_ratio = rates.iter().filter_map(|f| f.ratio).fold(5.5_f64, f64::max);
+    let scale = width / max_ratio;
+    let _ = writeln!(
+        svg,
+        r#"<text x="10" y="{}" font-weight="bold">throughput, as a multiple of the same run's one-row UPDATE commit rate</text>"#,
+        top_rates - 12.0
+    );
+    for (i, f) in rates.iter().enumerate() {
+        let y = top_rates + row * i as f64;
+        let r = f.ratio.unwrap_or(0.0);
+        let colour = match f.pass {
+            Some(true) => "#3a8f3a",
+            Some(false) => "#c0392b",
+            None => "#4a78b5",
+        };
+        let _ =
+            writeln!(svg, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, left - 8.0, y + 15.0, escape(&f.name));
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="{colour}"/>"#,
+            y + 3.0,
+            (r * scale).max(1.0),
+            row - 8.0
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{}">{r:.2}x ({:.0} {})</text>"#,
+            left + (r * scale).max(1.0) + 5.0,
+            y + 15.0,
+            f.value,
+            escape(&f.unit)
+        );
+    }
+    for (x, label) in [(1.0, "1x"), (5.0, "5x bar")] {
+        let px = left + x * scale;
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{px:.1}" y1="{}" x2="{px:.1}" y2="{}" stroke="#555" stroke-dasharray="4 3"/>"##,
+            top_rates - 4.0,
+            top_rates + row * rates.len() as f64
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{px:.1}" y="{}" text-anchor="middle" fill="\#555">{label}</text>"#,
+            top_rates + row * rates.len() as f64 + 14.0
+        );
+    }
+
+    let max_ms = times.iter().map(|f| f.value).fold(6.5_f64, f64::max);
+    let ms_scale = width / max_ms;
+    let _ = writeln!(svg, r#"<text x="10" y="{}" font-weight="bold">latency, milliseconds</text>"#, top_times - 12.0);
+    for (i, f) in times.iter().enumerate() {
+        let y = top_times + row * i as f64;
+        let colour = match f.pass {
+            Some(true) => "#3a8f3a",
+            Some(false) => "#c0392b",
+            None => "#4a78b5",
+        };
+        let _ =
+            writeln!(svg, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, left - 8.0, y + 15.0, escape(&f.name));
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="{colour}"/>"#,
+            y + 3.0,
+            (f.value * ms_scale).max(1.0),
+            row - 8.0
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{}">{:.2} ms</text>"#,
+            left + (f.value * ms_scale).max(1.0) + 5.0,
+            y + 15.0,
+            f.value
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
