@@ -6,8 +6,11 @@
 //!   /healthz /readyz                     no auth
 //!   /v1/tasks ...  /v1/task-types ...    bearer token when configured
 //!   /v1/queue-depth  /v1/worker/...
+//!   /create_task /hold_tasks /set_task ... and the same under /v1: the original flowsvr
+//!                                        protocol for old workers (compat.rs)
 //! ```
 
+mod compat;
 mod error;
 mod health;
 mod task_types;
@@ -81,6 +84,7 @@ pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
         .merge(tasks::routes())
         .merge(task_types::routes())
         .merge(worker_protocol::routes())
+        .merge(compat::routes())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(health::routes())

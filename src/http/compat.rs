@@ -1,0 +1,862 @@
+//! Compatibility endpoints for workers and clients written for the original asyncflow server
+//! ("flowsvr", see `shared/reference/original-asyncflow-protocol.md` §2, §7, §8). An old Go or
+//! Java worker pointed at this server runs unchanged (the C++ port parses replies with protobuf's
+//! strict JSON parser, which refuses keys its messages lack, such as `priority`, so it needs
+//! `ignore_unknown_fields`). Every operation goes through the same SQL API as the rest of the
+//! crate (`create_task`, `claim_tasks`, `report_tasks`, ...): there is no second implementation.
+//!
+//! ```text
+//!   POST create_task   -> asyncflow.create_task        GET get_task            -> asyncflow.get_task
+//!   POST hold_tasks    -> asyncflow.claim_tasks        GET get_task_list       -> asyncflow.list_tasks
+//!   POST set_task      -> asyncflow.report_tasks       GET get_task_schedule_cfg_list -> task types
+//!   POST register_task -> asyncflow.register_task_type GET get_task_counts_by_type, GET ping
+//! ```
+//!
+//! Every route is served at the root (`/create_task`, G1/G2) and under `/v1` (`/v1/create_task`,
+//! G3), for GET and POST alike (the C++ port POSTs everything), behind the same bearer token as
+//! the rest of the API when tokens are configured.
+//!
+//! # Dialects
+//! Input keys are matched without regard to case or underscores, so snake_case (`task_data`,
+//! `task_id`, `task_type`, `crt_retry_num`, ...), camelCase (`taskData`, `taskId`, ...) and the G2
+//! set_task shape `{"taskId", "TaskData": {...}}` are all read; when both spellings are sent, the
+//! snake_case one wins. Parameters come from the query string and from a JSON object body: with a
+//! JSON Content-Type the body must parse and wins; without one (the Go worker's hold_tasks) the
+//! query string wins and a body that is not JSON is ignored. set_task and create_task also take the
+//! task fields flat at the top level (the C++ port's shape).
+//! Replies use the request's dialect: snake_case when any key carried an underscore, camelCase
+//! when any carried a capital, and both key sets when the request showed neither (ping, the
+//! config list). get_task always answers with both `taskData` and `task_data`, because the G3
+//! client asks with `taskId` but reads `task_data` (quirk §7.9).
+//!
+//! # The TaskData mapping
+//! `status` is 1 pending, 2 running, 3 succeeded, 4 failed, 5 cancelled (5 is never handed out by
+//! hold). `task_id` is our opaque id. `context` is a string on the wire: a string holding a JSON
+//! object is stored as that object; any other text is stored as `{"flowsvr_context_text": text}`
+//! and handed back verbatim. A succeeded task shows its result as its context. `crt_retry_num`
+//! is the number of failed tries of the current stage (for a running task `attempt - 1`, which is
+//! exactly the count an old worker compares with `max_retry_num`). `order_time` is unix seconds
+//! of the real, persisted sort key; `create_time`/`modify_time` are RFC 3339. `schedule_log` is
+//! our log rendered in the original shape `{"LastData": {TraceId, ErrMsg, Cost, ...},
+//! "HistoryDatas": [up to 3]}` ("" when empty). `claim_seq` (`claimSeq`) is added: the fencing
+//! token of the current claim.
+//!
+//! # The envelope and codes
+//! Every reply is HTTP 200 with `{"code", "msg", ...}`: `code 0`, `msg "ok"` on success, and on
+//! failure the original 80xx code with its original text followed by `": "` and what was wrong
+//! (a real failure never answers code 0). 8020 input invalid (missing type or id, bad status,
+//! priority outside 0..=31,104,000, invalid names, oversize context), 8021 unreadable JSON or
+//! query, 8035 unknown task, 8037 create failed, 8038 hold or list failed, 8039 unknown task type
+//! ("get task cfg failed"), 8041 set_task refused, 8045 config list failed, 8046 count failed,
+//! 8047 register failed. Database trouble is logged and answered with the code's text only, never
+//! database text. limit 0 means 2000 and larger limits are cut to 2000.
+//!
+//! # The set_task rule
+//! hold_tasks claims with `asyncflow.claim_tasks` (FOR UPDATE SKIP LOCKED, atomic) under the owner
+//! [`COMPAT_OWNER`], so the claim starts a lease and gets a fencing token (`claim_seq`), like any
+//! other. A set_task report is applied through `asyncflow.report_tasks`, fenced by that owner and
+//! a claim_seq:
+//! * with a token (`claim_seq` in the task data or at the top level), only to that claim;
+//! * without one (old workers), only while the task is **running under a hold_tasks claim**
+//!   (status 2, owner [`COMPAT_OWNER`]), and then to the claim it is under at that moment, read
+//!   and fenced in one step, so a concurrent rescue or re-claim makes the report fail instead of
+//!   landing on the new claim;
+//! * never to a pending task (also one the rescuer took back from a silent worker), a task held
+//!   by a native worker, or a finished task (succeeded, failed, cancelled: immutable).
+//!
+//! A refused report answers 8041 and changes nothing. What remains open without a token: a report
+//! that arrives after its task was rescued *and* held again by another old worker is taken for
+//! the new claim's report; workers that send `claim_seq` are immune.
+//!
+//! What an accepted report does, by the reported status:
+//! * 3: succeeded, the reported context (or the current one) as the result;
+//! * 4: failed for good, the error taken from the reported schedule_log's `LastData.ErrMsg`;
+//! * 1 with `crt_retry_num` above the handed-out count: a failed try, retried per the type's
+//!   policy at `now + backoff` (the worker's own order_time and retry interval are ignored) or
+//!   failed when out of tries;
+//! * (a failed try, 4 or the line above, keeps the context it was held with: only a stage that
+//!   ends well hands a new context on);
+//! * 1 with a new `task_stage`: advance, pending at `now - priority` with the new context;
+//! * 1 with the same stage and an `order_time` in the future: check again then (`later`);
+//! * 1 otherwise: pending again at the same stage at `now - priority`;
+//! * 2 or no status: a heartbeat (the lease is extended); changing stage or context needs status 1.
+//!
+//! Fields our model keeps fixed are accepted and ignored: priority (checked), user_id,
+//! max_retry_num, max_retry_interval (the type's policy rules), and the client's schedule_log.
+//! On create, a client `task_id` is an idempotency key (the reply carries our id), the client's
+//! status and retry settings are ignored, and a task without `task_stage` starts at the type's
+//! `initial_stage`.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{json, Map, Value};
+
+use super::AppState;
+use crate::db::api::{self, TaskFilter};
+use crate::error::Error;
+use crate::ids::{TaskId, TypeName, WorkerId};
+use crate::task::{NewTask, Report, ReportKind, ScheduleLogEntry, Task, TaskStatus};
+use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
+
+/// The owner hold_tasks stamps on its claims; set_task without a token applies only to these.
+pub const COMPAT_OWNER: &str = "flowsvr-compat";
+/// The key under which a context that is not a JSON object is kept.
+const TEXT_KEY: &str = "flowsvr_context_text";
+/// The original default and cap of a hold or list.
+const LIMIT_DEFAULT: i64 = 2000;
+const PRIORITY_MAX: i64 = 31_104_000;
+const DELAY_MAX: i64 = 31_536_000;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Endpoint {
+    CreateTask,
+    HoldTasks,
+    SetTask,
+    GetTask,
+    GetTaskList,
+    GetTaskScheduleCfgList,
+    RegisterTask,
+    GetTaskCountsByType,
+    Ping,
+}
+
+/// Each endpoint's path and the code of a failure that is not the client's fault.
+const ENDPOINTS: [(Endpoint, &str, i32); 9] = [
+    (Endpoint::CreateTask, "create_task", 8037),
+    (Endpoint::HoldTasks, "hold_tasks", 8038),
+    (Endpoint::SetTask, "set_task", 8041),
+    (Endpoint::GetTask, "get_task", 8035),
+    (Endpoint::GetTaskList, "get_task_list", 8038),
+    (Endpoint::GetTaskScheduleCfgList, "get_task_schedule_cfg_list", 8045),
+    (Endpoint::RegisterTask, "register_task", 8047),
+    (Endpoint::GetTaskCountsByType, "get_task_counts_by_type", 8046),
+    (Endpoint::Ping, "ping", 8035),
+];
+
+pub(super) fn routes() -> Router<AppState> {
+    let mut router = Router::new();
+    for route in ENDPOINTS {
+        let handler = move |s, h, u, b| serve(s, h, u, b, route);
+        let method = get(handler).post(handler);
+        router = router.route(&format!("/{}", route.1), method.clone()).route(&format!("/v1/{}", route.1), method);
+    }
+    router
+}
+
+/// The original text of a code.
+fn code_text(code: i32) -> &'static str {
+    match code {
+        0 => "ok",
+        8020 => "input invalid",
+        8021 => "should bind failed",
+        8035 => "get task info failed",
+        8037 => "create task failed",
+        8038 => "get task list from db failed",
+        8039 => "get task cfg failed",
+        8041 => "set task failed",
+        8045 => "get task cfg failed",
+        8046 => "get task count from db failed",
+        8047 => "register task create new table failed",
+        _ => "unknown error code",
+    }
+}
+
+/// Why a request failed: an 80xx code with what was wrong, or an error from below.
+#[derive(Debug)]
+enum Failure {
+    Code(i32, String),
+    Db(Error),
+}
+
+impl Failure {
+    fn input(detail: impl Into<String>) -> Self {
+        Failure::Code(8020, detail.into())
+    }
+
+    fn bind(detail: impl Into<String>) -> Self {
+        Failure::Code(8021, detail.into())
+    }
+
+    /// (code, msg) for the reply; server trouble is logged and not described.
+    fn code_and_msg(self, (_, path, failure_code): (Endpoint, &str, i32)) -> (i32, String) {
+        match self {
+            Failure::Code(code, detail) => (code, format!("{}: {detail}", code_text(code))),
+            Failure::Db(e) => {
+                let code = match &e {
+                    Error::UnknownTaskType(_) => 8039,
+                    Error::UnknownTask(_) => 8035,
+                    Error::StaleFence(_) => 8041,
+                    Error::InvalidTypeName(_)
+                    | Error::PriorityOutOfRange(_)
+                    | Error::ContextTooLarge(_)
+                    | Error::InvalidArgument(_) => 8020,
+                    _ => failure_code,
+                };
+                if e.is_client_error() {
+                    let text = e.to_string();
+                    (code, format!("{}: {}", code_text(code), text.strip_prefix("tasks[0]: ").unwrap_or(&text)))
+                } else {
+                    tracing::error!(error = %e, endpoint = path, "compat request failed");
+                    (code, format!("{}; see the server log", code_text(code)))
+                }
+            }
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Db(e)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Failure {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Failure::Db(Error::from(e))
+    }
+}
+
+type Outcome = Result<Map<String, Value>, Failure>;
+
+async fn serve(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+    route: (Endpoint, &'static str, i32),
+) -> Response {
+    let outcome = match Input::read(&headers, &uri, body) {
+        Err(f) => Err(f),
+        Ok(input) => match route.0 {
+            Endpoint::CreateTask => create_task(&state, &input).await,
+            Endpoint::HoldTasks => hold_tasks(&state, &input).await,
+            Endpoint::SetTask => set_task(&state, &input).await,
+            Endpoint::GetTask => get_task(&state, &input).await,
+            Endpoint::GetTaskList => get_task_list(&state, &input).await,
+            Endpoint::GetTaskScheduleCfgList => get_task_schedule_cfg_list(&state, &input).await,
+            Endpoint::RegisterTask => register_task(&state, &input).await,
+            Endpoint::GetTaskCountsByType => get_task_counts_by_type(&state, &input).await,
+            Endpoint::Ping => Ok(Map::from_iter([("message".to_string(), json!("pong"))])),
+        },
+    };
+    let (code, msg, mut reply) = match outcome {
+        Ok(fields) => (0, "ok".to_string(), fields),
+        Err(f) => {
+            let (code, msg) = f.code_and_msg(route);
+            (code, msg, Map::new())
+        }
+    };
+    reply.insert("code".into(), json!(code));
+    reply.insert("msg".into(), json!(msg));
+    (StatusCode::OK, Json(Value::Object(reply))).into_response()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading requests
+
+/// Which key spelling a request used, and so which the reply uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Dialect {
+    Snake,
+    Camel,
+    Both,
+}
+
+/// A key as compared: lower case, no underscores (`task_id`, `taskId`, `TaskId` are one key).
+fn norm(key: &str) -> String {
+    key.chars().filter(|c| *c != '_').flat_map(char::to_lowercase).collect()
+}
+
+/// The value of `name` in `map` under any spelling; the snake_case spelling wins.
+fn find<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    let want = norm(name);
+    let mut found = None;
+    for (k, v) in map {
+        if !v.is_null() && norm(k) == want {
+            if k.contains('_') {
+                return Some(v);
+            }
+            found = found.or(Some(v));
+        }
+    }
+    found
+}
+
+/// Parameters from the query string and the body, in the order they win.
+struct Input {
+    sources: Vec<Map<String, Value>>,
+    dialect: Dialect,
+    /// Why the body could not be read, when it was not JSON and no JSON Content-Type claimed it.
+    unread_body: Option<String>,
+}
+
+impl Input {
+    fn read(headers: &HeaderMap, uri: &Uri, body: Result<Bytes, BytesRejection>) -> Result<Input, Failure> {
+        let json_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+        let Query(query) = Query::<HashMap<String, String>>::try_from_uri(uri)
+            .map_err(|e| Failure::bind(format!("unreadable query string: {}", e.body_text())))?;
+        let query: Map<String, Value> = query.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+        let bytes = body.map_err(|e| match e.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => Failure::bind("the request body is larger than the server accepts"),
+            _ => Failure::bind(e.body_text()),
+        })?;
+        let parsed = match serde_json::from_slice::<Value>(&bytes) {
+            _ if bytes.iter().all(u8::is_ascii_whitespace) => Ok(None),
+            Ok(Value::Object(map)) => Ok(Some(map)),
+            Ok(_) => Err("the body must be a JSON object".to_string()),
+            Err(e) => Err(format!("invalid JSON body: {e}")),
+        };
+        // Without a JSON Content-Type a body that is not JSON is ignored (the Go worker's hold).
+        let (body, unread_body) = match parsed {
+            Ok(body) => (body, None),
+            Err(why) if json_type => return Err(Failure::bind(why)),
+            Err(why) => (None, Some(why)),
+        };
+        let sources: Vec<Map<String, Value>> = match (body, json_type) {
+            (Some(b), true) => vec![b, query],
+            (Some(b), false) => vec![query, b],
+            (None, _) => vec![query],
+        };
+        let dialect = Self::dialect_of(&sources);
+        Ok(Input { sources, dialect, unread_body })
+    }
+
+    /// Snake when any key (top level or in the task data) has an underscore, camel when any has a
+    /// capital, both otherwise.
+    fn dialect_of(sources: &[Map<String, Value>]) -> Dialect {
+        let mut keys: Vec<&str> = Vec::new();
+        for map in sources {
+            for (k, v) in map {
+                keys.push(k);
+                if norm(k) == "taskdata" {
+                    if let Some(inner) = v.as_object() {
+                        keys.extend(inner.keys().map(String::as_str));
+                    }
+                }
+            }
+        }
+        if keys.iter().any(|k| k.contains('_')) {
+            Dialect::Snake
+        } else if keys.iter().any(|k| k.chars().any(|c| c.is_ascii_uppercase())) {
+            Dialect::Camel
+        } else {
+            Dialect::Both
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.sources.iter().find_map(|m| find(m, name))
+    }
+
+    /// The task data object (`task_data`, `taskData`, `TaskData`), or the top level when the
+    /// request sends the fields flat. Needs a readable body.
+    fn task_data(&self) -> Result<Map<String, Value>, Failure> {
+        if let Some(why) = &self.unread_body {
+            return Err(Failure::bind(why.clone()));
+        }
+        match self.get("task_data") {
+            Some(Value::Object(m)) => Ok(m.clone()),
+            Some(_) => Err(Failure::bind("task_data must be a JSON object")),
+            None => {
+                let mut flat = Map::new();
+                for source in self.sources.iter().rev() {
+                    flat.extend(source.clone());
+                }
+                Ok(flat)
+            }
+        }
+    }
+}
+
+/// A text field: a string (empty means absent) or a number.
+fn text(v: Option<&Value>, name: &str) -> Result<Option<String>, Failure> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(_) => Err(Failure::bind(format!("{name} must be a string"))),
+    }
+}
+
+/// An integer field: a JSON integer or a string holding one (query strings, protobuf int64).
+fn int(v: Option<&Value>, name: &str) -> Result<Option<i64>, Failure> {
+    let bad = || Failure::bind(format!("{name} must be an integer"));
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(Some(f as i64)),
+            _ => Err(bad()),
+        },
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => s.trim().parse().map(Some).map_err(|_| bad()),
+        Some(_) => Err(bad()),
+    }
+}
+
+fn int32(v: Option<&Value>, name: &str) -> Result<Option<i32>, Failure> {
+    int(v, name)?
+        .map(|n| i32::try_from(n).map_err(|_| Failure::input(format!("{name} is out of range, got {n}"))))
+        .transpose()
+}
+
+fn number(v: Option<&Value>, name: &str) -> Result<Option<f64>, Failure> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(Value::String(s)) => {
+            s.trim().parse().map(Some).map_err(|_| Failure::bind(format!("{name} must be a number")))
+        }
+        Some(_) => Err(Failure::bind(format!("{name} must be a number"))),
+    }
+}
+
+fn required(v: Option<String>, name: &str) -> Result<String, Failure> {
+    v.ok_or_else(|| Failure::input(format!("{name} is required")))
+}
+
+fn priority(v: Option<&Value>) -> Result<Option<i32>, Failure> {
+    match int(v, "priority")? {
+        None => Ok(None),
+        Some(p) if (0..=PRIORITY_MAX).contains(&p) => Ok(Some(p as i32)),
+        Some(p) => Err(Failure::input(format!("priority must be between 0 and {PRIORITY_MAX} seconds, got {p}"))),
+    }
+}
+
+/// limit: absent or 0 is the default, above the cap is the cap.
+fn limit(input: &Input) -> Result<i64, Failure> {
+    match int(input.get("limit"), "limit")? {
+        None | Some(0) => Ok(LIMIT_DEFAULT),
+        Some(n) if n < 0 => Err(Failure::input(format!("limit must not be negative, got {n}"))),
+        Some(n) => Ok(n.min(LIMIT_DEFAULT)),
+    }
+}
+
+/// A wire context (a string, normally holding a JSON object) as our JSON object.
+fn context_in(v: Option<&Value>) -> Option<Value> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.trim().is_empty() => None,
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(obj @ Value::Object(_)) => Some(obj),
+            _ => Some(json!({ TEXT_KEY: s })),
+        },
+        Some(obj @ Value::Object(_)) => Some(obj.clone()),
+        Some(other) => Some(json!({ TEXT_KEY: other.to_string() })),
+    }
+}
+
+/// Our context (or result) as the wire's string.
+fn context_out(v: &Value) -> String {
+    match v.as_object().filter(|m| m.len() == 1).and_then(|m| m.get(TEXT_KEY)) {
+        Some(Value::String(s)) => s.clone(),
+        _ => v.to_string(),
+    }
+}
+
+/// The error an old worker wrote into its schedule_log (`LastData.ErrMsg`), if any.
+fn reported_error(log: Option<&str>) -> Option<String> {
+    let log: Value = serde_json::from_str(log?).ok()?;
+    let last = find(log.as_object()?, "LastData")?.as_object()?;
+    let msg = find(last, "ErrMsg")?.as_str()?.trim();
+    (!msg.is_empty()).then(|| msg.chars().take(256).collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing replies
+
+fn camel(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A snake_case object with its keys in the dialect (Camel converts; Snake and Both keep).
+fn keyed(snake: Value, d: Dialect) -> Value {
+    match (snake, d) {
+        (Value::Object(m), Dialect::Camel) => Value::Object(m.into_iter().map(|(k, v)| (camel(&k), v)).collect()),
+        (v, _) => v,
+    }
+}
+
+/// Inserts a reply field under the dialect's key, or under both keys.
+fn put(reply: &mut Map<String, Value>, d: Dialect, snake: &str, camel_key: &str, make: impl Fn(Dialect) -> Value) {
+    if d != Dialect::Camel {
+        reply.insert(snake.to_string(), make(Dialect::Snake));
+    }
+    if d != Dialect::Snake {
+        reply.insert(camel_key.to_string(), make(Dialect::Camel));
+    }
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The wire's status integers.
+const STATUSES: [(i64, TaskStatus); 5] = [
+    (1, TaskStatus::Pending),
+    (2, TaskStatus::Running),
+    (3, TaskStatus::Succeeded),
+    (4, TaskStatus::Failed),
+    (5, TaskStatus::Cancelled),
+];
+
+fn status_code(s: TaskStatus) -> i64 {
+    STATUSES.iter().find(|(_, st)| *st == s).map_or(0, |(n, _)| *n)
+}
+
+fn status_of(code: i64) -> Option<TaskStatus> {
+    STATUSES.iter().find(|(n, _)| *n == code).map(|(_, s)| *s)
+}
+
+/// Failed tries of the current stage: a running (or succeeded) task's current try has not failed.
+fn crt_retry_num(t: &Task) -> i32 {
+    match t.status {
+        TaskStatus::Running | TaskStatus::Succeeded => (t.attempt - 1).max(0),
+        _ => t.attempt,
+    }
+}
+
+/// Our schedule log in the original `{"LastData", "HistoryDatas"}` shape.
+fn schedule_log_out(entries: &[ScheduleLogEntry]) -> String {
+    let item = |e: &ScheduleLogEntry| {
+        let start = e.start.map(rfc3339).unwrap_or_default();
+        json!({
+            "TraceId": format!("{}@{start}", e.worker.as_deref().unwrap_or("asyncflow")),
+            "ErrMsg": e.error.clone().unwrap_or_default(),
+            "Cost": format!("{}ms", e.cost_ms.unwrap_or(0.0).round() as i64),
+            "Stage": e.stage.clone().unwrap_or_default(),
+            "Outcome": e.outcome.clone().or_else(|| e.event.clone()).unwrap_or_default(),
+        })
+    };
+    let Some((last, earlier)) = entries.split_last() else {
+        return String::new();
+    };
+    let history: Vec<Value> = earlier.iter().rev().take(3).rev().map(item).collect();
+    json!({"LastData": item(last), "HistoryDatas": history}).to_string()
+}
+
+fn task_data(t: &Task, d: Dialect) -> Value {
+    let shown = match (&t.status, &t.result) {
+        (TaskStatus::Succeeded, Some(r)) if !r.is_null() => r,
+        _ => &t.context,
+    };
+    keyed(
+        json!({
+            "user_id": t.user_id.clone().unwrap_or_default(),
+            "task_id": t.id,
+            "task_type": t.task_type,
+            "task_stage": t.stage,
+            "status": status_code(t.status),
+            "priority": t.priority,
+            "crt_retry_num": crt_retry_num(t),
+            "max_retry_num": t.max_retry_num,
+            "max_retry_interval": t.max_retry_interval,
+            "schedule_log": schedule_log_out(&t.schedule_log),
+            "context": context_out(shown),
+            "order_time": t.order_time.timestamp(),
+            "create_time": rfc3339(t.created_at),
+            "modify_time": rfc3339(t.updated_at),
+            "claim_seq": t.claim_seq,
+        }),
+        d,
+    )
+}
+
+fn task_list(reply: &mut Map<String, Value>, d: Dialect, tasks: &[Task]) {
+    put(reply, d, "task_list", "taskList", |d| Value::Array(tasks.iter().map(|t| task_data(t, d)).collect()));
+}
+
+fn schedule_cfg(t: &TaskTypeSettings, d: Dialect) -> Value {
+    // The first back-off of our policy: 1 s when progressive, |max| when uniform.
+    let retry_interval = match t.max_retry_interval {
+        n if n > 0 => 1,
+        n => n.abs(),
+    };
+    keyed(
+        json!({
+            "task_type": t.task_type,
+            "schedule_limit": t.schedule_limit,
+            "schedule_interval": t.schedule_interval.ceil() as i64,
+            "max_processing_time": t.max_processing_time,
+            "max_retry_num": t.max_retry_num,
+            "retry_interval": retry_interval,
+            "max_retry_interval": t.max_retry_interval,
+            "create_time": rfc3339(t.created_at),
+            "modify_time": rfc3339(t.updated_at),
+        }),
+        d,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints
+
+async fn create_task(state: &AppState, input: &Input) -> Outcome {
+    let data = input.task_data()?;
+    let task_type = required(text(find(&data, "task_type"), "task_type")?, "task_type")?;
+    let task = NewTask {
+        context: Some(context_in(find(&data, "context")).unwrap_or_else(|| json!({}))),
+        priority: priority(find(&data, "priority"))?,
+        run_at: None,
+        stage: text(find(&data, "task_stage"), "task_stage")?,
+        idempotency_key: text(find(&data, "task_id"), "task_id")?,
+        user_id: text(find(&data, "user_id"), "user_id")?,
+    };
+    let id = api::create_task(&state.pool.get().await?, &task_type, &task).await?;
+    let mut reply = Map::new();
+    put(&mut reply, input.dialect, "task_id", "taskId", |_| json!(id));
+    Ok(reply)
+}
+
+async fn hold_tasks(state: &AppState, input: &Input) -> Outcome {
+    let task_type = required(text(input.get("task_type"), "task_type")?, "task_type")?;
+    let limit = limit(input)? as i32;
+    let owner = WorkerId::new(COMPAT_OWNER)?;
+    let mut c = state.pool.get().await?;
+    // Claim and read in one transaction: what is handed out is exactly what was claimed.
+    let tx = c.transaction().await.map_err(Error::from_db)?;
+    let claimed = api::claim_tasks(&tx, &task_type, &owner, limit, None).await?;
+    let ids: Vec<TaskId> = claimed.into_iter().map(|t| t.task_id).collect();
+    let tasks = api::get_tasks(&tx, &ids).await?;
+    tx.commit().await.map_err(Error::from_db)?;
+    let mut reply = Map::new();
+    task_list(&mut reply, input.dialect, &tasks);
+    Ok(reply)
+}
+
+/// What an old worker reported in set_task.
+struct SetReport {
+    status: i64,
+    stage: Option<String>,
+    context: Option<Value>,
+    crt_retry_num: Option<i64>,
+    order_time: Option<i64>,
+    schedule_log: Option<String>,
+}
+
+/// The report_tasks outcome for an old worker's report (see the module doc).
+fn decide(task: &Task, r: SetReport, now: i64) -> Result<ReportKind, Failure> {
+    let error =
+        || reported_error(r.schedule_log.as_deref()).unwrap_or_else(|| "failed (reported by a flowsvr worker)".into());
+    let new_stage = r.stage.clone().filter(|s| *s != task.stage);
+    Ok(match r.status {
+        3 => ReportKind::Succeed { result: r.context.unwrap_or_else(|| task.context.clone()) },
+        4 => ReportKind::Fail { error: error(), retry: false },
+        1 if r.crt_retry_num.is_some_and(|n| n > i64::from(crt_retry_num(task))) => {
+            ReportKind::Fail { error: error(), retry: true }
+        }
+        1 => match (new_stage, r.order_time) {
+            (Some(stage), _) => ReportKind::Advance { stage, context: r.context },
+            (None, Some(at)) if at > now => {
+                if at - now > DELAY_MAX {
+                    return Err(Failure::input(format!("order_time is more than {DELAY_MAX} seconds ahead")));
+                }
+                ReportKind::Later { delay: (at - now) as f64, context: r.context }
+            }
+            (None, _) => ReportKind::Advance { stage: task.stage.clone(), context: r.context },
+        },
+        _ => {
+            if new_stage.is_some() || r.context.as_ref().is_some_and(|c| *c != task.context) {
+                return Err(Failure::input(
+                    "status 2 (processing) keeps the task as it is; report status 1 to change its stage or context",
+                ));
+            }
+            ReportKind::Heartbeat
+        }
+    })
+}
+
+async fn set_task(state: &AppState, input: &Input) -> Outcome {
+    let data = input.task_data()?;
+    let id = text(find(&data, "task_id"), "task_id")?.or(text(input.get("task_id"), "task_id")?);
+    let id = required(id, "task_id")?;
+    priority(find(&data, "priority"))?;
+    let status = int(find(&data, "status"), "status")?.unwrap_or(0);
+    if !(0..=4).contains(&status) {
+        return Err(Failure::input(format!(
+            "status must be 1 (pending), 2 (processing), 3 (success) or 4 (failed), got {status}"
+        )));
+    }
+    let report = SetReport {
+        status,
+        stage: text(find(&data, "task_stage"), "task_stage")?,
+        context: context_in(find(&data, "context")),
+        crt_retry_num: int(find(&data, "crt_retry_num"), "crt_retry_num")?,
+        order_time: int(find(&data, "order_time"), "order_time")?,
+        schedule_log: text(find(&data, "schedule_log"), "schedule_log")?,
+    };
+    let token = int32(find(&data, "claim_seq").or(input.get("claim_seq")), "claim_seq")?;
+
+    let c = state.pool.get().await?;
+    let task = api::get_task(&c, &id).await?.ok_or_else(|| Failure::Code(8035, format!("unknown task {id:?}")))?;
+    let now_status = |t: &Task| format!("{:?}", t.status).to_lowercase();
+    if task.status.is_final() {
+        return Err(Failure::Code(8041, format!("task {id} is {}: a finished task never changes", now_status(&task))));
+    }
+    let claim_seq = match token {
+        Some(seq) => seq,
+        None if task.status == TaskStatus::Running && task.owner.as_deref() == Some(COMPAT_OWNER) => task.claim_seq,
+        None => {
+            return Err(Failure::Code(
+                8041,
+                format!(
+                    "task {id} is {} and not held through hold_tasks: only a held task takes reports",
+                    now_status(&task)
+                ),
+            ))
+        }
+    };
+    let kind = decide(&task, report, Utc::now().timestamp())?;
+    let owner = WorkerId::new(COMPAT_OWNER)?;
+    let report = Report { task_id: task.id.clone(), claim_seq, kind };
+    match api::report_tasks(&c, &owner, &[report], None).await?.into_iter().next() {
+        Some(r) if r.accepted => Ok(Map::new()),
+        Some(r) => Err(Failure::Code(
+            8041,
+            format!(
+                "task {id} is no longer held under claim_seq {claim_seq} (now {}); nothing changed",
+                r.status.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_else(|| "gone".into())
+            ),
+        )),
+        None => Err(Failure::Code(8035, format!("unknown task {id:?}"))),
+    }
+}
+
+async fn get_task(state: &AppState, input: &Input) -> Outcome {
+    let id = required(text(input.get("task_id"), "task_id")?, "task_id")?;
+    let task = api::get_task(&state.pool.get().await?, &id)
+        .await?
+        .ok_or_else(|| Failure::Code(8035, format!("unknown task {id:?}")))?;
+    let mut reply = Map::new();
+    // Both keys always: G3 clients ask with taskId and read task_data (quirk 9).
+    put(&mut reply, Dialect::Both, "task_data", "taskData", |d| task_data(&task, d));
+    Ok(reply)
+}
+
+/// A type named by the request that must exist: invalid names are 8020, unknown ones 8039.
+async fn known_type<C: crate::db::GenericClient>(c: &C, input: &Input) -> Result<TypeName, Failure> {
+    let name = TypeName::new(&required(text(input.get("task_type"), "task_type")?, "task_type")?)?;
+    if api::positions_of(c, name.as_str()).await?.is_none() {
+        return Err(Failure::Code(8039, format!("unknown task type {:?}", name.as_str())));
+    }
+    Ok(name)
+}
+
+async fn get_task_list(state: &AppState, input: &Input) -> Outcome {
+    let c = state.pool.get().await?;
+    let code = int(input.get("status"), "status")?.unwrap_or(0);
+    let status = status_of(code).ok_or_else(|| {
+        Failure::input(format!(
+            "status must be 1 (pending), 2 (processing), 3 (success), 4 (failed) or 5 (cancelled), got {code}"
+        ))
+    })?;
+    let limit = limit(input)?;
+    let name = known_type(&c, input).await?;
+    // list_tasks pages hold at most 1000; follow the pages up to the limit.
+    let mut tasks: Vec<Task> = Vec::new();
+    while (tasks.len() as i64) < limit {
+        let page_size = (limit - tasks.len() as i64).min(1000) as i32;
+        let filter = TaskFilter {
+            task_type: Some(name.to_string()),
+            status: Some(status),
+            limit: Some(page_size),
+            after: tasks.last().map(|t| t.id.to_string()),
+            ..Default::default()
+        };
+        let page = api::list_tasks(&c, &filter).await?;
+        let full = page.len() as i32 == page_size;
+        tasks.extend(page);
+        if !full {
+            break;
+        }
+    }
+    let mut reply = Map::new();
+    task_list(&mut reply, input.dialect, &tasks);
+    Ok(reply)
+}
+
+async fn get_task_schedule_cfg_list(state: &AppState, input: &Input) -> Outcome {
+    let types = api::list_task_types(&state.pool.get().await?).await?;
+    let mut reply = Map::new();
+    put(&mut reply, input.dialect, "task_schedule_cfg_list", "scheduleCfgList", |d| {
+        Value::Array(types.iter().map(|t| schedule_cfg(t, d)).collect())
+    });
+    Ok(reply)
+}
+
+async fn register_task(state: &AppState, input: &Input) -> Outcome {
+    if let Some(why) = &input.unread_body {
+        return Err(Failure::bind(why.clone()));
+    }
+    let name = TypeName::new(&required(text(input.get("task_type"), "task_type")?, "task_type")?)?;
+    let settings = TaskTypeUpdate {
+        schedule_limit: int32(input.get("schedule_limit"), "schedule_limit")?,
+        schedule_interval: number(input.get("schedule_interval"), "schedule_interval")?,
+        max_processing_time: int32(input.get("max_processing_time"), "max_processing_time")?,
+        max_retry_num: int32(input.get("max_retry_num"), "max_retry_num")?,
+        max_retry_interval: int32(input.get("max_retry_interval"), "max_retry_interval")?,
+        ..Default::default()
+    };
+    api::register_task_type(&state.pool.get().await?, &name, &settings).await?;
+    Ok(Map::new())
+}
+
+async fn get_task_counts_by_type(state: &AppState, input: &Input) -> Outcome {
+    let c = state.pool.get().await?;
+    let name = known_type(&c, input).await?;
+    let total: i64 = api::count_by_status(&c, name.as_str()).await?.iter().map(|(_, n)| n).sum();
+    // G3's code says `counts`, its blog `task_count`: both.
+    Ok(Map::from_iter([("counts".to_string(), json!(total)), ("task_count".to_string(), json!(total))]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_round_trip_as_wire_strings() {
+        assert_eq!(context_in(Some(&json!("{\"a\":1}"))), Some(json!({"a": 1})));
+        assert_eq!(context_in(Some(&json!(""))), None);
+        let text = context_in(Some(&json!("plain words"))).unwrap_or_default();
+        assert_eq!(context_out(&text), "plain words");
+        assert_eq!(context_out(&json!({"a": 1})), "{\"a\":1}");
+        let list = context_in(Some(&json!("[1,2]"))).unwrap_or_default();
+        assert_eq!(context_out(&list), "[1,2]");
+    }
+
+    #[test]
+    fn keys_match_across_dialects_and_snake_wins() {
+        let m: Map<String, Value> = serde_json::from_value(json!({"taskId": "c", "task_id": "s"})).unwrap_or_default();
+        assert_eq!(find(&m, "task_id"), Some(&json!("s")));
+        let m: Map<String, Value> = serde_json::from_value(json!({"TaskData": {}})).unwrap_or_default();
+        assert!(find(&m, "task_data").is_some());
+        assert_eq!(camel("crt_retry_num"), "crtRetryNum");
+        assert_eq!(reported_error(Some(r#"{"LastData":{"ErrMsg":"boom"}}"#)), Some("boom".into()));
+        assert_eq!(reported_error(Some(r#"{"lastData":{"errMsg":"x"}}"#)), Some("x".into()));
+        assert_eq!(reported_error(Some("garbage")), None);
+    }
+}
