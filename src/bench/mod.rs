@@ -198,7 +198,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     let mut insert = None;
     let mut burn1 = None;
 
-    if wants(args, "update") || wants(args, "insert") {
+    if wants(args, "update") || wants(args, "insert") || wants(args, "wake") {
         api::bench_prepare(&pool.get().await?).await?;
     }
     if wants(args, "update") {
@@ -265,6 +265,10 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             Figure::new("wake_p50", "wake latency: insert -> start, p50", wake.p50, "ms")
                 .ratio(base, to)
                 .bar("<= 2 ms", Some(wake.p50 <= 2.0)),
+        );
+        figures.push(
+            Figure::new("wake_after_commit_p50", "wake latency: commit acknowledged -> start, p50", wake.after_commit_p50, "ms")
+                .ratio(base, to),
         );
         figures.push(Figure::new("wake_p95", "wake latency: insert -> start, p95", wake.p95, "ms").ratio(base, to));
         figures.push(

@@ -503,3 +503,76 @@ pub async fn bench_dead_tuples<C: GenericClient>(c: &C, task_type: &str) -> Resu
     .await?;
     get(&row, "n")
 }
+
+/// CHECKPOINT, so that a timed phase does not inherit the previous phase's WAL debt (full-page
+/// images after a checkpoint that the previous phase's volume triggered). Needs superuser or
+/// pg_checkpoint; false when not allowed.
+pub async fn bench_checkpoint<C: GenericClient>(c: &C) -> Result<bool> {
+    match c.batch_execute("checkpoint").await {
+        Ok(()) => Ok(true),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => Ok(false),
+        Err(e) => Err(Error::from_db(e)),
+    }
+}
+
+/// Per-type figures for `GET /metrics` that `queue_depth` does not give.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskTypeFigures {
+    /// Task type.
+    pub task_type: String,
+    /// Ids handed out by the type's sequence: tasks created, plus creations rolled back (0 when
+    /// this role may not read the sequence).
+    pub created: i64,
+    /// Stored tasks per status (finished tasks leave when retention drops their shard).
+    pub pending: i64,
+    /// See `pending`.
+    pub running: i64,
+    /// See `pending`.
+    pub succeeded: i64,
+    /// See `pending`.
+    pub failed: i64,
+    /// See `pending`.
+    pub cancelled: i64,
+    /// Seconds since the longest-held running task was claimed (0 when none runs).
+    pub oldest_running_age: f64,
+}
+
+/// Figures of every registered type, by name. Counting finished tasks reads the whole tasks
+/// table: this is for a scrape every few seconds at most, not for a hot path.
+pub async fn task_type_figures<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeFigures>> {
+    let rows = query(
+        c,
+        "select y.task_type, coalesce(s.last_value, 0) as created, \
+           n.pending, n.running, n.succeeded, n.failed, n.cancelled, \
+           coalesce(extract(epoch from (now() - n.oldest_claim)), 0)::double precision as oldest_running_age \
+         from asyncflow.task_types y \
+         join pg_catalog.pg_class q on q.oid = y.id_seq \
+         join pg_catalog.pg_namespace ns on ns.oid = q.relnamespace \
+         left join pg_catalog.pg_sequences s on s.schemaname = ns.nspname and s.sequencename = q.relname \
+         cross join lateral ( \
+           select count(*) filter (where t.status = 'pending') as pending, \
+             count(*) filter (where t.status = 'running') as running, \
+             count(*) filter (where t.status = 'succeeded') as succeeded, \
+             count(*) filter (where t.status = 'failed') as failed, \
+             count(*) filter (where t.status = 'cancelled') as cancelled, \
+             min(t.claimed_at) filter (where t.status = 'running') as oldest_claim \
+           from asyncflow.tasks t where t.task_type = y.task_type) n \
+         order by y.task_type",
+        &[],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TaskTypeFigures {
+                task_type: get(r, "task_type")?,
+                created: get(r, "created")?,
+                pending: get(r, "pending")?,
+                running: get(r, "running")?,
+                succeeded: get(r, "succeeded")?,
+                failed: get(r, "failed")?,
+                cancelled: get(r, "cancelled")?,
+                oldest_running_age: get(r, "oldest_running_age")?,
+            })
+        })
+        .collect()
+}
