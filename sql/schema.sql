@@ -236,7 +236,14 @@ declare
   v_leaf text := 'tasks_' || p_task_type || '_' || p_shard;
 begin
   perform asyncflow.check_type_name(p_task_type);
-  execute format('create table asyncflow.%I (like asyncflow.tasks including defaults)', v_leaf);
+  -- A queue shard churns: every task is updated at least twice and its old versions leave dead
+  -- entries at the head of the ready index that claims must step over until VACUUM removes
+  -- them. Autovacuum therefore visits a shard after 1 % of its rows changed (default 20 %), and
+  -- analyzes it after 2 % (the claim's plan does not depend on statistics, see claim_tasks, but
+  -- the other queries' do).
+  execute format('create table asyncflow.%I (like asyncflow.tasks including defaults) with ('
+    'autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, '
+    'autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.02)', v_leaf);
   execute format('alter table asyncflow.%I attach partition asyncflow.%I for values in (%L)',
     'tasks_' || p_task_type, v_leaf, p_shard);
   insert into asyncflow.shards (task_type, shard, created_at) values (p_task_type, p_shard, p_now);
