@@ -4,6 +4,8 @@
 //! search_path, proving that the SQL API qualifies every name.
 #![allow(dead_code)]
 
+pub mod sql;
+
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;

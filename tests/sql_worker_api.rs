@@ -1,0 +1,472 @@
+//! The worker side of the SQL API: claims, fenced reports, stages, retries and back-off, claim order and plan, concurrent claimers.
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use asyncflow::db::api;
+use asyncflow::task::{Report, ReportKind, TaskStatus};
+use common::{sqlstate, TestDb};
+use serde_json::{json, Value};
+
+use common::sql::*;
+
+#[tokio::test]
+async fn a_failed_try_waits_its_backoff_ignoring_priority_and_fails_for_good_when_out_of_tries() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db.raw().await, "video", json!({"max_retry_num": 4, "max_retry_interval": 10})).await;
+    let id = api::create_task(&c, "video", &asyncflow::task::NewTask { priority: Some(100), ..Default::default() })
+        .await
+        .unwrap();
+    let w = worker("w");
+    let mut now = t0() + secs(1000.0);
+    let mut waits = Vec::new();
+    for attempt in 1..=5 {
+        let claimed = api::claim_tasks(&c, "video", &w, 1, Some(now)).await.unwrap();
+        assert_eq!(claimed.len(), 1, "attempt {attempt}");
+        assert_eq!(claimed[0].attempt, attempt);
+        let r = api::report_tasks(
+            &c,
+            &w,
+            &[rep(
+                id.as_str(),
+                claimed[0].claim_seq,
+                ReportKind::Fail { error: format!("boom {attempt}"), retry: true },
+            )],
+            Some(now),
+        )
+        .await
+        .unwrap();
+        assert!(r[0].accepted);
+        let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+        if attempt <= 4 {
+            assert_eq!(t.status, TaskStatus::Pending);
+            waits.push((t.order_time - now).num_milliseconds() as f64 / 1000.0);
+            now = t.order_time;
+        } else {
+            assert_eq!(t.status, TaskStatus::Failed, "out of tries after max_retry_num retries");
+            assert_eq!(t.error.as_deref(), Some("boom 5"));
+            assert!(t.finished_at.is_some());
+            assert_eq!(t.retry_count, 5);
+            assert_eq!(t.schedule_log.len(), 5);
+        }
+    }
+    assert_eq!(waits, vec![1.0, 2.0, 4.0, 8.0]);
+
+    // retry: false fails at once; errors are cut to 256 characters.
+    let id = api::create_task(&c, "video", &Default::default()).await.unwrap();
+    let claimed = api::claim_tasks(&c, "video", &w, 1, None).await.unwrap();
+    api::report_tasks(
+        &c,
+        &w,
+        &[rep(id.as_str(), claimed[0].claim_seq, ReportKind::Fail { error: "e".repeat(1000), retry: false })],
+        None,
+    )
+    .await
+    .unwrap();
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.error.map(|e| e.len()), Some(256));
+    assert_eq!(t.schedule_log[0].error.as_ref().map(|e| e.len()), Some(256));
+}
+
+#[tokio::test]
+async fn uniform_backoff_waits_the_same_every_time() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db.raw().await, "video", json!({"max_retry_num": 3, "max_retry_interval": -7})).await;
+    let id = api::create_task(&c, "video", &Default::default()).await.unwrap();
+    let w = worker("w");
+    let mut now = t0() + secs(100.0);
+    for _ in 0..3 {
+        let claimed = api::claim_tasks(&c, "video", &w, 1, Some(now)).await.unwrap();
+        api::report_tasks(
+            &c,
+            &w,
+            &[rep(id.as_str(), claimed[0].claim_seq, ReportKind::Fail { error: "x".into(), retry: true })],
+            Some(now),
+        )
+        .await
+        .unwrap();
+        let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+        assert_eq!(t.order_time - now, secs(7.0));
+        now = t.order_time;
+    }
+}
+
+#[tokio::test]
+async fn context_travels_across_three_stages_and_the_task_goes_back_in_line_between_them() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db.raw().await, "media", json!({"initial_stage": "probe"})).await;
+    let id = api::create_task(
+        &c,
+        "media",
+        &asyncflow::task::NewTask { context: Some(json!({"file": "a.mp4"})), priority: Some(5), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let w = worker("w");
+    let stages = [("probe", "transcode"), ("transcode", "publish")];
+    for (i, (stage, next)) in stages.iter().enumerate() {
+        let now = t0() + secs(10.0 * (i as f64 + 1.0));
+        let claimed = api::claim_tasks(&c, "media", &w, 5, Some(now)).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].stage, *stage);
+        assert_eq!(claimed[0].attempt, 1, "attempt counts tries of the current stage");
+        let mut ctx = claimed[0].context.clone();
+        ctx[*stage] = json!(format!("{stage} done"));
+        let r = api::report_tasks(
+            &c,
+            &w,
+            &[rep(
+                id.as_str(),
+                claimed[0].claim_seq,
+                ReportKind::Advance { stage: next.to_string(), context: Some(ctx) },
+            )],
+            Some(now),
+        )
+        .await
+        .unwrap();
+        assert!(r[0].accepted);
+        assert_eq!(r[0].status, Some(TaskStatus::Pending));
+        let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+        assert_eq!(t.order_time, now - secs(5.0), "stage change: order_time = now - priority");
+        assert_eq!(t.attempt, 0);
+    }
+    let claimed = api::claim_tasks(&c, "media", &w, 5, Some(t0() + secs(100.0))).await.unwrap();
+    assert_eq!(claimed[0].stage, "publish");
+    assert_eq!(claimed[0].context, json!({"file": "a.mp4", "probe": "probe done", "transcode": "transcode done"}));
+    api::report_tasks(
+        &c,
+        &w,
+        &[rep(id.as_str(), claimed[0].claim_seq, ReportKind::Succeed { result: json!({"url": "https://cdn/a"}) })],
+        None,
+    )
+    .await
+    .unwrap();
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.result, Some(json!({"url": "https://cdn/a"})));
+    let outcomes: Vec<_> =
+        t.schedule_log.iter().map(|e| (e.stage.clone().unwrap(), e.outcome.clone().unwrap())).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            ("probe".into(), "advance".into()),
+            ("transcode".into(), "advance".into()),
+            ("publish".into(), "succeed".into())
+        ]
+    );
+    assert!(t
+        .schedule_log
+        .iter()
+        .all(|e| e.worker.as_deref() == Some("w") && e.start.is_some() && e.cost_ms.is_some()));
+}
+
+#[tokio::test]
+async fn later_is_not_a_failure_and_the_schedule_log_keeps_the_last_20() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db.raw().await, "poll", json!({"max_retry_num": 0})).await;
+    let id = api::create_task(&c, "poll", &Default::default()).await.unwrap();
+    let w = worker("w");
+    let mut now = t0();
+    for i in 0..25 {
+        let claimed = api::claim_tasks(&c, "poll", &w, 1, Some(now)).await.unwrap();
+        assert_eq!(claimed.len(), 1, "round {i}");
+        assert_eq!(claimed[0].attempt, 1, "a later reply gives the try back");
+        api::report_tasks(
+            &c,
+            &w,
+            &[rep(
+                id.as_str(),
+                claimed[0].claim_seq,
+                ReportKind::Later { delay: 30.0, context: Some(json!({"round": i})) },
+            )],
+            Some(now),
+        )
+        .await
+        .unwrap();
+        let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+        assert_eq!(t.status, TaskStatus::Pending);
+        assert_eq!(t.order_time, now + secs(30.0));
+        assert!(api::claim_tasks(&c, "poll", &w, 1, Some(now + secs(29.0))).await.unwrap().is_empty());
+        now = now + secs(30.0);
+    }
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.retry_count, 0);
+    assert_eq!(t.context, json!({"round": 24}));
+    assert_eq!(t.schedule_log.len(), 20, "bounded log");
+    assert_eq!(t.schedule_log.last().and_then(|e| e.outcome.clone()).as_deref(), Some("later"));
+}
+
+#[tokio::test]
+async fn a_stale_fencing_token_is_refused_after_rescue_and_changes_nothing() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db.raw().await, "video", json!({"max_processing_time": 10, "max_retry_num": 5, "max_retry_interval": 1}))
+        .await;
+    let id = api::create_task(&c, "video", &Default::default()).await.unwrap();
+    let (a, b) = (worker("a"), worker("b"));
+    let now = t0();
+    let first = api::claim_tasks(&c, "video", &a, 1, Some(now)).await.unwrap().remove(0);
+    // Heartbeat extends the lease while it is held.
+    let hb =
+        api::report_tasks(&c, &a, &[rep(id.as_str(), first.claim_seq, ReportKind::Heartbeat)], Some(now + secs(5.0)))
+            .await
+            .unwrap();
+    assert!(hb[0].accepted);
+    assert_eq!(hb[0].lease_until, Some(now + secs(15.0)));
+    let rescued = api::rescue_expired(&c, Some(now + secs(16.0)), 100).await.unwrap();
+    assert_eq!(rescued.len(), 1);
+    let before = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    for kind in [
+        ReportKind::Succeed { result: json!(1) },
+        ReportKind::Heartbeat,
+        ReportKind::Advance { stage: "x".into(), context: None },
+    ] {
+        let r = api::report_tasks(&c, &a, &[rep(id.as_str(), first.claim_seq, kind)], Some(now + secs(17.0)))
+            .await
+            .unwrap();
+        assert!(!r[0].accepted);
+        assert_eq!(r[0].status, Some(TaskStatus::Pending));
+    }
+    assert_eq!(api::get_task(&c, id.as_str()).await.unwrap().unwrap(), before, "refused reports changed nothing");
+
+    let second = api::claim_tasks(&c, "video", &b, 1, Some(now + secs(20.0))).await.unwrap().remove(0);
+    assert_eq!(second.claim_seq, first.claim_seq + 1);
+    assert_eq!(second.attempt, 2, "the rescue counted as a failed try");
+    let late = api::report_tasks(
+        &c,
+        &a,
+        &[rep(id.as_str(), first.claim_seq, ReportKind::Succeed { result: json!("late") })],
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(!late[0].accepted, "the vanished worker's late report");
+    let wrong_owner = api::report_tasks(
+        &c,
+        &a,
+        &[rep(id.as_str(), second.claim_seq, ReportKind::Succeed { result: json!("thief") })],
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(!wrong_owner[0].accepted, "the right token from the wrong worker");
+    let ok = api::report_tasks(
+        &c,
+        &b,
+        &[rep(id.as_str(), second.claim_seq, ReportKind::Succeed { result: json!("b") })],
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(ok[0].accepted);
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.result, Some(json!("b")));
+    let outcomes: Vec<_> = t.schedule_log.iter().filter_map(|e| e.outcome.clone()).collect();
+    assert_eq!(outcomes, vec!["rescued", "succeed"]);
+}
+
+#[tokio::test]
+async fn cancel_and_retry_by_hand() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db.raw().await, "video", json!({})).await;
+    let w = worker("w");
+    let running = api::create_task(&c, "video", &Default::default()).await.unwrap();
+    let claimed = api::claim_tasks(&c, "video", &w, 1, None).await.unwrap().remove(0);
+    assert!(api::cancel_task(&c, running.as_str()).await.unwrap());
+    let r = api::report_tasks(
+        &c,
+        &w,
+        &[rep(running.as_str(), claimed.claim_seq, ReportKind::Succeed { result: json!(1) })],
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(!r[0].accepted, "a cancelled task's worker is refused");
+    assert_eq!(r[0].status, Some(TaskStatus::Cancelled));
+    assert!(!api::cancel_task(&c, running.as_str()).await.unwrap(), "already ended");
+    assert!(api::retry_task(&c, running.as_str()).await.unwrap());
+    let t = api::get_task(&c, running.as_str()).await.unwrap().unwrap();
+    assert_eq!((t.status, t.attempt), (TaskStatus::Pending, 0));
+    assert!(!api::retry_task(&c, running.as_str()).await.unwrap(), "a pending task is not retried");
+    let again = api::claim_tasks(&c, "video", &w, 1, None).await.unwrap();
+    assert_eq!(again[0].task_id, running);
+    assert_eq!(again[0].attempt, 1);
+}
+
+#[tokio::test]
+async fn paused_types_and_concurrency_limits_bound_claims() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    let raw = db.raw().await;
+    register(&raw, "video", json!({"concurrency": 2, "schedule_limit": 3})).await;
+    api::create_tasks(&c, "video", &vec![Default::default(); 10]).await.unwrap();
+    let w = worker("w");
+    assert_eq!(api::claim_tasks(&c, "video", &w, 10, None).await.unwrap().len(), 2, "concurrency 2");
+    assert_eq!(api::claim_tasks(&c, "video", &w, 10, None).await.unwrap().len(), 0, "still 2 running");
+    register(&raw, "video", json!({"concurrency": null})).await;
+    assert_eq!(api::claim_tasks(&c, "video", &w, 10, None).await.unwrap().len(), 3, "schedule_limit 3 per claim");
+    register(&raw, "video", json!({"paused": true})).await;
+    assert_eq!(api::claim_tasks(&c, "video", &w, 10, None).await.unwrap().len(), 0, "paused");
+    let depth = api::queue_depth(&c).await.unwrap();
+    assert_eq!((depth[0].ready, depth[0].running, depth[0].paused), (5, 5, true));
+}
+
+#[tokio::test]
+async fn the_claim_reads_only_pending_rows_through_the_partial_index() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "video", json!({})).await;
+    // 2,000 finished tasks and 5 pending ones.
+    c.query(
+        "select asyncflow.create_tasks('video', (select jsonb_agg('{}'::jsonb) from generate_series(1, 2000)))",
+        &[],
+    )
+    .await
+    .unwrap();
+    c.batch_execute("update asyncflow.tasks set status = 'succeeded', finished_at = now(); analyze asyncflow.tasks")
+        .await
+        .unwrap();
+    c.query("select asyncflow.create_tasks('video', (select jsonb_agg('{}'::jsonb) from generate_series(1, 5)))", &[])
+        .await
+        .unwrap();
+    // The claim's row selection, exactly as asyncflow.claim_tasks runs it.
+    let plan: Value = c
+        .query_one(
+            "explain (analyze, format json) select shard, id from asyncflow.tasks \
+             where task_type = 'video' and shard >= 1 and status = 'pending' and order_time <= now() \
+             order by order_time limit 100 for update skip locked",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let text = plan.to_string();
+    assert!(!text.contains("Seq Scan"), "no sequential scan: {text}");
+    let mut scans = Vec::new();
+    fn walk(node: &Value, out: &mut Vec<Value>) {
+        if node.get("Index Name").is_some() {
+            out.push(node.clone());
+        }
+        if let Some(children) = node.get("Plans").and_then(Value::as_array) {
+            for ch in children {
+                walk(ch, out);
+            }
+        }
+    }
+    walk(&plan[0]["Plan"], &mut scans);
+    assert!(!scans.is_empty(), "an index scan: {text}");
+    let mut rows_read = 0;
+    for scan in &scans {
+        let index = scan["Index Name"].as_str().unwrap().to_string();
+        let def: String = c
+            .query_one("select pg_get_indexdef(to_regclass('asyncflow.' || quote_ident($1)))", &[&index])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(def.contains("WHERE (status = 'pending'"), "partial index on pending rows: {def}");
+        rows_read += scan["Actual Rows"].as_i64().unwrap_or(0)
+            + scan.get("Rows Removed by Filter").and_then(Value::as_i64).unwrap_or(0);
+    }
+    assert_eq!(rows_read, 5, "only the 5 pending rows were read, none of the 2,000 finished ones");
+}
+
+#[tokio::test]
+async fn eight_concurrent_claimers_never_hold_the_same_task_and_finish_all_10000() {
+    let db = TestDb::new().await;
+    register(&db.raw().await, "bulk", json!({"schedule_limit": 50})).await;
+    {
+        let c = db.raw().await;
+        c.query("select asyncflow.create_tasks('bulk', (select jsonb_agg(jsonb_build_object('priority', g % 7)) from generate_series(1, 10000) g))", &[])
+            .await
+            .unwrap();
+    }
+    let held: Arc<Mutex<HashSet<String>>> = Arc::new(Mutex::new(HashSet::new()));
+    let done = Arc::new(Mutex::new(0usize));
+    let mut workers = Vec::new();
+    for n in 0..8 {
+        let pool = db.pool.clone();
+        let held = held.clone();
+        let done = done.clone();
+        workers.push(tokio::spawn(async move {
+            let w = worker(&format!("w{n}"));
+            loop {
+                let c = pool.get().await.unwrap();
+                let claimed = api::claim_tasks(&c, "bulk", &w, 50, None).await.unwrap();
+                if claimed.is_empty() {
+                    return;
+                }
+                {
+                    let mut h = held.lock().unwrap();
+                    for t in &claimed {
+                        assert!(h.insert(t.task_id.to_string()), "{} held twice at once", t.task_id);
+                    }
+                }
+                let reports: Vec<Report> = claimed
+                    .iter()
+                    .map(|t| Report {
+                        task_id: t.task_id.clone(),
+                        claim_seq: t.claim_seq,
+                        kind: ReportKind::Succeed { result: json!(n) },
+                    })
+                    .collect();
+                // Release our hold before reporting: after the report another claimer may see it.
+                {
+                    let mut h = held.lock().unwrap();
+                    for t in &claimed {
+                        h.remove(t.task_id.as_str());
+                    }
+                }
+                let results = api::report_tasks(&c, &w, &reports, None).await.unwrap();
+                assert!(results.iter().all(|r| r.accepted));
+                *done.lock().unwrap() += results.len();
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(*done.lock().unwrap(), 10000);
+    let c = db.conn().await;
+    let counts = api::count_by_status(&c, "bulk").await.unwrap();
+    assert_eq!(counts, vec![(TaskStatus::Succeeded, 10000)]);
+    let claims: i64 =
+        c.query_one("select count(*) from asyncflow.tasks where claim_seq <> 1", &[]).await.unwrap().get(0);
+    assert_eq!(claims, 0, "every task was claimed exactly once");
+}
+
+#[tokio::test]
+async fn malformed_reports_are_refused_whole_naming_the_report_and_field() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "clip", json!({})).await;
+    let id: String = c.query_one("select asyncflow.create_task('clip')", &[]).await.unwrap().get(0);
+    let claimed = c.query("select claim_seq from asyncflow.claim_tasks('clip', 'w1', 1)", &[]).await.unwrap();
+    let seq: i32 = claimed[0].get(0);
+    let good = json!({"task_id": id, "claim_seq": seq, "outcome": "succeed"});
+    for (bad, says) in [
+        (json!({"task_id": "clip-1", "claim_seq": seq, "outcome": "succeed"}), "reports[1]: task_id must be a task id"),
+        (json!({"task_id": "Clip-1-1", "claim_seq": seq, "outcome": "succeed"}), "task_id must be a task id"),
+        (json!({"task_id": "clip-1-99999999999999999999", "claim_seq": 1, "outcome": "succeed"}), "task_id"),
+        (json!({"task_id": id, "claim_seq": 1.5, "outcome": "succeed"}), "claim_seq must be an integer"),
+        (json!({"task_id": id, "claim_seq": seq, "outcome": "fail", "error": 7}), "error must be a string"),
+        (json!({"task_id": id, "claim_seq": seq, "outcome": "advance", "stage": ["x"]}), "stage"),
+        (json!({"task_id": id, "claim_seq": seq, "outcome": "succeed", "delay": "soon"}), "delay must be a number"),
+    ] {
+        let err = c
+            .query("select * from asyncflow.report_tasks('w1', $1)", &[&json!([good, bad])])
+            .await
+            .expect_err("a malformed report is refused");
+        assert_eq!(sqlstate(&err), "AF006", "{err}");
+        let text = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(text.contains(says), "{text:?} should say {says:?}");
+        // nothing applied: the good report in the same batch did not land
+        assert_eq!(task(&c, &id).await["status"], "running");
+    }
+}
