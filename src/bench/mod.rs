@@ -267,8 +267,13 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
                 .bar("<= 2 ms", Some(wake.p50 <= 2.0)),
         );
         figures.push(
-            Figure::new("wake_after_commit_p50", "wake latency: commit acknowledged -> start, p50", wake.after_commit_p50, "ms")
-                .ratio(base, to),
+            Figure::new(
+                "wake_after_commit_p50",
+                "wake latency: commit acknowledged -> start, p50",
+                wake.after_commit_p50,
+                "ms",
+            )
+            .ratio(base, to),
         );
         figures.push(Figure::new("wake_p95", "wake latency: insert -> start, p95", wake.p95, "ms").ratio(base, to));
         figures.push(
