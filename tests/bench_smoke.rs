@@ -1,0 +1,74 @@
+//! `asyncflow bench` runs every phase end to end at toy sizes and writes its results and chart.
+//! It asserts what the command produces, never how fast anything was: figures come from the
+//! command, not from tests.
+mod common;
+
+use std::process::Command;
+
+use common::TestDb;
+use serde_json::Value;
+
+struct OutDir(std::path::PathBuf);
+
+impl Drop for OutDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
+    let db = TestDb::new().await;
+    // the bench makes (and drops) a database of its own on the same server
+    let server_url = db.url.split('?').next().unwrap_or(&db.url).to_string();
+    let out = OutDir(std::env::temp_dir().join(format!("asyncflow-bench-{}", uuid::Uuid::new_v4().simple())));
+    let run = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+        .args(["bench", "--seconds", "0.3", "--tasks", "300", "--aged-rows", "2000", "--drop-rows", "1000"])
+        .args(["--wake-rate", "40", "--json", "--out"])
+        .arg(&out.0)
+        .env("DATABASE_URL", &server_url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bench_db = format!("asyncflow_bench_{}", run.id());
+    let run = run.wait_with_output().unwrap();
+    assert!(run.status.success(), "bench failed: {}", String::from_utf8_lossy(&run.stderr));
+    let printed: Value = serde_json::from_slice(&run.stdout).expect("--json prints the results");
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(out.0.join("results.json")).unwrap()).unwrap();
+    assert_eq!(printed, written);
+    let keys: Vec<&str> = written["figures"].as_array().unwrap().iter().filter_map(|f| f["key"].as_str()).collect();
+    for key in ["update", "insert", "enqueue", "bulk", "burndown", "burndown3", "commit_p50", "wake_p50", "wake_p99"] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    for key in ["aging", "drop", "drop_dead"] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    for f in written["figures"].as_array().unwrap() {
+        let value = f["value"].as_f64().unwrap_or(f64::NAN);
+        assert!(value.is_finite() && value >= 0.0, "{f}");
+        if f["key"] != "update" && f["unit"].as_str().is_some_and(|u| u.ends_with("/s")) {
+            assert!(f["ratio"].as_f64().is_some_and(|r| r > 0.0), "a rate has its ratio to the baseline: {f}");
+        }
+    }
+    assert_eq!(written["figures"].as_array().unwrap().iter().find(|f| f["key"] == "drop_dead").unwrap()["value"], 0.0);
+    let svg = std::fs::read_to_string(out.0.join("chart.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("burn-down") && svg.trim_end().ends_with("</svg>"));
+    // the benchmark database is gone
+    let c = db.raw().await;
+    let left: i64 =
+        c.query_one("select count(*) from pg_database where datname = $1", &[&bench_db]).await.unwrap().get(0);
+    assert_eq!(left, 0, "the benchmark database is dropped at the end");
+}
+
+#[test]
+fn bad_bench_options_are_refused_before_anything_runs() {
+    let run = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+        .args(["bench", "--only", "burndown,nap"])
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("unknown phase \"nap\""), "{err}");
+}
