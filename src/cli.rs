@@ -108,12 +108,44 @@ pub struct WorkerArgs {
     /// Time in-flight calls get after SIGTERM/SIGINT before their tasks are handed back.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub shutdown_grace: Duration,
-    /// Do not take part in the maintenance leader election.
+    /// Do not take part in the maintenance leader election (a worker on --server never does).
     #[arg(long)]
     pub no_maintenance: bool,
     /// This worker's id (default: host-pid-random).
     #[arg(long, env = "ASYNCFLOW_WORKER_ID")]
     pub worker_id: Option<String>,
+    /// Claim and report through an asyncflow server (the HTTP worker protocol) instead of the
+    /// database: no database connection is made.
+    #[command(flatten)]
+    pub target: crate::admin::Target,
+}
+
+impl WorkerArgs {
+    /// The worker's settings and what to run, checked.
+    fn setup(&self) -> Result<(crate::worker::WorkerConfig, crate::worker::folder::FolderOptions)> {
+        if self.concurrency == 0 || self.concurrency > 10_000 {
+            return Err(crate::Error::Config("--concurrency must be between 1 and 10000".into()));
+        }
+        let worker_id = match &self.worker_id {
+            Some(id) => crate::WorkerId::new(id)?,
+            None => crate::WorkerId::generate(),
+        };
+        let config = crate::worker::WorkerConfig {
+            worker_id,
+            concurrency: self.concurrency,
+            shutdown_grace: self.shutdown_grace,
+            exit_when_idle: self.exit_when_idle,
+            max_tasks: self.max_tasks,
+            max_runtime: self.max_runtime,
+            ..crate::worker::WorkerConfig::default()
+        };
+        let options = crate::worker::folder::FolderOptions {
+            dir: self.functions.clone(),
+            types: self.types.clone(),
+            maintenance: !self.no_maintenance && self.target.server.is_none(),
+        };
+        Ok((config, options))
+    }
 }
 
 /// `maintain` options.
@@ -173,6 +205,16 @@ pub fn shutdown_on_signal() -> CancellationToken {
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
+    if let Command::Worker(args) = &cli.command {
+        if let Some(server) = &args.target.server {
+            // A worker on a server needs no database here (and starts no embedded one).
+            let (config, options) = args.setup()?;
+            let client = crate::worker::RemoteClient::new(server, args.target.token.clone())?;
+            let summary = crate::worker::folder::run_remote(client, &options, config, shutdown_on_signal()).await?;
+            println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            return Ok(());
+        }
+    }
     let db_config = DbConfig { database_url: cli.database_url, data_dir: cli.data_dir, pool_size: cli.pool_size };
     // Admin commands sent to a server need no database here.
     let remote = match &cli.command {
@@ -236,27 +278,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Worker(args) => {
             db::migrate::migrate(&url).await?;
-            if args.concurrency == 0 || args.concurrency > 10_000 {
-                return Err(crate::Error::Config("--concurrency must be between 1 and 10000".into()));
-            }
-            let worker_id = match &args.worker_id {
-                Some(id) => crate::WorkerId::new(id)?,
-                None => crate::WorkerId::generate(),
-            };
-            let config = crate::worker::WorkerConfig {
-                worker_id,
-                concurrency: args.concurrency,
-                shutdown_grace: args.shutdown_grace,
-                exit_when_idle: args.exit_when_idle,
-                max_tasks: args.max_tasks,
-                max_runtime: args.max_runtime,
-                ..crate::worker::WorkerConfig::default()
-            };
-            let options = crate::worker::folder::FolderOptions {
-                dir: args.functions.clone(),
-                types: args.types.clone(),
-                maintenance: !args.no_maintenance,
-            };
+            let (config, options) = args.setup()?;
             let pool = db::pool(&url, db_config.pool_size.max(args.concurrency.min(64) + 4))?;
             let summary = crate::worker::folder::run(pool, &url, &options, config, shutdown_on_signal()).await?;
             println!("{}", serde_json::to_string(&summary).unwrap_or_default());

@@ -5,11 +5,12 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::ids::TaskId;
 
 /// Where a task is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
     /// Waiting for its order_time (ready when it is in the past).
@@ -44,7 +45,7 @@ impl TaskStatus {
 }
 
 /// One entry of a task's schedule log: one attempt, or an event (cancel, manual retry).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ScheduleLogEntry {
     /// Worker that held the attempt.
     #[serde(default)]
@@ -73,9 +74,10 @@ pub struct ScheduleLogEntry {
 }
 
 /// A task, as `asyncflow.get_task` returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Task {
     /// Opaque id.
+    #[schema(value_type = String, example = "video-1-42")]
     pub id: TaskId,
     /// Task type.
     #[serde(rename = "type")]
@@ -123,7 +125,7 @@ pub struct Task {
 }
 
 /// One task to create; every field is optional.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct NewTask {
     /// Context for the first stage (default `{}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,9 +155,10 @@ impl NewTask {
 }
 
 /// A task handed to a worker by a claim, with the fencing token (`claim_seq`) its reports carry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ClaimedTask {
     /// Task id.
+    #[schema(value_type = String)]
     pub task_id: TaskId,
     /// Task type.
     pub task_type: String,
@@ -178,7 +181,7 @@ pub struct ClaimedTask {
 }
 
 /// What a worker reports about a claimed task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "outcome", rename_all = "lowercase")]
 pub enum ReportKind {
     /// Go on to `stage` with `context`.
@@ -216,9 +219,10 @@ pub enum ReportKind {
 }
 
 /// A report on one claimed task, fenced by its claim.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Report {
     /// Task id.
+    #[schema(value_type = String)]
     pub task_id: TaskId,
     /// The claim_seq the task was claimed with.
     pub claim_seq: i32,
@@ -241,7 +245,7 @@ pub struct ReportResult {
 }
 
 /// Queue depth of one task type (the `asyncflow.queue_depth` view).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct QueueDepth {
     /// Task type.
     pub task_type: String,

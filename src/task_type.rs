@@ -3,9 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// A task type's settings, as `asyncflow.register_task_type` returns them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskTypeSettings {
     /// Name.
     pub task_type: String,
@@ -36,7 +37,7 @@ pub struct TaskTypeSettings {
 }
 
 /// Settings to apply; the ones left `None` stay as they are.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskTypeUpdate {
     /// See [`TaskTypeSettings::schedule_limit`].

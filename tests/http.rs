@@ -71,7 +71,7 @@ async fn tasks_are_created_read_listed_cancelled_and_retried() {
 
     let (s, again) = api.raw("POST", "/v1/tasks", Some(json!({"type": "video"}).to_string()), None).await;
     assert_eq!(s, StatusCode::CREATED);
-    let mut req_key = |key: &'static str| {
+    let req_key = |key: &'static str| {
         let app = api.app.clone();
         async move {
             let req = Request::builder()

@@ -7,14 +7,22 @@ use serde_json::json;
 
 use crate::error::Error;
 
-/// An error answer.
-#[derive(Debug)]
+/// An error answer: the JSON body `{"code", "message"}`, with the status as the HTTP status
+/// (the schema `Error` of the OpenAPI document).
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(as = Error)]
 pub struct ApiError {
     /// HTTP status.
+    #[schema(ignore)]
     pub status: StatusCode,
-    /// Stable machine-readable code.
+    /// Stable machine-readable code: bad_request, invalid_argument, invalid_type_name,
+    /// priority_out_of_range (400); unauthorized (401); not_found, unknown_task, unknown_task_type
+    /// (404); stale_fencing_token (409); payload_too_large, context_too_large (413); internal (500);
+    /// unavailable (503).
+    #[schema(value_type = String, example = "unknown_task_type")]
     pub code: &'static str,
-    /// Human-readable explanation.
+    /// Human-readable explanation; never database text.
+    #[schema(example = "unknown task type \"video\"")]
     pub message: String,
 }
 

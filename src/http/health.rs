@@ -14,6 +14,12 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/healthz", get(|| async { Json(json!({"status": "ok"})) })).route("/readyz", get(readyz))
 }
 
+/// Ready: the database answers and its schema is the one this build expects (no auth).
+#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
+    responses(
+        (status = 200, description = "Ready", body = super::openapi::Readiness),
+        (status = 503, description = "Database unreachable or schema not current", body = super::openapi::Readiness),
+    ))]
 async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let version = async {
         let c = state.pool.get().await.ok()?;

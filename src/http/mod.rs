@@ -3,16 +3,20 @@
 //! any number run behind a load balancer against one database.
 //!
 //! ```text
-//!   /healthz /readyz                     no auth
+//!   /healthz /readyz /openapi.json       no auth (openapi.rs: the document of everything else)
 //!   /v1/tasks ...  /v1/task-types ...    bearer token when configured
 //!   /v1/queue-depth  /v1/worker/...
+//!   /metrics                             Prometheus, bearer token when configured (metrics.rs)
 //!   /create_task /hold_tasks /set_task ... and the same under /v1: the original flowsvr
 //!                                        protocol for old workers (compat.rs)
 //! ```
 
 mod compat;
+mod dashboard;
 mod error;
 mod health;
+mod metrics;
+pub mod openapi;
 mod task_types;
 mod tasks;
 mod worker_protocol;
@@ -75,22 +79,29 @@ pub struct AppState {
     pool: DbPool,
     tokens: Arc<Vec<String>>,
     max_body: usize,
+    metrics: Arc<metrics::Metrics>,
 }
 
 /// The router with every route, auth and body limit.
 pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
-    let state = AppState { pool, tokens: Arc::new(config.tokens.clone()), max_body: config.max_body };
+    let state =
+        AppState { pool, tokens: Arc::new(config.tokens.clone()), max_body: config.max_body, metrics: Arc::default() };
     let api = Router::new()
         .merge(tasks::routes())
         .merge(task_types::routes())
         .merge(worker_protocol::routes())
         .merge(compat::routes())
+        .merge(metrics::routes())
+        .merge(dashboard::api_routes())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(health::routes())
+        .merge(openapi::routes())
+        .merge(dashboard::routes())
         .merge(api)
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(config.max_body))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .with_state(state)
 }
 

@@ -21,10 +21,24 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/queue-depth", get(depth))
 }
 
+/// Every registered task type's settings, by name.
+#[utoipa::path(get, path = "/v1/task-types", operation_id = "list_task_types", tag = "task types",
+    responses(
+        (status = 200, description = "The task types", body = Vec<TaskTypeSettings>),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+    ))]
 async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<TaskTypeSettings>>> {
     Ok(Json(api::list_task_types(&state.pool.get().await.map_err(crate::Error::from)?).await?))
 }
 
+/// One task type's settings.
+#[utoipa::path(get, path = "/v1/task-types/{name}", operation_id = "get_task_type", tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$")),
+    responses(
+        (status = 200, description = "Its settings", body = TaskTypeSettings),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+    ))]
 async fn get_one(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<TaskTypeSettings>> {
     let all = api::list_task_types(&state.pool.get().await.map_err(crate::Error::from)?).await?;
     all.into_iter()
@@ -33,6 +47,16 @@ async fn get_one(State(state): State<AppState>, Path(name): Path<String>) -> Api
         .ok_or_else(|| ApiError::not_found(format!("unknown task type {name:?}")))
 }
 
+/// Registers the type, or changes only the settings named (`asyncflow.register_task_type`).
+#[utoipa::path(put, path = "/v1/task-types/{name}", operation_id = "put_task_type", tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$")),
+    request_body = TaskTypeUpdate,
+    responses(
+        (status = 200, description = "Its settings after the change", body = TaskTypeSettings),
+        (status = 400, description = "Invalid name, unknown setting or value out of range", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
 async fn put(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -53,14 +77,37 @@ async fn set_paused(state: &AppState, name: &str, paused: bool) -> ApiResult<Jso
     Ok(Json(api::register_task_type(&c, &TypeName::new(name)?, &settings).await?))
 }
 
+/// Pauses claims of the type (tasks can still be created).
+#[utoipa::path(post, path = "/v1/task-types/{name}/pause", operation_id = "pause_task_type", tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$")),
+    responses(
+        (status = 200, description = "Its settings after the change", body = TaskTypeSettings),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+    ))]
 async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<TaskTypeSettings>> {
     set_paused(&state, &name, true).await
 }
 
+/// Resumes claims of a paused type.
+#[utoipa::path(post, path = "/v1/task-types/{name}/resume", operation_id = "resume_task_type", tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$")),
+    responses(
+        (status = 200, description = "Its settings after the change", body = TaskTypeSettings),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+    ))]
 async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<TaskTypeSettings>> {
     set_paused(&state, &name, false).await
 }
 
+/// Per type: tasks ready now, delayed, running and the age of the oldest ready one (the
+/// `asyncflow.queue_depth` view), for autoscalers.
+#[utoipa::path(get, path = "/v1/queue-depth", operation_id = "queue_depth", tag = "task types",
+    responses(
+        (status = 200, description = "Queue depth per type", body = Vec<QueueDepth>),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+    ))]
 async fn depth(State(state): State<AppState>) -> ApiResult<Json<Vec<QueueDepth>>> {
     Ok(Json(api::queue_depth(&state.pool.get().await.map_err(crate::Error::from)?).await?))
 }

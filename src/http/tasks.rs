@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::openapi::{TaskCancelled, TaskCreated, TaskPage, TaskRetried, TasksCreated};
 use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api::{self, TaskFilter};
 use crate::task::{NewTask, Task};
@@ -23,23 +24,41 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/tasks/:id/retry", post(retry))
 }
 
-#[derive(Debug, Deserialize)]
+/// A task to create: its type, and the optional fields of [`NewTask`].
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateTaskRequest)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
+    /// A registered task type.
     #[serde(rename = "type")]
     task_type: String,
     #[serde(flatten)]
     task: NewTask,
 }
 
-#[derive(Debug, Deserialize)]
+/// Many tasks of one type, created in one statement (at most 10,000).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateTasksRequest)]
 #[serde(deny_unknown_fields)]
 struct BulkBody {
+    /// A registered task type.
     #[serde(rename = "type")]
     task_type: String,
+    /// The tasks, each with the optional fields of one task.
     tasks: Vec<NewTask>,
 }
 
+/// Creates one task; an `Idempotency-Key` header (or body field) returns the existing task's id.
+#[utoipa::path(post, path = "/v1/tasks", operation_id = "create_task", tag = "tasks",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Same key, same type: the existing task's id, nothing created")),
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "Created (or found by its idempotency key)", body = TaskCreated),
+        (status = 400, description = "Malformed body, invalid priority or argument", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+        (status = 413, description = "Body or context too large", body = ApiError),
+    ))]
 async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -55,6 +74,16 @@ async fn create(
     Ok((StatusCode::CREATED, Json(json!({"id": id}))))
 }
 
+/// Creates many tasks of one type in one statement; their ids in input order.
+#[utoipa::path(post, path = "/v1/tasks/bulk", operation_id = "create_tasks", tag = "tasks",
+    request_body = BulkBody,
+    responses(
+        (status = 201, description = "Created", body = TasksCreated),
+        (status = 400, description = "Malformed body, more than 10,000 tasks, invalid priority", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+        (status = 413, description = "Body or a context too large", body = ApiError),
+    ))]
 async fn create_bulk(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -68,6 +97,14 @@ async fn create_bulk(
     Ok((StatusCode::CREATED, Json(json!({"ids": ids}))))
 }
 
+/// One task with its context, result and schedule log.
+#[utoipa::path(get, path = "/v1/tasks/{id}", operation_id = "get_task", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "The task", body = Task),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such task", body = ApiError),
+    ))]
 async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Task>> {
     let task = api::get_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;
     task.map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task {id:?}")))
@@ -75,18 +112,33 @@ async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> ApiRe
 
 /// The query string of a list: like [`TaskFilter`], with the status as text so that a bad one
 /// gets an error naming the field.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only this type.
     #[serde(rename = "type")]
     task_type: Option<String>,
+    /// Only this status: pending, running, succeeded, failed or cancelled.
     status: Option<String>,
+    /// Only this stage.
     stage: Option<String>,
+    /// Only this user.
     user_id: Option<String>,
+    /// Start after this task id (`next` of the previous page).
     after: Option<String>,
+    /// Page size, 1..=1000 (default 100).
     limit: Option<i32>,
 }
 
+/// One page of tasks in (type, id) order; `next` is the `after` of the next page, null on the last.
+#[utoipa::path(get, path = "/v1/tasks", operation_id = "list_tasks", tag = "tasks",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of tasks", body = TaskPage),
+        (status = 400, description = "Unknown parameter, bad status or limit", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+    ))]
 async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -114,11 +166,27 @@ async fn list(
     Ok(Json(json!({"tasks": tasks, "next": next})))
 }
 
+/// Cancels a task that has not ended (`cancelled` is false when it had).
+#[utoipa::path(post, path = "/v1/tasks/{id}/cancel", operation_id = "cancel_task", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "Whether it was cancelled", body = TaskCancelled),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such task (or not a task id)", body = ApiError),
+    ))]
 async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let done = api::cancel_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;
     Ok(Json(json!({"id": id, "cancelled": done})))
 }
 
+/// Queues a failed or cancelled task again (`retried` is false for any other status).
+#[utoipa::path(post, path = "/v1/tasks/{id}/retry", operation_id = "retry_task", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "Whether it was queued again", body = TaskRetried),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such task (or not a task id)", body = ApiError),
+    ))]
 async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let done = api::retry_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;
     Ok(Json(json!({"id": id, "retried": done})))

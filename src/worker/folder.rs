@@ -1,12 +1,14 @@
 //! Running a functions folder: what `asyncflow worker` and `asyncflow demo` share. Reads and
 //! checks every `function.toml` (nothing runs if one is bad), runs build steps, registers the
-//! types, then runs a [`Worker`] and, unless told not to, a [`Maintainer`] beside it.
+//! types, then runs a [`Worker`] and, unless told not to, a [`Maintainer`] beside it. On a server
+//! ([`run_remote`]) the worker runs alone: maintenance belongs to processes with a database
+//! connection (`asyncflow maintain`, or database-mode workers).
 
 use std::path::PathBuf;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Worker, WorkerConfig, WorkerSummary};
+use super::{RemoteClient, Worker, WorkerConfig, WorkerSummary};
 use crate::db::DbPool;
 use crate::error::{Error, Result};
 use crate::function::registry::{self, FunctionSpec};
@@ -50,10 +52,7 @@ pub async fn run(
     config: WorkerConfig,
     shutdown: CancellationToken,
 ) -> Result<WorkerSummary> {
-    let specs = load(options)?;
-    for spec in &specs {
-        spec.build().await?;
-    }
+    let specs = load_and_build(options).await?;
     let worker = Worker::new(pool.clone(), database_url, config).register_specs(&specs)?;
     let maintenance_stop = CancellationToken::new();
     let maintenance = options.maintenance.then(|| {
@@ -66,4 +65,24 @@ pub async fn run(
         let _ = task.await;
     }
     outcome
+}
+
+/// Runs the folder's functions against an `asyncflow serve` until the worker stops.
+pub async fn run_remote(
+    client: RemoteClient,
+    options: &FolderOptions,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+) -> Result<WorkerSummary> {
+    let specs = load_and_build(options).await?;
+    tracing::info!(server = %client.server(), "worker on a server: claims and reports over HTTP, no maintenance here");
+    Worker::remote(client, config).register_specs(&specs)?.run(shutdown).await
+}
+
+async fn load_and_build(options: &FolderOptions) -> Result<Vec<FunctionSpec>> {
+    let specs = load(options)?;
+    for spec in &specs {
+        spec.build().await?;
+    }
+    Ok(specs)
 }

@@ -10,11 +10,17 @@
 //!   reporter  <-------------- replies, batched into one report_tasks call
 //! ```
 //!
+//! Claims and reports go through a [`Backend`]: the database ([`Worker::new`]) or an `asyncflow
+//! serve` over the HTTP worker protocol ([`Worker::remote`], `asyncflow worker --server`). With
+//! a server there is no NOTIFY: producers wake on the poll tick, the next-due timer, and the
+//! worker's own reports that put tasks back in the queue (a next stage, a retry).
+//!
 //! Invariants: a task is run only while this worker holds its lease (a refused heartbeat
 //! abandons the call); every report carries the claim's fencing token; at shutdown claiming
 //! stops first, in-flight calls get the grace period, and what is still running after it is
 //! handed back (`release`) without burning a try.
 
+pub mod backend;
 mod executor;
 pub mod folder;
 mod producer;
@@ -27,11 +33,14 @@ use std::time::Duration;
 
 use crate::function::registry::FunctionSpec;
 use chrono::{DateTime, Utc};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{broadcast, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::db::{self, api, DbPool};
+pub use backend::{Backend, RemoteClient};
+
+use crate::db::listen::Wake;
+use crate::db::{self, DbPool};
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::ids::{TypeName, WorkerId};
@@ -176,7 +185,7 @@ struct InFlight {
 
 /// What producers, executors and the heartbeater share.
 struct Shared {
-    pool: DbPool,
+    backend: Backend,
     worker_id: WorkerId,
     slots: Arc<Semaphore>,
     /// Slots in all (the configured concurrency).
@@ -239,16 +248,27 @@ impl Shared {
 
 /// A worker over a set of task types.
 pub struct Worker {
-    pool: DbPool,
-    database_url: String,
+    backend: Backend,
+    /// Where the LISTEN connection goes (database mode only).
+    listen_url: Option<String>,
     config: WorkerConfig,
     functions: BTreeMap<TypeName, Registered>,
 }
 
 impl Worker {
-    /// A worker with no functions yet.
+    /// A worker on the database, with no functions yet.
     pub fn new(pool: DbPool, database_url: impl Into<String>, config: WorkerConfig) -> Self {
-        Worker { pool, database_url: database_url.into(), config, functions: BTreeMap::new() }
+        Worker {
+            backend: Backend::Database(pool),
+            listen_url: Some(database_url.into()),
+            config,
+            functions: BTreeMap::new(),
+        }
+    }
+
+    /// A worker on an `asyncflow serve` (the HTTP worker protocol), with no functions yet.
+    pub fn remote(client: RemoteClient, config: WorkerConfig) -> Self {
+        Worker { backend: Backend::Server(client), listen_url: None, config, functions: BTreeMap::new() }
     }
 
     /// Registers `function` for `task_type`; at start the type is created or its `settings`
@@ -299,23 +319,34 @@ impl Worker {
     /// Runs until `shutdown` fires, then drains (see the module docs) and returns the counters.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerSummary> {
         let mut types = Vec::new();
-        {
-            let client = self.pool.get().await?;
-            for (name, reg) in &self.functions {
-                let settings = api::register_task_type(&client, name, &reg.settings).await.map_err(|e| match e {
-                    e if e.is_client_error() => Error::Config(format!("{}: settings: {e}", reg.origin)),
-                    e => e,
-                })?;
-                types.push((name.clone(), reg.clone(), settings));
-            }
+        for (name, reg) in &self.functions {
+            let settings = self.backend.register_task_type(name, &reg.settings).await.map_err(|e| match e {
+                e if e.is_client_error() => Error::Config(format!("{}: settings: {e}", reg.origin)),
+                e => e,
+            })?;
+            types.push((name.clone(), reg.clone(), settings));
         }
         let listener_stop = CancellationToken::new();
-        let wakes = db::listen::spawn(self.database_url.clone(), listener_stop.clone());
+        // Database: NOTIFY fans out to every producer. Server: each type has a wake channel of
+        // its own with one slot (wakes that come while its producer is busy collapse into one),
+        // fed by the reporter when this worker's own reports queue tasks of the type again.
+        let (listener, own_wakes) = match &self.listen_url {
+            Some(url) => (Some(db::listen::spawn(url.clone(), listener_stop.clone())), None),
+            None => {
+                let channels: BTreeMap<String, broadcast::Sender<Wake>> =
+                    types.iter().map(|(name, _, _)| (name.to_string(), broadcast::channel(1).0)).collect();
+                (None, Some(Arc::new(channels)))
+            }
+        };
         let reporter_stop = CancellationToken::new();
-        let (reporter, reporter_task) =
-            reporter::spawn(self.pool.clone(), self.config.worker_id.clone(), reporter_stop.clone());
+        let (reporter, reporter_task) = reporter::spawn(
+            self.backend.clone(),
+            self.config.worker_id.clone(),
+            reporter_stop.clone(),
+            own_wakes.clone(),
+        );
         let shared = Arc::new(Shared {
-            pool: self.pool.clone(),
+            backend: self.backend.clone(),
             worker_id: self.config.worker_id.clone(),
             slots: Arc::new(Semaphore::new(self.config.concurrency.max(1))),
             concurrency: self.config.concurrency.max(1),
@@ -340,14 +371,13 @@ impl Worker {
         let mut producers = tokio::task::JoinSet::new();
         let type_names: Vec<TypeName> = types.iter().map(|(n, _, _)| n.clone()).collect();
         for (name, reg, settings) in types {
-            producers.spawn(producer::run(
-                shared.clone(),
-                name,
-                reg,
-                settings,
-                wakes.subscribe(),
-                stop_claiming.clone(),
-            ));
+            let wakes = match (&listener, own_wakes.as_ref().and_then(|own| own.get(name.as_str()))) {
+                (Some(notify), _) => notify.subscribe(),
+                (None, Some(own)) => own.subscribe(),
+                // not reached: every type has a channel; a closed one means polling alone
+                (None, None) => broadcast::channel(1).1,
+            };
+            producers.spawn(producer::run(shared.clone(), name, reg, settings, wakes, stop_claiming.clone()));
         }
         tracing::info!(worker = %self.config.worker_id, types = self.functions.len(), "worker started");
 
@@ -403,24 +433,17 @@ impl Worker {
     }
 }
 
-/// Returns once nothing is in flight or being claimed and no task of `types` is ready.
+/// Returns once nothing is in flight or being claimed, the backend holds nothing unaccounted
+/// for, and no task of `types` is ready.
 async fn wait_until_idle(shared: &Shared, types: &[TypeName]) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
         let before = shared.activity.load(Ordering::SeqCst);
-        if shared.active.load(Ordering::SeqCst) != 0 {
+        if shared.active.load(Ordering::SeqCst) != 0 || !shared.backend.settled() {
             continue;
         }
-        let Ok(client) = shared.pool.get().await else { continue };
-        let mut ready = false;
-        for ty in types {
-            match api::next_due(&client, ty.as_str()).await {
-                Ok(Some(due)) if due <= Utc::now() => ready = true,
-                Ok(_) => {}
-                Err(_) => ready = true,
-            }
-        }
+        let ready = shared.backend.any_ready(types).await;
         if !ready && shared.active.load(Ordering::SeqCst) == 0 && shared.activity.load(Ordering::SeqCst) == before {
             return;
         }

@@ -1,7 +1,8 @@
 //! The producer: one loop per task type. It claims at most the free slots (and at most the
 //! type's schedule_limit), hands each task to an executor, and when nothing is ready sleeps until
 //! the first of: a NOTIFY for its type, the next delayed task's time, the poll interval
-//! (schedule_interval, the fallback when a NOTIFY is lost), a freed slot, or shutdown.
+//! (schedule_interval, the fallback when a NOTIFY is lost), a freed slot, or shutdown. On a
+//! server (no NOTIFY) the wake-ups come from the worker's own reports instead.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,7 +13,6 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 
 use super::{executor, Registered, Shared};
-use crate::db::api;
 use crate::db::listen::Wake;
 use crate::error::Result;
 use crate::ids::TypeName;
@@ -117,9 +117,9 @@ pub(super) async fn run(
         // Nothing more ready: sleep until something may be. Right after a wake-up, look once
         // more shortly: transactions that committed alongside the notifying one skipped their
         // own NOTIFY (see asyncflow.wake).
-        let mut wait = match next_due(&shared, &task_type).await {
-            Some(due) => due.min(poll),
-            None => poll,
+        let mut wait = match shared.backend.next_due(&task_type).await {
+            Ok(Some(due)) => due.min(poll),
+            _ => poll,
         };
         if std::mem::take(&mut recheck) {
             wait = wait.min(RECHECK_AFTER_WAKE);
@@ -140,14 +140,5 @@ pub(super) async fn run(
 }
 
 async fn claim(shared: &Shared, task_type: &TypeName, want: usize) -> Result<Vec<ClaimedTask>> {
-    let client = shared.pool.get().await?;
-    api::claim_tasks(&client, task_type.as_str(), &shared.worker_id, want as i32, None).await
-}
-
-/// Time until the earliest pending task is due (zero when one already is), if any.
-async fn next_due(shared: &Shared, task_type: &TypeName) -> Option<Duration> {
-    let client = shared.pool.get().await.ok()?;
-    let due = api::next_due(&client, task_type.as_str()).await.ok()??;
-    let ms = (due - chrono::Utc::now()).num_milliseconds().max(0) as u64;
-    Some(Duration::from_millis(ms))
+    shared.backend.claim(task_type, &shared.worker_id, want).await
 }

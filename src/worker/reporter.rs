@@ -1,16 +1,24 @@
 //! The reporter (river's completer): replies from every executor go through one channel and are
 //! written in batches, one `report_tasks` statement for whatever has queued up, so a busy worker
-//! makes one round trip for many tasks. A database error is retried with back-off; a report is
-//! never dropped while the worker runs.
+//! makes one round trip for many tasks. A database or network error is retried with back-off
+//! until the reports are accepted or refused; a report is never dropped while the worker runs.
+//! A server takes a batch in chunks (by count and size, see [`Backend::chunks`]), each retried
+//! on its own, so a retry never repeats a chunk already written; a chunk the server finds too
+//! large is halved until it fits or a single report is refused.
 
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::{api, DbPool};
+use super::backend::Backend;
+use crate::db::listen::Wake;
+use crate::error::Error;
 use crate::ids::WorkerId;
-use crate::task::{Report, ReportResult};
+use crate::task::{Report, ReportResult, TaskStatus};
 
 /// Most reports in one statement.
 const BATCH_MAX: usize = 1000;
@@ -47,18 +55,29 @@ impl Reporter {
     }
 }
 
-/// Starts the reporter. After `stop` fires it writes what is queued and ends.
+/// Producers' wake channels by type (server mode: no NOTIFY tells them of requeued tasks).
+pub(super) type OwnWakes = Arc<BTreeMap<String, broadcast::Sender<Wake>>>;
+
+/// Starts the reporter. After `stop` fires it writes what is queued and ends. `own_wakes`
+/// (server mode) is told the types whose tasks this worker's reports queued again.
 pub(super) fn spawn(
-    pool: DbPool,
+    backend: Backend,
     worker: WorkerId,
     stop: CancellationToken,
+    own_wakes: Option<OwnWakes>,
 ) -> (Reporter, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(pool, worker, rx, stop));
+    let task = tokio::spawn(run(backend, worker, rx, stop, own_wakes));
     (Reporter { tx }, task)
 }
 
-async fn run(pool: DbPool, worker: WorkerId, mut rx: mpsc::UnboundedReceiver<Pending>, stop: CancellationToken) {
+async fn run(
+    backend: Backend,
+    worker: WorkerId,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    stop: CancellationToken,
+    own_wakes: Option<OwnWakes>,
+) {
     loop {
         let first = tokio::select! {
             biased;
@@ -73,43 +92,85 @@ async fn run(pool: DbPool, worker: WorkerId, mut rx: mpsc::UnboundedReceiver<Pen
                 Err(_) => break,
             }
         }
-        write(&pool, &worker, batch, &stop).await;
+        write(&backend, &worker, batch, &stop, own_wakes.as_ref()).await;
     }
 }
 
-async fn write(pool: &DbPool, worker: &WorkerId, batch: Vec<Pending>, stop: &CancellationToken) {
+/// How one chunk of reports ended.
+enum Written {
+    /// One result per report.
+    Answered(Vec<ReportResult>),
+    /// Refused whole: malformed, or a single report too large.
+    Refused,
+    /// Too large for the server: to be halved.
+    TooLarge,
+    /// Stopping, and the backend stayed away.
+    GaveUp,
+}
+
+async fn write(
+    backend: &Backend,
+    worker: &WorkerId,
+    batch: Vec<Pending>,
+    stop: &CancellationToken,
+    own_wakes: Option<&OwnWakes>,
+) {
     let reports: Vec<Report> = batch.iter().map(|(r, _)| r.clone()).collect();
+    let mut answers = batch.into_iter().map(|(_, tx)| tx);
+    // A stack of consecutive ranges, the first on top: chunks are written in order, so each
+    // takes the next answers.
+    let mut todo: Vec<Range<usize>> = backend.chunks(&reports);
+    todo.reverse();
+    while let Some(range) = todo.pop() {
+        let chunk = &reports[range.clone()];
+        let results = match write_chunk(backend, worker, chunk, stop).await {
+            Written::Answered(results) => results,
+            Written::TooLarge => {
+                let middle = range.start + chunk.len() / 2;
+                todo.push(middle..range.end);
+                todo.push(range.start..middle);
+                continue;
+            }
+            Written::Refused => chunk
+                .iter()
+                .map(|r| ReportResult {
+                    task_id: r.task_id.to_string(),
+                    accepted: false,
+                    status: None,
+                    lease_until: None,
+                })
+                .collect(),
+            Written::GaveUp => {
+                // Dropping the answers tells the executors nothing was written.
+                answers.by_ref().take(chunk.len()).for_each(drop);
+                continue;
+            }
+        };
+        if let Some(wakes) = own_wakes {
+            wake_requeued(wakes, &results);
+        }
+        for (tx, result) in answers.by_ref().take(chunk.len()).zip(results) {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], stop: &CancellationToken) -> Written {
     let mut failures: u32 = 0;
     loop {
-        let outcome = match pool.get().await {
-            Ok(client) => api::report_tasks(&client, worker, &reports, None).await,
-            Err(e) => Err(e.into()),
-        };
-        match outcome {
-            Ok(results) => {
-                for ((_, tx), result) in batch.into_iter().zip(results) {
-                    let _ = tx.send(result);
-                }
-                return;
-            }
+        match backend.report(worker, reports).await {
+            Ok(results) => return Written::Answered(results),
+            Err(Error::ContextTooLarge(_)) if reports.len() > 1 => return Written::TooLarge,
             Err(e) if e.is_client_error() => {
                 // A malformed report would be refused every time: answer each one as refused.
                 tracing::error!(error = %e, "reports refused as malformed");
-                for (report, tx) in batch {
-                    let _ = tx.send(ReportResult {
-                        task_id: report.task_id.to_string(),
-                        accepted: false,
-                        status: None,
-                        lease_until: None,
-                    });
-                }
-                return;
+                return Written::Refused;
             }
             Err(e) if stop.is_cancelled() && failures >= 5 => {
-                // Stopping and the database stays away: the leases will run out and the
-                // rescuer will queue these tasks again.
-                tracing::error!(error = %e, count = batch.len(), "giving up on reports at shutdown");
-                return;
+                // Stopping and the database (or server) stays away: the leases will run out and
+                // the rescuer will queue these tasks again.
+                tracing::error!(error = %e, count = reports.len(), "giving up on reports at shutdown");
+                return Written::GaveUp;
             }
             Err(e) => {
                 failures += 1;
@@ -117,6 +178,22 @@ async fn write(pool: &DbPool, worker: &WorkerId, batch: Vec<Pending>, stop: &Can
                 tracing::warn!(error = %e, retry_in = ?wait, "writing reports failed; retrying");
                 tokio::time::sleep(wait).await;
             }
+        }
+    }
+}
+
+/// Wakes this worker's producers of the types whose tasks the reports put back in the queue.
+fn wake_requeued(wakes: &OwnWakes, results: &[ReportResult]) {
+    let mut types: Vec<&str> = Vec::new();
+    for r in results.iter().filter(|r| r.accepted && r.status == Some(TaskStatus::Pending)) {
+        let task_type = r.task_id.split('-').next().unwrap_or_default();
+        if !types.contains(&task_type) {
+            types.push(task_type);
+        }
+    }
+    for task_type in types {
+        if let Some(tx) = wakes.get(task_type) {
+            let _ = tx.send(Some(task_type.to_string()));
         }
     }
 }

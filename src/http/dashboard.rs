@@ -1,0 +1,202 @@
+//! The web dashboard: one page at `GET /` with its script and style sheet under `/dashboard/`,
+//! embedded in the binary (`include_str!` of `src/http/dashboard/*`: plain HTML, vanilla JS and
+//! CSS, no build step, nothing loaded from elsewhere), and one read-only JSON route,
+//! `GET /v1/dashboard`, with the per-type figures that no other route gives in one call.
+//!
+//! ```text
+//!   browser ── GET /  /dashboard/app.js  /dashboard/style.css ─────────▶ no token: static, no data
+//!      │
+//!      └──── GET  /v1/dashboard                  per type: depth, counts, lag, shards
+//!            GET  /v1/tasks/{id}                 the search box and the detail view
+//!            GET  /v1/tasks?type=&status=        a count clicked: the tasks behind it
+//!            POST /v1/tasks/{id}/retry|cancel    the detail view's buttons
+//!                                                ───▶ bearer token when the server has tokens
+//! ```
+//!
+//! # Auth
+//! The page and its assets hold no data, so they are served without a token. The API calls the
+//! page makes need one when the server was started with tokens: the page has a Token field, and
+//! keeps what is saved there in the browser's `localStorage` (key `asyncflow.token`), sent as
+//! `Authorization: Bearer <token>` on every call; Forget removes it. Whoever can use that browser
+//! profile can read the token, so save it only on a machine you trust.
+//!
+//! # What the figures are
+//! - ready, delayed, running, lag (age of the oldest ready task), paused: the
+//!   `asyncflow.queue_depth` view, as `GET /v1/queue-depth` gives them.
+//! - succeeded, failed, cancelled: a full count of the type's stored tasks (the same as
+//!   `GET /metrics`), so finished tasks leave the counts when retention drops their shard. It
+//!   reads every live shard: the page polls every 5 s by default and stops while it is hidden.
+//! - throughput: computed in the browser, not here: the growth of succeeded + failed between the
+//!   page's successive polls, per minute, over about the last minute of polls ("—" until the
+//!   second poll; it starts again when the count goes down, as after a retry by hand).
+//! - shards: `begin_pos..end_pos` from the positions row (seed t_schedule_pos) and the count of
+//!   live shards.
+//!
+//! All of it is read in one read-only, repeatable-read transaction, so the figures of one answer
+//! agree with each other.
+//!
+//! # Untrusted text
+//! Task data (context, result, errors, stage and worker names) reaches the page only through
+//! `textContent`, never `innerHTML`, and the page is served with a Content-Security-Policy that
+//! allows only its own script and style sheet: markup in task data is shown as text and could
+//! not run even if it got in.
+
+use std::collections::HashMap;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use tokio_postgres::IsolationLevel;
+
+use super::{ApiError, ApiResult, AppState};
+use crate::db::api;
+use crate::error::Error;
+
+const INDEX_HTML: &str = include_str!("dashboard/index.html");
+const APP_JS: &str = include_str!("dashboard/app.js");
+const STYLE_CSS: &str = include_str!("dashboard/style.css");
+
+/// Only the page's own script, style sheet and API; no inline script, no framing, no forms
+/// posting elsewhere.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
+                   base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The page and its assets, served without a token.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(page))
+        .route("/dashboard", get(|| async { Redirect::permanent("/") }))
+        .route("/dashboard/app.js", get(script))
+        .route("/dashboard/style.css", get(style))
+}
+
+/// The JSON route the page reads, behind the bearer token like the rest of `/v1`.
+pub(super) fn api_routes() -> Router<AppState> {
+    Router::new().route("/v1/dashboard", get(overview))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            // Revalidate every time, so a new binary's page is never mixed with an old script.
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CONTENT_SECURITY_POLICY, CSP),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The dashboard page (no auth: it holds no data; its API calls carry the token).
+#[utoipa::path(get, path = "/", tag = "dashboard", security(()),
+    responses((status = 200, description = "The dashboard's HTML page", content_type = "text/html", body = String)))]
+async fn page() -> Response {
+    asset("text/html; charset=utf-8", INDEX_HTML)
+}
+
+/// The dashboard's script (no auth).
+#[utoipa::path(get, path = "/dashboard/app.js", tag = "dashboard", security(()),
+    responses((status = 200, description = "The dashboard's script", content_type = "text/javascript", body = String)))]
+async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", APP_JS)
+}
+
+/// The dashboard's style sheet (no auth).
+#[utoipa::path(get, path = "/dashboard/style.css", tag = "dashboard", security(()),
+    responses((status = 200, description = "The dashboard's style sheet", content_type = "text/css", body = String)))]
+async fn style() -> Response {
+    asset("text/css; charset=utf-8", STYLE_CSS)
+}
+
+/// What `GET /v1/dashboard` answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = DashboardOverview)]
+pub(super) struct Overview {
+    /// One entry per registered task type, by name.
+    types: Vec<TypeSummary>,
+}
+
+/// One task type's figures on the dashboard.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = DashboardTypeSummary)]
+pub(super) struct TypeSummary {
+    /// Task type.
+    task_type: String,
+    /// Whether claims are paused.
+    paused: bool,
+    /// Pending and due now.
+    ready: i64,
+    /// Pending, due later.
+    delayed: i64,
+    /// Held by workers.
+    running: i64,
+    /// Seconds since the oldest ready task's order_time (the lag; 0 when none is ready).
+    oldest_ready_age: f64,
+    /// Seconds since the longest-held running task was claimed (0 when none runs).
+    oldest_running_age: f64,
+    /// Stored tasks that succeeded (a full count; retention drops finished tasks).
+    succeeded: i64,
+    /// Stored tasks that failed.
+    failed: i64,
+    /// Stored tasks that were cancelled.
+    cancelled: i64,
+    /// Oldest shard that may hold a live task (null if the type has no positions row).
+    begin_pos: Option<i32>,
+    /// Shard receiving inserts.
+    end_pos: Option<i32>,
+    /// Shards not dropped.
+    shards: i64,
+}
+
+/// Per task type: queue depth, lag, counts per status and shard positions, for the dashboard.
+#[utoipa::path(get, path = "/v1/dashboard", tag = "dashboard",
+    responses(
+        (status = 200, description = "The figures of every task type", body = Overview),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 503, description = "No database connection", body = ApiError),
+    ))]
+async fn overview(State(state): State<AppState>) -> ApiResult<Json<Overview>> {
+    let mut c = state.pool.get().await.map_err(Error::from)?;
+    let tx = c
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(Error::from_db)?;
+    let depth = api::queue_depth(&tx).await?;
+    let mut figures: HashMap<String, api::TaskTypeFigures> =
+        api::task_type_figures(&tx).await?.into_iter().map(|f| (f.task_type.clone(), f)).collect();
+    let mut positions: HashMap<String, api::Positions> =
+        api::positions(&tx).await?.into_iter().map(|p| (p.task_type.clone(), p)).collect();
+    tx.commit().await.map_err(Error::from_db)?;
+    let types = depth
+        .into_iter()
+        .map(|d| {
+            let f = figures.remove(&d.task_type);
+            let p = positions.remove(&d.task_type);
+            TypeSummary {
+                paused: d.paused,
+                ready: d.ready,
+                delayed: d.delayed,
+                running: d.running,
+                oldest_ready_age: d.oldest_ready_age,
+                oldest_running_age: f.as_ref().map_or(0.0, |f| f.oldest_running_age),
+                succeeded: f.as_ref().map_or(0, |f| f.succeeded),
+                failed: f.as_ref().map_or(0, |f| f.failed),
+                cancelled: f.as_ref().map_or(0, |f| f.cancelled),
+                begin_pos: p.as_ref().map(|p| p.begin_pos),
+                end_pos: p.as_ref().map(|p| p.end_pos),
+                shards: p.as_ref().map_or(0, |p| p.shards),
+                task_type: d.task_type,
+            }
+        })
+        .collect();
+    Ok(Json(Overview { types }))
+}

@@ -1,0 +1,287 @@
+//! The OpenAPI 3 document of the HTTP API, generated from the code: the handlers'
+//! `#[utoipa::path]` annotations and the `ToSchema` derives of the request and response types.
+//! Served at `GET /openapi.json` without a token, like `/healthz` (it describes the API's shape and
+//! holds no data). `openapi.json` in the repository root is a committed copy;
+//! `tests/openapi.rs` fails when it differs from what the code generates, and
+//! `UPDATE_OPENAPI=1 cargo test --test openapi` rewrites it.
+//!
+//! Invariants:
+//! - Every route under `/v1` is in the document except the compatibility endpoints of the
+//!   original flowsvr (compat.rs), which the document's description names instead.
+//! - Every 4xx and 5xx answer has the body schema `Error` (`{code, message}`, see error.rs).
+//! - Handlers that build their answer with `json!` are described by the doc-only types below;
+//!   `tests/openapi.rs` calls them and checks that the real bodies have exactly these properties.
+//! - The routes whose handler is a closure (the single-report routes of the worker protocol,
+//!   `/healthz`) are described by bodiless functions here, since utoipa documents functions.
+
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use super::{ApiError, AppState};
+use crate::task::{ClaimedTask, Task, TaskStatus};
+
+/// The document. Security: the bearer scheme applies to every operation that does not say
+/// otherwise (`security(())` marks the routes that never need a token).
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "asyncflow",
+        description = "The HTTP API of asyncflow, a Postgres-native runner for long, multi-stage \
+asynchronous tasks: create and follow tasks, manage task types, read queue depth, and the fenced \
+worker protocol (hold, then heartbeat / advance / succeed / fail / later) for workers that cannot \
+reach the database.\n\n\
+Auth: when the server is started with tokens (`--token`, `ASYNCFLOW_TOKENS`), every route under \
+`/v1` and `/metrics` needs `Authorization: Bearer <token>`; `/healthz`, `/readyz`, \
+`/openapi.json` and the dashboard's page and assets never do.\n\n\
+Errors: every 4xx and 5xx answer is JSON `{\"code\", \"message\"}` (schema `Error`).\n\n\
+Not described here: the compatibility endpoints for workers of the original flowsvr \
+(`/create_task`, `/hold_tasks`, `/set_task`, `/get_task`, `/get_task_list`, \
+`/get_task_schedule_cfg_list`, `/register_task`, `/get_task_counts_by_type`, `/ping`, each also \
+under `/v1`), which keep that protocol's own `{code, msg}` envelope."
+    ),
+    paths(
+        super::tasks::create,
+        super::tasks::create_bulk,
+        super::tasks::list,
+        super::tasks::get_one,
+        super::tasks::cancel,
+        super::tasks::retry,
+        super::task_types::list,
+        super::task_types::get_one,
+        super::task_types::put,
+        super::task_types::pause,
+        super::task_types::resume,
+        super::task_types::depth,
+        super::worker_protocol::hold,
+        super::worker_protocol::report_batch,
+        heartbeat,
+        advance,
+        succeed,
+        fail,
+        later,
+        release,
+        super::worker_protocol::next_due,
+        super::worker_protocol::held,
+        healthz,
+        super::health::readyz,
+        openapi_json,
+        super::metrics::metrics,
+        super::dashboard::overview,
+        super::dashboard::page,
+        super::dashboard::script,
+        super::dashboard::style,
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "tasks", description = "Create, read, list, cancel and retry tasks"),
+        (name = "task types", description = "Task type settings, pause and resume, queue depth"),
+        (name = "worker protocol", description = "Hold tasks and report on them, fenced by claim_seq"),
+        (name = "health", description = "Liveness, readiness and this document"),
+        (name = "metrics", description = "Prometheus metrics"),
+        (name = "dashboard", description = "The web dashboard's page, assets and figures"),
+    )
+)]
+pub struct ApiDoc;
+
+/// The generated document.
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new().route("/openapi.json", get(openapi_json))
+}
+
+/// This document (no auth).
+#[utoipa::path(get, path = "/openapi.json", tag = "health", security(()),
+    responses((status = 200, description = "The OpenAPI 3 document", body = Object)))]
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(document())
+}
+
+/// Adds the bearer scheme that `security(("bearer" = []))` names.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some("One of the server's tokens (--token, ASYNCFLOW_TOKENS); required only when it has some"))
+            .build();
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    }
+}
+
+// ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----
+
+/// The id of the created task.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct TaskCreated {
+    /// Task id.
+    #[schema(example = "video-1-42")]
+    id: String,
+}
+
+/// The ids of the created tasks, in input order.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct TasksCreated {
+    /// Task ids.
+    ids: Vec<String>,
+}
+
+/// One page of tasks.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct TaskPage {
+    /// The tasks, in (type, id) order.
+    tasks: Vec<Task>,
+    /// `after` for the next page; null on the last page.
+    next: Option<String>,
+}
+
+/// The outcome of a cancel.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct TaskCancelled {
+    /// Task id.
+    id: String,
+    /// False when the task had already ended.
+    cancelled: bool,
+}
+
+/// The outcome of a retry.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct TaskRetried {
+    /// Task id.
+    id: String,
+    /// False when the task was neither failed nor cancelled.
+    retried: bool,
+}
+
+/// The tasks a hold took.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct Held {
+    /// Each with its lease and fencing token (`claim_seq`).
+    tasks: Vec<ClaimedTask>,
+}
+
+/// The results of a batch of reports, in order.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct ReportResults {
+    /// One per report.
+    results: Vec<ReportOutcome>,
+}
+
+/// How one report of a batch was received.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct ReportOutcome {
+    /// Task id.
+    task_id: String,
+    /// False when the fence no longer matched: the task was rescued, cancelled or claimed again.
+    accepted: bool,
+    /// The task's status after the report (its current status when refused; null if unknown).
+    status: Option<TaskStatus>,
+    /// The new lease end, for an accepted heartbeat.
+    lease_until: Option<DateTime<Utc>>,
+}
+
+/// An accepted report on one task.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct ReportAccepted {
+    /// Task id.
+    task_id: String,
+    /// The task's status after the report.
+    status: Option<TaskStatus>,
+    /// The new lease end, for a heartbeat.
+    lease_until: Option<DateTime<Utc>>,
+}
+
+/// The process answers.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct Health {
+    /// Always "ok".
+    #[schema(example = "ok")]
+    status: String,
+}
+
+/// Whether the database answers with the schema this build expects.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct Readiness {
+    /// "ready", "schema not current" or "database unreachable".
+    status: String,
+    /// The newest applied migration (absent when the database is unreachable).
+    schema_version: Option<i64>,
+    /// The newest migration of this build (only when the schema is not current).
+    expected: Option<i64>,
+}
+
+// ---- Routes whose handler is a closure (doc-only functions) ----
+
+/// The process answers (no auth).
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
+    responses((status = 200, description = "Alive", body = Health)))]
+#[allow(dead_code)]
+fn healthz() {}
+
+/// The single-report routes of the worker protocol share one handler and one body.
+macro_rules! single_report {
+    ($name:ident, $path:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[utoipa::path(post, path = $path, operation_id = stringify!($name), tag = "worker protocol",
+            request_body = super::worker_protocol::SingleBody,
+            responses(
+                (status = 200, description = "Accepted", body = ReportAccepted),
+                (status = 400, description = "Malformed body, a required field missing or an invalid worker id", body = ApiError),
+                (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+                (status = 404, description = "No such task", body = ApiError),
+                (status = 409, description = "Stale fencing token: the task is no longer held by this worker with \
+                    this claim_seq (rescued, cancelled or claimed again); nothing changed", body = ApiError),
+                (status = 413, description = "Body too large", body = ApiError),
+            ))]
+        #[allow(dead_code)]
+        fn $name() {}
+    };
+}
+
+single_report!(
+    heartbeat,
+    "/v1/worker/heartbeat",
+    "Still working: extends the lease by the type's max_processing_time. Needs worker_id, task_id, claim_seq."
+);
+single_report!(
+    advance,
+    "/v1/worker/advance",
+    "The stage is done: the task goes on to `stage` (required) with `context` (absent keeps the current one) and queues again."
+);
+single_report!(succeed, "/v1/worker/succeed", "The task succeeded with `result` (default null).");
+single_report!(
+    fail,
+    "/v1/worker/fail",
+    "The attempt failed with `error` (required): retried per the type's policy unless `retry` is false."
+);
+single_report!(
+    release,
+    "/v1/worker/release",
+    "Handed back unfinished (shutdown, or a hold whose answer was lost): ready again at once, the try given back."
+);
+single_report!(
+    later,
+    "/v1/worker/later",
+    "Not done yet, not a failure: ready again after `delay` seconds (required), with `context` if given."
+);

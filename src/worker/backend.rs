@@ -1,0 +1,520 @@
+//! Where the worker's tasks live: the database itself ([`Backend::Database`], the SQL API through
+//! a pool) or an `asyncflow serve` ([`Backend::Server`], the HTTP worker protocol, for workers
+//! that cannot reach the database). Producers, the reporter and the idle check call it once per
+//! batch, never per task; it is an enum, so a mode costs the other one match per call.
+//!
+//! ```text
+//!              register a type        claim ("hold")      report (batch)       next due
+//!   Database   register_task_type     claim_tasks         report_tasks         next_due
+//!   Server     PUT /v1/task-types/:n  POST /v1/worker/    POST /v1/worker/     GET /v1/worker/
+//!                                     hold                report               next-due
+//!   wake-ups   Database: LISTEN/NOTIFY + poll    Server: poll + the worker's own reports
+//! ```
+//!
+//! Server mode, and what keeps it from losing anything:
+//! - Failures are retried by the callers: a producer backs off and holds again, the reporter
+//!   retries a chunk of reports until the server accepts or refuses it. A refusal (the fence did
+//!   not match, HTTP 409 on the single-report routes) abandons the call, as in database mode.
+//! - A hold whose answer was lost (server killed, proxy error) may have claimed tasks that no
+//!   one runs. Before the next hold of that type the client asks the server which tasks it holds
+//!   (`/v1/worker/held`) and hands back, fenced, every one it does not know (`release`: ready at
+//!   once, the try given back). Until that is done the worker does not count as idle. Leases
+//!   running out (the rescuer, in `asyncflow serve`'s database's `asyncflow maintain`) remain the
+//!   backstop.
+//! - Lease times are moved to this machine's clock (minus the skew seen at the last hold), so
+//!   heartbeats are timed right when the worker's clock and the database's differ.
+
+use std::collections::{BTreeSet, HashSet};
+use std::ops::Range;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::db::{api, DbPool};
+use crate::error::{with_causes, Error, Result};
+use crate::ids::{TaskId, TypeName, WorkerId};
+use crate::task::{ClaimedTask, Report, ReportKind, ReportResult, TaskStatus};
+use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
+
+/// Most reports in one request (the server's limit).
+const REPORTS_PER_CALL_MAX: usize = 1000;
+/// Largest report request body; half the server's default body limit.
+const REPORT_BYTES_MAX: usize = 1024 * 1024;
+/// Most tasks one hold asks for (the server's limit).
+const HOLD_LIMIT_MAX: usize = 1000;
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the worker keeps trying to register its types at start before giving up.
+const STARTUP_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The store the worker claims from and reports to.
+#[derive(Clone)]
+pub enum Backend {
+    /// The database, through the SQL API.
+    Database(DbPool),
+    /// An `asyncflow serve`, through the HTTP worker protocol.
+    Server(RemoteClient),
+}
+
+impl Backend {
+    /// Creates the type or applies the settings named.
+    pub(super) async fn register_task_type(
+        &self,
+        task_type: &TypeName,
+        settings: &TaskTypeUpdate,
+    ) -> Result<TaskTypeSettings> {
+        match self {
+            Backend::Database(pool) => api::register_task_type(&pool.get().await?, task_type, settings).await,
+            Backend::Server(remote) => remote.register_task_type(task_type, settings).await,
+        }
+    }
+
+    /// Claims up to `want` ready tasks of `task_type` for `owner`.
+    pub(super) async fn claim(&self, task_type: &TypeName, owner: &WorkerId, want: usize) -> Result<Vec<ClaimedTask>> {
+        match self {
+            Backend::Database(pool) => {
+                let client = pool.get().await?;
+                api::claim_tasks(&client, task_type.as_str(), owner, want as i32, None).await
+            }
+            Backend::Server(remote) => remote.claim(task_type, owner, want).await,
+        }
+    }
+
+    /// Writes a batch of fenced reports; one result per report, in order.
+    pub(super) async fn report(&self, owner: &WorkerId, reports: &[Report]) -> Result<Vec<ReportResult>> {
+        match self {
+            Backend::Database(pool) => match pool.get().await {
+                Ok(client) => api::report_tasks(&client, owner, reports, None).await,
+                Err(e) => Err(e.into()),
+            },
+            Backend::Server(remote) => remote.report(owner, reports).await,
+        }
+    }
+
+    /// How `reports` is cut into calls: the database takes a batch whole; a server takes at
+    /// most [`REPORTS_PER_CALL_MAX`] reports and [`REPORT_BYTES_MAX`] bytes per request.
+    pub(super) fn chunks(&self, reports: &[Report]) -> Vec<Range<usize>> {
+        match self {
+            Backend::Database(_) => std::iter::once(0..reports.len()).collect(),
+            Backend::Server(_) => chunks_by_size(reports, REPORTS_PER_CALL_MAX, REPORT_BYTES_MAX),
+        }
+    }
+
+    /// Time until the earliest pending task of the type is due (zero when one already is), if
+    /// any.
+    pub(super) async fn next_due(&self, task_type: &TypeName) -> Result<Option<Duration>> {
+        match self {
+            Backend::Database(pool) => {
+                let client = pool.get().await?;
+                let Some(due) = api::next_due(&client, task_type.as_str()).await? else { return Ok(None) };
+                let ms = (due - Utc::now()).num_milliseconds().max(0) as u64;
+                Ok(Some(Duration::from_millis(ms)))
+            }
+            Backend::Server(remote) => remote.next_due(task_type).await,
+        }
+    }
+
+    /// Whether a task of any of `types` is ready now (true when that cannot be known).
+    pub(super) async fn any_ready(&self, types: &[TypeName]) -> bool {
+        let mut ready = false;
+        match self {
+            Backend::Database(pool) => {
+                let Ok(client) = pool.get().await else { return true };
+                for ty in types {
+                    match api::next_due(&client, ty.as_str()).await {
+                        Ok(Some(due)) if due <= Utc::now() => ready = true,
+                        Ok(_) => {}
+                        Err(_) => ready = true,
+                    }
+                }
+            }
+            Backend::Server(remote) => {
+                for ty in types {
+                    match remote.next_due(ty).await {
+                        Ok(Some(wait)) if wait.is_zero() => ready = true,
+                        Ok(_) => {}
+                        Err(_) => ready = true,
+                    }
+                }
+            }
+        }
+        ready
+    }
+
+    /// False while the backend may hold tasks nobody runs (a server's hold answer was lost and
+    /// not yet looked into): the worker is not idle then.
+    pub(super) fn settled(&self) -> bool {
+        match self {
+            Backend::Database(_) => true,
+            Backend::Server(remote) => lock(&remote.inner.unswept).is_empty(),
+        }
+    }
+}
+
+/// Cuts `reports` into consecutive ranges of at most `count` reports and about `bytes` bytes
+/// of JSON (a report larger than that goes alone).
+fn chunks_by_size(reports: &[Report], count: usize, bytes: usize) -> Vec<Range<usize>> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut ranges = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, report) in reports.iter().enumerate() {
+        let mut counter = Counter(1);
+        let _ = serde_json::to_writer(&mut counter, report);
+        if i > start && (i - start >= count || size + counter.0 > bytes) {
+            ranges.push(start..i);
+            (start, size) = (i, 0);
+        }
+        size += counter.0;
+    }
+    if start < reports.len() {
+        ranges.push(start..reports.len());
+    }
+    ranges
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A client of an `asyncflow serve`'s worker protocol (cheap to clone).
+#[derive(Clone)]
+pub struct RemoteClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The server's base URL, without a trailing slash.
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+    /// Tasks claimed and not yet reported for good: what this worker knows it holds.
+    outstanding: Mutex<HashSet<String>>,
+    /// Types whose last hold failed after it may have reached the server.
+    unswept: Mutex<BTreeSet<String>>,
+    /// The database's clock minus this machine's, in milliseconds, as of the last hold.
+    skew_ms: AtomicI64,
+}
+
+#[derive(Deserialize)]
+struct Held {
+    tasks: Vec<ClaimedTask>,
+}
+
+#[derive(Deserialize)]
+struct Results {
+    results: Vec<WireResult>,
+}
+
+#[derive(Deserialize)]
+struct WireResult {
+    task_id: String,
+    accepted: bool,
+    status: Option<TaskStatus>,
+    lease_until: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize)]
+struct ReportBody<'a> {
+    worker_id: &'a str,
+    reports: &'a [Report],
+}
+
+#[derive(Deserialize)]
+struct NextDue {
+    wait_ms: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct HeldList {
+    tasks: Vec<HeldTask>,
+}
+
+#[derive(Deserialize)]
+struct HeldTask {
+    task_id: TaskId,
+    claim_seq: i32,
+}
+
+impl RemoteClient {
+    /// A client of the server at `server` (`http://host:port`), sending `token` as a bearer
+    /// token when given.
+    pub fn new(server: &str, token: Option<String>) -> Result<Self> {
+        let url = reqwest::Url::parse(server).map_err(|e| Error::Config(format!("--server {server:?}: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(Error::Config(format!("--server {server:?}: must be an http:// or https:// URL")));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("asyncflow-worker/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Config(format!("HTTP client: {}", with_causes(&e))))?;
+        Ok(RemoteClient {
+            inner: Arc::new(Inner {
+                base: server.trim_end_matches('/').to_string(),
+                token: token.filter(|t| !t.is_empty()),
+                http,
+                outstanding: Mutex::new(HashSet::new()),
+                unswept: Mutex::new(BTreeSet::new()),
+                skew_ms: AtomicI64::new(0),
+            }),
+        })
+    }
+
+    /// The server's base URL.
+    pub fn server(&self) -> &str {
+        &self.inner.base
+    }
+
+    /// One request; the parsed body on 2xx, the error the status means otherwise (see
+    /// [`status_error`]). Transport failures are `Error::Io`: `NotConnected` when the request
+    /// cannot have reached the server, another kind when it may have.
+    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<T> {
+        let url = format!("{}{path}", self.inner.base);
+        let mut request = self.inner.http.request(method.clone(), &url);
+        if let Some(token) = &self.inner.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
+        }
+        let transport = |e: reqwest::Error| {
+            let kind =
+                if e.is_connect() { std::io::ErrorKind::NotConnected } else { std::io::ErrorKind::ConnectionAborted };
+            Error::Io(std::io::Error::new(kind, format!("{method} {url}: {}", with_causes(&e))))
+        };
+        let started = Instant::now();
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(transport)?;
+        tracing::trace!(%method, path, status = status.as_u16(), bytes = bytes.len(), took = ?started.elapsed(), "worker protocol call");
+        if status.is_success() {
+            return serde_json::from_slice(&bytes)
+                .map_err(|e| Error::Unexpected(format!("{method} {url}: the server's answer: {e}")));
+        }
+        Err(status_error(status, &bytes, &format!("{method} {url}")))
+    }
+
+    async fn register_task_type(&self, task_type: &TypeName, settings: &TaskTypeUpdate) -> Result<TaskTypeSettings> {
+        let body = serde_json::to_vec(settings).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let started = Instant::now();
+        let mut failures: u32 = 0;
+        loop {
+            let path = format!("/v1/task-types/{task_type}");
+            match self.call(Method::PUT, &path, Some(body.clone())).await {
+                Err(e @ Error::Io(_)) if started.elapsed() < STARTUP_PATIENCE => {
+                    failures += 1;
+                    let wait = Duration::from_millis((100u64 << failures.min(5)).min(2_000));
+                    tracing::warn!(server = %self.inner.base, error = %e, retry_in = ?wait, "cannot reach the server");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(Error::Io(e)) => {
+                    return Err(Error::Config(format!(
+                        "server {} unreachable for {STARTUP_PATIENCE:?}: {e}",
+                        self.inner.base
+                    )))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn claim(&self, task_type: &TypeName, owner: &WorkerId, want: usize) -> Result<Vec<ClaimedTask>> {
+        if lock(&self.inner.unswept).contains(task_type.as_str()) {
+            self.sweep(task_type, owner).await?;
+            lock(&self.inner.unswept).remove(task_type.as_str());
+        }
+        let body = json!({"type": task_type, "worker_id": owner, "limit": want.clamp(1, HOLD_LIMIT_MAX)});
+        let sent = Utc::now();
+        let held: Held = match self.call(Method::POST, "/v1/worker/hold", Some(body.to_string().into_bytes())).await {
+            Ok(held) => held,
+            Err(e) => {
+                if may_have_applied(&e) {
+                    lock(&self.inner.unswept).insert(task_type.to_string());
+                }
+                return Err(e);
+            }
+        };
+        let mut tasks = held.tasks;
+        if let Some(first) = tasks.first() {
+            // claimed_at is the database's clock when the claim ran, after this request left:
+            // the skew is overestimated by the latency, which only brings heartbeats forward.
+            self.inner.skew_ms.store((first.claimed_at - sent).num_milliseconds(), Ordering::Relaxed);
+        }
+        let skew = chrono::Duration::milliseconds(self.inner.skew_ms.load(Ordering::Relaxed));
+        let mut outstanding = lock(&self.inner.outstanding);
+        for task in &mut tasks {
+            task.lease_until -= skew;
+            task.claimed_at -= skew;
+            outstanding.insert(task.task_id.to_string());
+        }
+        Ok(tasks)
+    }
+
+    async fn report(&self, owner: &WorkerId, reports: &[Report]) -> Result<Vec<ReportResult>> {
+        let body = serde_json::to_vec(&ReportBody { worker_id: owner.as_str(), reports })
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let answer: Result<Results> = self.call(Method::POST, "/v1/worker/report", Some(body)).await;
+        let results = match answer {
+            Ok(r) if r.results.len() == reports.len() => r.results,
+            Ok(r) => {
+                return Err(Error::Unexpected(format!("{} results for {} reports", r.results.len(), reports.len())))
+            }
+            Err(e) => {
+                // Refused whole (malformed; too large alone): these calls are over.
+                let split_next = matches!(e, Error::ContextTooLarge(_)) && reports.len() > 1;
+                if e.is_client_error() && !split_next {
+                    let mut outstanding = lock(&self.inner.outstanding);
+                    for r in reports {
+                        outstanding.remove(r.task_id.as_str());
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let skew = chrono::Duration::milliseconds(self.inner.skew_ms.load(Ordering::Relaxed));
+        let mut outstanding = lock(&self.inner.outstanding);
+        Ok(reports
+            .iter()
+            .zip(results)
+            .map(|(report, r)| {
+                // A report answered for good ends the call; an accepted heartbeat does not.
+                if !r.accepted || !matches!(report.kind, ReportKind::Heartbeat) {
+                    outstanding.remove(report.task_id.as_str());
+                }
+                ReportResult {
+                    task_id: r.task_id,
+                    accepted: r.accepted,
+                    status: r.status,
+                    lease_until: r.lease_until.map(|t| t - skew),
+                }
+            })
+            .collect())
+    }
+
+    async fn next_due(&self, task_type: &TypeName) -> Result<Option<Duration>> {
+        let due: NextDue = self.call(Method::GET, &format!("/v1/worker/next-due?type={task_type}"), None).await?;
+        Ok(due.wait_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
+    }
+
+    /// Hands back the tasks of `task_type` the server says this worker holds but the worker does
+    /// not know: claimed by a hold whose answer was lost.
+    async fn sweep(&self, task_type: &TypeName, owner: &WorkerId) -> Result<()> {
+        let body = json!({"type": task_type, "worker_id": owner}).to_string().into_bytes();
+        let held: HeldList = self.call(Method::POST, "/v1/worker/held", Some(body)).await?;
+        let strays: Vec<Report> = {
+            let known = lock(&self.inner.outstanding);
+            held.tasks
+                .into_iter()
+                .filter(|t| !known.contains(t.task_id.as_str()))
+                .map(|t| Report { task_id: t.task_id, claim_seq: t.claim_seq, kind: ReportKind::Release })
+                .collect()
+        };
+        if strays.is_empty() {
+            return Ok(());
+        }
+        let mut released = 0;
+        for range in chunks_by_size(&strays, REPORTS_PER_CALL_MAX, REPORT_BYTES_MAX) {
+            released += self.report(owner, &strays[range]).await?.iter().filter(|r| r.accepted).count();
+        }
+        tracing::warn!(task_type = %task_type, released, "handed back tasks claimed by a hold whose answer was lost");
+        Ok(())
+    }
+}
+
+/// Whether a failed request may still have changed something on the server: it may have been
+/// delivered (anything but a failed connection), or it was answered with 2xx and a body this
+/// build could not read.
+fn may_have_applied(e: &Error) -> bool {
+    match e {
+        Error::Io(io) => io.kind() != std::io::ErrorKind::NotConnected,
+        Error::Unexpected(_) => true,
+        _ => false,
+    }
+}
+
+/// What a non-2xx answer means: 4xx are the request's fault (refused, nothing changed), 401/403
+/// and a missing route are configuration, 5xx (the server, or a proxy in front of it) are
+/// transient, as a network error is.
+fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
+    let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let message = value["message"].as_str().unwrap_or("no message");
+    let text = format!("{what}: HTTP {status}: {message}");
+    match status.as_u16() {
+        401 | 403 => Error::Config(format!("{what}: the server refused the bearer token (HTTP {status}): {message}")),
+        404 if value["code"] == "unknown_task_type" => Error::UnknownTaskType(text),
+        404 => Error::Config(format!("{text} (is the server an asyncflow serve of this version?)")),
+        409 => Error::StaleFence(text),
+        413 => Error::ContextTooLarge(text),
+        400..=499 => Error::InvalidArgument(text),
+        _ => Error::Io(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, text)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(n: u32, context_bytes: usize) -> Report {
+        Report {
+            task_id: TaskId::parse(&format!("t-1-{n}")).unwrap(),
+            claim_seq: 1,
+            kind: ReportKind::Advance { stage: "s".into(), context: Some(json!({"pad": "x".repeat(context_bytes)})) },
+        }
+    }
+
+    #[test]
+    fn reports_are_cut_by_count_and_by_size_keeping_their_order() {
+        let small: Vec<Report> = (1..=5).map(|n| report(n, 10)).collect();
+        assert_eq!(chunks_by_size(&small, 2, 1 << 20), vec![0..2, 2..4, 4..5]);
+        assert_eq!(chunks_by_size(&small, 1000, 1 << 20), vec![0..5]);
+        let big: Vec<Report> = (1..=4).map(|n| report(n, 400)).collect();
+        assert_eq!(chunks_by_size(&big, 1000, 1000), vec![0..2, 2..4]);
+        // one report over the limit goes alone
+        assert_eq!(chunks_by_size(&big, 1000, 100), vec![0..1, 1..2, 2..3, 3..4]);
+        assert!(chunks_by_size(&[], 10, 10).is_empty());
+    }
+
+    #[test]
+    fn answers_map_to_refusals_configuration_or_transient_trouble() {
+        let body = br#"{"code": "x", "message": "why"}"#;
+        let e = status_error(StatusCode::BAD_REQUEST, body, "POST /r");
+        assert!(e.is_client_error() && e.to_string().contains("why"), "{e}");
+        assert!(matches!(status_error(StatusCode::CONFLICT, body, "p"), Error::StaleFence(_)));
+        assert!(matches!(status_error(StatusCode::PAYLOAD_TOO_LARGE, body, "p"), Error::ContextTooLarge(_)));
+        assert!(matches!(status_error(StatusCode::UNAUTHORIZED, body, "p"), Error::Config(_)));
+        let e = status_error(StatusCode::NOT_FOUND, br#"{"code": "unknown_task_type", "message": "m"}"#, "p");
+        assert!(matches!(e, Error::UnknownTaskType(_)));
+        let gateway = status_error(StatusCode::BAD_GATEWAY, b"<html>nginx</html>", "p");
+        assert!(!gateway.is_client_error() && may_have_applied(&gateway), "{gateway}");
+        let refused = Error::Io(std::io::Error::new(std::io::ErrorKind::NotConnected, "refused"));
+        assert!(!may_have_applied(&refused));
+        assert!(may_have_applied(&Error::Unexpected("a 200 with an unreadable body".into())));
+        assert!(!may_have_applied(&status_error(StatusCode::BAD_REQUEST, body, "p")));
+    }
+
+    #[test]
+    fn a_server_url_must_be_http() {
+        assert!(RemoteClient::new("http://127.0.0.1:8080/", None).is_ok());
+        assert_eq!(RemoteClient::new("http://h:1/", None).unwrap().server(), "http://h:1");
+        assert!(matches!(RemoteClient::new("ftp://h", None), Err(Error::Config(_))));
+        assert!(matches!(RemoteClient::new("not a url", None), Err(Error::Config(_))));
+    }
+}
