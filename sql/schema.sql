@@ -184,6 +184,7 @@ declare
   v_limit integer;
   v_begin integer;
   v_running bigint;
+  v_claimed bigint;
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -226,6 +227,12 @@ begin
   where t.task_type = p_task_type and t.shard = picked.shard and t.id = picked.id
   returning asyncflow.format_task_id(t.task_type, t.shard, t.id), t.task_type, t.stage, t.context, t.priority,
     t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
+  get diagnostics v_claimed = row_count;
+  if v_claimed > 0 then
+    insert into asyncflow.type_counters as k (task_type, slot, claimed)
+    values (p_task_type, pg_backend_pid() % 16, v_claimed)
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed;
+  end if;
 end
 $$;
 
@@ -734,7 +741,33 @@ begin
       -- status compared as text: the partial index on running tasks must not look like a way
       -- in (the planner would walk every running task for each report)
       and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
-    returning r.n, t.status, t.lease_until, t.task_type
+    returning r.n, t.status, t.lease_until, t.task_type, r.outcome, t.schedule_log -> -1 as entry
+  ), counted as (
+    insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried)
+    select c.task_type, pg_backend_pid() % 16, count(*) filter (where c.status = 'succeeded'),
+      count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending')
+    from changed c where c.outcome in ('succeed', 'fail') group by c.task_type
+    on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
+      failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
+  ), durations as (
+    -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds))
+    select c.task_type, c.entry ->> 'stage' as stage, (c.entry ->> 'cost_ms')::double precision / 1000 as secs,
+      (select count(*) from unnest(asyncflow.stage_time_bounds()) b
+       where b < (c.entry ->> 'cost_ms')::double precision / 1000)::integer as k
+    from changed c where c.outcome not in ('heartbeat', 'release')
+  ), per_bucket as (
+    select task_type, stage, k, count(*) as n, sum(secs) as secs from durations group by task_type, stage, k
+  ), timed as (
+    insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
+    select t.task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
+      array_agg(coalesce(g.n, 0) order by x.k)
+    from (select distinct task_type, stage from per_bucket) t
+    cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
+    left join per_bucket g on g.task_type = t.task_type and g.stage = t.stage and g.k = x.k
+    group by t.task_type, t.stage
+    on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
+      seconds = s.seconds + excluded.seconds,
+      buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
   )
   select r.task_id, c.n is not null,
     -- the current status is looked up only for refused reports
@@ -789,6 +822,11 @@ begin
   select array_agg(c.task_id), array_agg(c.task_type), array_agg(c.status)
   into v_ids, v_types, v_statuses
   from changed c;
+
+  insert into asyncflow.type_counters as k (task_type, slot, rescued, failed)
+  select u.type_name, pg_backend_pid() % 16, count(*), count(*) filter (where u.st = 'failed')
+  from unnest(v_types, v_statuses) u(type_name, st) group by u.type_name
+  on conflict (task_type, slot) do update set rescued = k.rescued + excluded.rescued, failed = k.failed + excluded.failed;
 
   perform asyncflow.wake(d.type_name)
   from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
@@ -870,6 +908,12 @@ CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETUR
     AS $$
   select exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'pending')
       or exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'running')
+$$;
+
+CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  select '{0.005,0.01,0.05,0.1,0.5,1,5,30,60,300,1800,3600,21600}'::double precision[]
 $$;
 
 CREATE TABLE asyncflow.tasks (
@@ -1015,6 +1059,25 @@ CREATE TABLE asyncflow.shards (
     dropped_at timestamp with time zone
 );
 
+CREATE TABLE asyncflow.stage_times (
+    task_type text NOT NULL,
+    stage text NOT NULL,
+    slot smallint NOT NULL,
+    calls bigint DEFAULT 0 NOT NULL,
+    seconds double precision DEFAULT 0 NOT NULL,
+    buckets bigint[] NOT NULL
+);
+
+CREATE TABLE asyncflow.type_counters (
+    task_type text NOT NULL,
+    slot smallint NOT NULL,
+    claimed bigint DEFAULT 0 NOT NULL,
+    succeeded bigint DEFAULT 0 NOT NULL,
+    failed bigint DEFAULT 0 NOT NULL,
+    retried bigint DEFAULT 0 NOT NULL,
+    rescued bigint DEFAULT 0 NOT NULL
+);
+
 ALTER TABLE ONLY asyncflow.config
     ADD CONSTRAINT config_pkey PRIMARY KEY (singleton);
 
@@ -1030,8 +1093,14 @@ ALTER TABLE ONLY asyncflow.refinery_schema_history
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_pkey PRIMARY KEY (task_type, shard);
 
+ALTER TABLE ONLY asyncflow.stage_times
+    ADD CONSTRAINT stage_times_pkey PRIMARY KEY (task_type, stage, slot);
+
 ALTER TABLE ONLY asyncflow.task_types
     ADD CONSTRAINT task_types_pkey PRIMARY KEY (task_type);
+
+ALTER TABLE ONLY asyncflow.type_counters
+    ADD CONSTRAINT type_counters_pkey PRIMARY KEY (task_type, slot);
 
 CREATE INDEX idempotency_keys_shard ON asyncflow.idempotency_keys USING btree (task_type, shard);
 
@@ -1108,6 +1177,8 @@ GRANT ALL ON FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with ti
 REVOKE ALL ON FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 

@@ -276,6 +276,25 @@ async fn metrics_show_exact_per_type_figures_and_this_servers_requests() {
     }
     assert_eq!(per_type("asyncflow_tasks_created_total", "alpha"), Some(6.0), "five, and one rolled back");
     assert_eq!(per_type("asyncflow_tasks_created_total", "beta"), Some(4.0));
+    // the SQL API's own counters: they only grow
+    for (name, alpha_n, beta_n) in [
+        ("asyncflow_tasks_claimed_total", 3.0, 2.0),
+        ("asyncflow_tasks_succeeded_total", 1.0, 1.0),
+        ("asyncflow_tasks_failed_total", 1.0, 0.0),
+        ("asyncflow_tasks_retried_total", 0.0, 0.0),
+        ("asyncflow_tasks_rescued_total", 0.0, 0.0),
+    ] {
+        assert_eq!((per_type(name, "alpha"), per_type(name, "beta")), (Some(alpha_n), Some(beta_n)), "{name}\n{text}");
+    }
+    // stage calls: alpha's succeed and fail, beta's succeed and later, all of stage "start"
+    for ty in ["alpha", "beta"] {
+        let labels = [("type", ty), ("stage", "start")];
+        assert_eq!(value(&m, "asyncflow_stage_duration_seconds_count", &labels), Some(2.0), "{text}");
+        let inf = [("type", ty), ("stage", "start"), ("le", "+Inf")];
+        assert_eq!(value(&m, "asyncflow_stage_duration_seconds_bucket", &inf), Some(2.0));
+        let hour = [("type", ty), ("stage", "start"), ("le", "3600")];
+        assert_eq!(value(&m, "asyncflow_stage_duration_seconds_bucket", &hour), Some(2.0), "all took under an hour");
+    }
     assert_eq!(per_type("asyncflow_queue_ready", "alpha"), Some(1.0));
     assert_eq!(per_type("asyncflow_queue_delayed", "alpha"), Some(0.0));
     assert_eq!(per_type("asyncflow_queue_ready", "beta"), Some(1.0));
@@ -355,17 +374,67 @@ async fn without_a_database_metrics_say_so_and_still_give_this_servers_figures()
 fn every_metric_is_documented_in_the_module_doc() {
     let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/http/metrics.rs")).unwrap();
     let doc: String = source.lines().filter(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
+    // every metric name written as a string literal in the code
     let families: BTreeSet<&str> = source
-        .match_indices("out.family(")
+        .match_indices("\"asyncflow_")
         .map(|(i, _)| {
-            let rest = &source[i..];
-            let start = rest.find('"').unwrap() + 1;
-            let end = start + rest[start..].find('"').unwrap();
-            &rest[start..end]
+            let rest = &source[i + 1..];
+            &rest[..rest.find('"').unwrap()]
         })
+        .filter(|name| !name.contains('{'))
         .collect();
     assert!(families.len() >= 10, "{families:?}");
     for f in families {
         assert!(doc.contains(&format!("`{f}")), "{f} is not described in the module doc of src/http/metrics.rs");
     }
+}
+
+#[tokio::test]
+async fn rescues_and_retries_are_counted_and_survive_a_dropped_shard() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute("select asyncflow.register_task_type('gamma', '{\"max_retry_num\": 0, \"retention\": 1, \"shard_max_rows\": 10}')")
+        .await
+        .unwrap();
+    c.query("select asyncflow.create_tasks('gamma', '[{}, {}]'::jsonb)", &[]).await.unwrap();
+    // eight more, cancelled below, fill the first shard to its 10 rows
+    c.query("select asyncflow.create_tasks('gamma', (select jsonb_agg('{}'::jsonb) from generate_series(1, 8)))", &[])
+        .await
+        .unwrap();
+    let held = c.query("select task_id, claim_seq from asyncflow.claim_tasks('gamma', 'w1', 2)", &[]).await.unwrap();
+    assert_eq!(held.len(), 2);
+    // one fails (out of tries: failed for good), the other's lease runs out
+    let fail = json!([{"task_id": held[0].get::<_, String>(0), "claim_seq": held[0].get::<_, i32>(1),
+        "outcome": "fail", "error": "no"}]);
+    c.query("select * from asyncflow.report_tasks('w1', $1::jsonb)", &[&fail]).await.unwrap();
+    c.query("select * from asyncflow.rescue_expired(now() + interval '1 day')", &[]).await.unwrap();
+    let app = router(db.pool.clone(), &config(&[]));
+    let (_, _, text) = call(&app, "GET", "/metrics", None, None).await;
+    let m = parse(&text);
+    let get = |name: &str| value(&m, name, &[("type", "gamma")]);
+    assert_eq!(get("asyncflow_tasks_claimed_total"), Some(2.0));
+    assert_eq!(get("asyncflow_tasks_rescued_total"), Some(1.0), "{text}");
+    assert_eq!(get("asyncflow_tasks_failed_total"), Some(2.0), "one by its report, one out of tries at rescue");
+    assert_eq!(get("asyncflow_tasks_succeeded_total"), Some(0.0));
+    // retention drops the finished shard: the stored counts go, the counters stay
+    let rest: Vec<String> = c
+        .query("select task_id from asyncflow.claim_tasks('gamma', 'w1', 8)", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rest.len(), 8);
+    for id in &rest {
+        c.query("select asyncflow.cancel_task($1)", &[id]).await.unwrap();
+    }
+    c.query("select asyncflow.roll_shard('gamma', now())", &[]).await.unwrap();
+    c.query("select asyncflow.advance_begin_pos('gamma', now())", &[]).await.unwrap();
+    let dropped =
+        c.query("select asyncflow.drop_expired_shards('gamma', now() + interval '1 day')", &[]).await.unwrap();
+    assert_eq!(dropped.len(), 1, "the first shard is dropped");
+    let (_, _, text) = call(&app, "GET", "/metrics", None, None).await;
+    let m = parse(&text);
+    assert_eq!(value(&m, "asyncflow_tasks", &[("type", "gamma"), ("status", "failed")]), Some(0.0), "{text}");
+    assert_eq!(value(&m, "asyncflow_tasks_failed_total", &[("type", "gamma")]), Some(2.0));
 }

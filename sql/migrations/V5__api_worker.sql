@@ -6,6 +6,43 @@
 -- owner and claim_seq. A task rescued, cancelled or claimed again meanwhile has moved on, so a
 -- late report matches nothing, changes nothing, and comes back with accepted = false.
 
+-- Monotonic counters for monitoring (GET /metrics), per type and per (type, stage): they
+-- survive retention dropping shards, unlike counts of the task rows. Each connection adds to
+-- its own slot (backend pid mod 16), so concurrent workers never queue on one counter row;
+-- readers sum the slots. Written once per claim / report / rescue statement, not per task.
+create table asyncflow.type_counters (
+  task_type text not null,
+  slot smallint not null,
+  claimed bigint not null default 0,
+  succeeded bigint not null default 0,
+  -- failed for good
+  failed bigint not null default 0,
+  -- failed tries that will be tried again
+  retried bigint not null default 0,
+  -- leases that ran out (see rescue_expired)
+  rescued bigint not null default 0,
+  primary key (task_type, slot)
+);
+
+-- Stage call durations from the reports' schedule-log entries (cost_ms): buckets[k + 1] counts
+-- the calls with exactly k of asyncflow.stage_time_bounds() (seconds) below their duration, so
+-- bucket 1 is "<= the first bound" and the last is "above every bound" (a reader makes them
+-- cumulative).
+create table asyncflow.stage_times (
+  task_type text not null,
+  stage text not null,
+  slot smallint not null,
+  calls bigint not null default 0,
+  seconds double precision not null default 0,
+  buckets bigint[] not null,
+  primary key (task_type, stage, slot)
+);
+
+create function asyncflow.stage_time_bounds() returns double precision[]
+language sql immutable parallel safe as $$
+  select '{0.005,0.01,0.05,0.1,0.5,1,5,30,60,300,1800,3600,21600}'::double precision[]
+$$;
+
 -- What a worker receives for each claimed task.
 create type asyncflow.claimed_task as (
   task_id text,
@@ -42,6 +79,7 @@ declare
   v_limit integer;
   v_begin integer;
   v_running bigint;
+  v_claimed bigint;
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -84,6 +122,12 @@ begin
   where t.task_type = p_task_type and t.shard = picked.shard and t.id = picked.id
   returning asyncflow.format_task_id(t.task_type, t.shard, t.id), t.task_type, t.stage, t.context, t.priority,
     t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
+  get diagnostics v_claimed = row_count;
+  if v_claimed > 0 then
+    insert into asyncflow.type_counters as k (task_type, slot, claimed)
+    values (p_task_type, pg_backend_pid() % 16, v_claimed)
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed;
+  end if;
 end
 $$;
 
@@ -206,7 +250,33 @@ begin
       -- status compared as text: the partial index on running tasks must not look like a way
       -- in (the planner would walk every running task for each report)
       and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
-    returning r.n, t.status, t.lease_until, t.task_type
+    returning r.n, t.status, t.lease_until, t.task_type, r.outcome, t.schedule_log -> -1 as entry
+  ), counted as (
+    insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried)
+    select c.task_type, pg_backend_pid() % 16, count(*) filter (where c.status = 'succeeded'),
+      count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending')
+    from changed c where c.outcome in ('succeed', 'fail') group by c.task_type
+    on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
+      failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
+  ), durations as (
+    -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds))
+    select c.task_type, c.entry ->> 'stage' as stage, (c.entry ->> 'cost_ms')::double precision / 1000 as secs,
+      (select count(*) from unnest(asyncflow.stage_time_bounds()) b
+       where b < (c.entry ->> 'cost_ms')::double precision / 1000)::integer as k
+    from changed c where c.outcome not in ('heartbeat', 'release')
+  ), per_bucket as (
+    select task_type, stage, k, count(*) as n, sum(secs) as secs from durations group by task_type, stage, k
+  ), timed as (
+    insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
+    select t.task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
+      array_agg(coalesce(g.n, 0) order by x.k)
+    from (select distinct task_type, stage from per_bucket) t
+    cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
+    left join per_bucket g on g.task_type = t.task_type and g.stage = t.stage and g.k = x.k
+    group by t.task_type, t.stage
+    on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
+      seconds = s.seconds + excluded.seconds,
+      buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
   )
   select r.task_id, c.n is not null,
     -- the current status is looked up only for refused reports

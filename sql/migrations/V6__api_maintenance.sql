@@ -43,6 +43,11 @@ begin
   into v_ids, v_types, v_statuses
   from changed c;
 
+  insert into asyncflow.type_counters as k (task_type, slot, rescued, failed)
+  select u.type_name, pg_backend_pid() % 16, count(*), count(*) filter (where u.st = 'failed')
+  from unnest(v_types, v_statuses) u(type_name, st) group by u.type_name
+  on conflict (task_type, slot) do update set rescued = k.rescued + excluded.rescued, failed = k.failed + excluded.failed;
+
   perform asyncflow.wake(d.type_name)
   from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
   return query select * from unnest(v_ids, v_types, v_statuses);

@@ -576,3 +576,88 @@ pub async fn task_type_figures<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeFi
         })
         .collect()
 }
+
+/// Monotonic per-type counters (summed over their slots), for `GET /metrics`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TypeCounters {
+    /// Task type.
+    pub task_type: String,
+    /// Claims.
+    pub claimed: i64,
+    /// Tasks that succeeded.
+    pub succeeded: i64,
+    /// Tasks failed for good (by a report or by the rescuer).
+    pub failed: i64,
+    /// Failed tries that will be tried again.
+    pub retried: i64,
+    /// Leases that ran out.
+    pub rescued: i64,
+}
+
+/// Stage call durations of one (type, stage): `buckets[k]` counts the calls with exactly k of
+/// `bounds` below their duration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StageTimes {
+    /// Task type.
+    pub task_type: String,
+    /// Stage.
+    pub stage: String,
+    /// Calls reported.
+    pub calls: i64,
+    /// Their total duration.
+    pub seconds: f64,
+    /// Bucket upper bounds, seconds.
+    pub bounds: Vec<f64>,
+    /// Non-cumulative counts, one more than `bounds`.
+    pub buckets: Vec<i64>,
+}
+
+/// The counters of every type.
+pub async fn type_counters<C: GenericClient>(c: &C) -> Result<Vec<TypeCounters>> {
+    let rows = query(
+        c,
+        "select task_type, sum(claimed)::bigint as claimed, sum(succeeded)::bigint as succeeded, \
+           sum(failed)::bigint as failed, sum(retried)::bigint as retried, sum(rescued)::bigint as rescued \
+         from asyncflow.type_counters group by task_type order by task_type",
+        &[],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TypeCounters {
+                task_type: get(r, "task_type")?,
+                claimed: get(r, "claimed")?,
+                succeeded: get(r, "succeeded")?,
+                failed: get(r, "failed")?,
+                retried: get(r, "retried")?,
+                rescued: get(r, "rescued")?,
+            })
+        })
+        .collect()
+}
+
+/// Stage call durations of every (type, stage).
+pub async fn stage_times<C: GenericClient>(c: &C) -> Result<Vec<StageTimes>> {
+    let rows = query(
+        c,
+        "select task_type, stage, sum(calls)::bigint as calls, sum(seconds) as seconds, \
+           asyncflow.stage_time_bounds() as bounds, \
+           array(select sum(b)::bigint from asyncflow.stage_times s2, unnest(s2.buckets) with ordinality u(b, i) \
+                 where s2.task_type = s.task_type and s2.stage = s.stage group by i order by i) as buckets \
+         from asyncflow.stage_times s group by task_type, stage order by task_type, stage",
+        &[],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(StageTimes {
+                task_type: get(r, "task_type")?,
+                stage: get(r, "stage")?,
+                calls: get(r, "calls")?,
+                seconds: get(r, "seconds")?,
+                bounds: get(r, "bounds")?,
+                buckets: get(r, "buckets")?,
+            })
+        })
+        .collect()
+}

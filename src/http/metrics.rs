@@ -29,6 +29,15 @@
 //!   by every server whichever one handed the task out.
 //! - `asyncflow_task_type_paused{type}` (gauge): 1 while claims of the type are paused.
 //!
+//! Counted by the SQL API as it works (`asyncflow.type_counters`, one row per type and
+//! connection slot, written once per claim / report / rescue statement), so they only grow:
+//! - `asyncflow_tasks_claimed_total{type}` (counter): claims, i.e. stage calls handed out.
+//! - `asyncflow_tasks_succeeded_total{type}`, `asyncflow_tasks_failed_total{type}` (failed for
+//!   good), `asyncflow_tasks_retried_total{type}` (failed tries to be tried again),
+//!   `asyncflow_tasks_rescued_total{type}` (leases that ran out) (counters).
+//! - `asyncflow_stage_duration_seconds{type, stage}` (histogram): stage call durations as the
+//!   reports' schedule-log entries give them (claim to report), from `asyncflow.stage_times`.
+//!
 //! From this process (since it started):
 //! - `asyncflow_http_requests_total{method, route, status}` (counter): requests answered, by
 //!   route template (`/v1/tasks/:id`; `unmatched` for unknown paths) and status.
@@ -226,11 +235,16 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let mut out = Exposition::default();
     let figures = async {
         let c = state.pool.get().await.map_err(crate::Error::from)?;
-        Ok::<_, crate::Error>((api::task_type_figures(&c).await?, api::queue_depth(&c).await?))
+        Ok::<_, crate::Error>((
+            api::task_type_figures(&c).await?,
+            api::queue_depth(&c).await?,
+            api::type_counters(&c).await?,
+            api::stage_times(&c).await?,
+        ))
     }
     .await;
     out.family("asyncflow_database_up", "gauge", "1 when the database answered this scrape, else 0.");
-    let (figures, depth) = match figures {
+    let (figures, depth, counters, stages) = match figures {
         Ok(f) => {
             out.sample("asyncflow_database_up", &[], 1);
             f
@@ -242,6 +256,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         }
     };
     database_families(&mut out, &figures, &depth);
+    activity_families(&mut out, &counters, &stages);
     process_families(&mut out, &state.metrics);
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], out.text).into_response()
 }
@@ -298,6 +313,43 @@ fn database_families(out: &mut Exposition, figures: &[api::TaskTypeFigures], dep
     out.family("asyncflow_task_type_paused", "gauge", "1 while claims of the type are paused.");
     for d in depth {
         out.sample("asyncflow_task_type_paused", &[("type", &d.task_type)], u8::from(d.paused));
+    }
+}
+
+/// Counters kept by the SQL API itself (asyncflow.type_counters, asyncflow.stage_times): they
+/// only grow, whatever retention drops.
+fn activity_families(out: &mut Exposition, counters: &[api::TypeCounters], stages: &[api::StageTimes]) {
+    let families: [(&str, &str, fn(&api::TypeCounters) -> i64); 5] = [
+        ("asyncflow_tasks_claimed_total", "Claims (one per stage call handed to a worker).", |c| c.claimed),
+        ("asyncflow_tasks_succeeded_total", "Tasks that succeeded.", |c| c.succeeded),
+        ("asyncflow_tasks_failed_total", "Tasks failed for good, by a report or when out of tries at rescue.", |c| {
+            c.failed
+        }),
+        ("asyncflow_tasks_retried_total", "Failed tries that will be tried again after their back-off.", |c| c.retried),
+        ("asyncflow_tasks_rescued_total", "Leases that ran out without a report (the rescuer took the task).", |c| {
+            c.rescued
+        }),
+    ];
+    for (name, help, value) in families {
+        out.family(name, "counter", help);
+        for c in counters {
+            out.sample(name, &[("type", &c.task_type)], value(c));
+        }
+    }
+    let name = "asyncflow_stage_duration_seconds";
+    out.family(name, "histogram", "Stage call durations as reported (claim to report), by type and stage.");
+    let bucket = format!("{name}_bucket");
+    for s in stages {
+        let labels = [("type", s.task_type.as_str()), ("stage", s.stage.as_str())];
+        let mut cumulative = 0;
+        for (bound, n) in s.bounds.iter().zip(&s.buckets) {
+            cumulative += n;
+            let le = bound.to_string();
+            out.sample(&bucket, &[&labels[..], &[("le", le.as_str())]].concat(), cumulative);
+        }
+        out.sample(&bucket, &[&labels[..], &[("le", "+Inf")]].concat(), s.calls);
+        out.sample(&format!("{name}_sum"), &labels, s.seconds);
+        out.sample(&format!("{name}_count"), &labels, s.calls);
     }
 }
 
