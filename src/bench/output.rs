@@ -79,7 +79,7 @@ pub(super) fn chart(results: &BenchResults) -> String {
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">"#,
-        w = left + width + 120.0
+        w = left + width + 200.0
     );
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
