@@ -161,7 +161,8 @@ async fn bad_input_gets_its_own_sqlstate_and_writes_nothing() {
     register(&c, "video", json!({})).await;
     c.batch_execute("update asyncflow.config set max_context_bytes = 2048").await.unwrap();
     let big = json!({"blob": "x".repeat(4000)});
-    let cases: Vec<(&str, Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>, &str, &str)> = vec![
+    type Params = Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>;
+    let cases: Vec<(&str, Params, &str, &str)> = vec![
         ("select asyncflow.create_task('nope', '{}')", vec![], "AF001", "unknown task type"),
         ("select asyncflow.create_task('Bad-Name', '{}')", vec![], "AF003", "invalid task type name"),
         (

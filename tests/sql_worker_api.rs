@@ -193,7 +193,7 @@ async fn later_is_not_a_failure_and_the_schedule_log_keeps_the_last_20() {
         assert_eq!(t.status, TaskStatus::Pending);
         assert_eq!(t.order_time, now + secs(30.0));
         assert!(api::claim_tasks(&c, "poll", &w, 1, Some(now + secs(29.0))).await.unwrap().is_empty());
-        now = now + secs(30.0);
+        now += secs(30.0);
     }
     let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
     assert_eq!(t.retry_count, 0);

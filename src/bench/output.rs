@@ -62,6 +62,29 @@ pub(super) fn write(results: &BenchResults, dir: &Path) -> Result<(PathBuf, Path
     Ok((json_path, svg_path))
 }
 
+/// Left edge of the bars (names are right-aligned before it) and the height of one row.
+const LEFT: f64 = 330.0;
+const ROW: f64 = 26.0;
+
+/// One row of a panel: the figure's name, a bar `length` pixels long coloured by its bar's
+/// outcome (green met, red missed, blue no bar), and `label` after it.
+fn bar(svg: &mut String, f: &Figure, y: f64, length: f64, label: &str) {
+    let colour = match f.pass {
+        Some(true) => "#3a8f3a",
+        Some(false) => "#c0392b",
+        None => "#4a78b5",
+    };
+    let length = length.max(1.0);
+    let _ = writeln!(svg, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, LEFT - 8.0, y + 15.0, escape(&f.name));
+    let _ = writeln!(
+        svg,
+        r#"<rect x="{LEFT}" y="{}" width="{length:.1}" height="{}" fill="{colour}"/>"#,
+        y + 3.0,
+        ROW - 8.0
+    );
+    let _ = writeln!(svg, r#"<text x="{:.1}" y="{}">{}</text>"#, LEFT + length + 5.0, y + 15.0, escape(label));
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -71,7 +94,7 @@ fn escape(s: &str) -> String {
 pub(super) fn chart(results: &BenchResults) -> String {
     let rates: Vec<&Figure> = results.figures.iter().filter(|f| f.unit.ends_with("/s")).collect();
     let times: Vec<&Figure> = results.figures.iter().filter(|f| f.unit == "ms").collect();
-    let (left, width, row) = (330.0, 420.0, 26.0);
+    let (width, row) = (420.0, ROW);
     let top_rates = 60.0;
     let top_times = top_rates + row * rates.len() as f64 + 70.0;
     let height = top_times + row * times.len() as f64 + 50.0;
@@ -79,7 +102,7 @@ pub(super) fn chart(results: &BenchResults) -> String {
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="12">"#,
-        w = left + width + 200.0
+        w = LEFT + width + 200.0
     );
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
@@ -98,33 +121,12 @@ pub(super) fn chart(results: &BenchResults) -> String {
         top_rates - 12.0
     );
     for (i, f) in rates.iter().enumerate() {
-        let y = top_rates + row * i as f64;
         let r = f.ratio.unwrap_or(0.0);
-        let colour = match f.pass {
-            Some(true) => "#3a8f3a",
-            Some(false) => "#c0392b",
-            None => "#4a78b5",
-        };
-        let _ =
-            writeln!(svg, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, left - 8.0, y + 15.0, escape(&f.name));
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="{colour}"/>"#,
-            y + 3.0,
-            (r * scale).max(1.0),
-            row - 8.0
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{}">{r:.2}x ({:.0} {})</text>"#,
-            left + (r * scale).max(1.0) + 5.0,
-            y + 15.0,
-            f.value,
-            escape(&f.unit)
-        );
+        let label = format!("{r:.2}x ({:.0} {})", f.value, f.unit);
+        bar(&mut svg, f, top_rates + row * i as f64, r * scale, &label);
     }
     for (x, label) in [(1.0, "1x"), (5.0, "5x bar")] {
-        let px = left + x * scale;
+        let px = LEFT + x * scale;
         let _ = writeln!(
             svg,
             r##"<line x1="{px:.1}" y1="{}" x2="{px:.1}" y2="{}" stroke="#555" stroke-dasharray="4 3"/>"##,
@@ -142,28 +144,7 @@ pub(super) fn chart(results: &BenchResults) -> String {
     let ms_scale = width / max_ms;
     let _ = writeln!(svg, r#"<text x="10" y="{}" font-weight="bold">latency, milliseconds</text>"#, top_times - 12.0);
     for (i, f) in times.iter().enumerate() {
-        let y = top_times + row * i as f64;
-        let colour = match f.pass {
-            Some(true) => "#3a8f3a",
-            Some(false) => "#c0392b",
-            None => "#4a78b5",
-        };
-        let _ =
-            writeln!(svg, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, left - 8.0, y + 15.0, escape(&f.name));
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{left}" y="{}" width="{:.1}" height="{}" fill="{colour}"/>"#,
-            y + 3.0,
-            (f.value * ms_scale).max(1.0),
-            row - 8.0
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{}">{:.2} ms</text>"#,
-            left + (f.value * ms_scale).max(1.0) + 5.0,
-            y + 15.0,
-            f.value
-        );
+        bar(&mut svg, f, top_times + row * i as f64, f.value * ms_scale, &format!("{:.2} ms", f.value));
     }
     svg.push_str("</svg>\n");
     svg

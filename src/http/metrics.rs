@@ -319,7 +319,8 @@ fn database_families(out: &mut Exposition, figures: &[api::TaskTypeFigures], dep
 /// Counters kept by the SQL API itself (asyncflow.type_counters, asyncflow.stage_times): they
 /// only grow, whatever retention drops.
 fn activity_families(out: &mut Exposition, counters: &[api::TypeCounters], stages: &[api::StageTimes]) {
-    let families: [(&str, &str, fn(&api::TypeCounters) -> i64); 5] = [
+    type Family = (&'static str, &'static str, fn(&api::TypeCounters) -> i64);
+    let families: [Family; 5] = [
         ("asyncflow_tasks_claimed_total", "Claims (one per stage call handed to a worker).", |c| c.claimed),
         ("asyncflow_tasks_succeeded_total", "Tasks that succeeded.", |c| c.succeeded),
         ("asyncflow_tasks_failed_total", "Tasks failed for good, by a report or when out of tries at rescue.", |c| {
