@@ -4,23 +4,14 @@ mod common;
 
 use std::time::Duration;
 
-use asyncflow::http::{router, HttpConfig};
+use asyncflow::http::router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::TestDb;
+use common::{http_config, TestDb};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 const TOKEN: &str = "test-token-0123456789";
-
-fn config(tokens: &[&str], max_body: usize) -> HttpConfig {
-    HttpConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tokens: tokens.iter().map(|t| t.to_string()).collect(),
-        insecure_no_auth: false,
-        max_body,
-    }
-}
 
 struct Api {
     app: axum::Router,
@@ -29,7 +20,7 @@ struct Api {
 
 impl Api {
     fn new(db: &TestDb, tokens: &[&'static str]) -> Api {
-        Api { app: router(db.pool.clone(), &config(tokens, 64 * 1024)), token: tokens.first().copied() }
+        Api { app: router(db.pool.clone(), &http_config(tokens, 64 * 1024)), token: tokens.first().copied() }
     }
 
     async fn call(&self, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -267,7 +258,7 @@ async fn bearer_tokens_guard_every_route_but_health() {
     let (s, ready) = api.raw("GET", "/readyz", None, None).await;
     assert_eq!(s, StatusCode::OK, "{ready}");
     // No tokens on a public address is refused unless asked for.
-    let mut open = config(&[], 1024 * 1024);
+    let mut open = http_config(&[], 1024 * 1024);
     open.listen = "0.0.0.0:8080".parse().unwrap();
     assert!(open.validate().is_err());
     open.insecure_no_auth = true;

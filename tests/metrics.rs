@@ -5,23 +5,14 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use asyncflow::http::{router, HttpConfig};
+use asyncflow::http::router;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use common::TestDb;
+use common::{http_config, TestDb};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 const TOKEN: &str = "test-token-0123456789";
-
-fn config(tokens: &[&str]) -> HttpConfig {
-    HttpConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tokens: tokens.iter().map(|t| t.to_string()).collect(),
-        insecure_no_auth: false,
-        max_body: 64 * 1024,
-    }
-}
 
 /// Status, content type and body text of one call.
 async fn call(
@@ -232,7 +223,7 @@ async fn metrics_show_exact_per_type_figures_and_this_servers_requests() {
 
     // beta through the worker protocol: two held; one succeeds, one is back in an hour; the type
     // is paused
-    let app = router(db.pool.clone(), &config(&[]));
+    let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
     let (s, b) =
         json_call(&app, "POST", "/v1/worker/hold", json!({"type": "beta", "worker_id": "w2", "limit": 2})).await;
     assert_eq!(s, StatusCode::OK, "{b}");
@@ -341,7 +332,7 @@ async fn metrics_show_exact_per_type_figures_and_this_servers_requests() {
 #[tokio::test]
 async fn metrics_need_the_bearer_token_when_the_server_has_tokens() {
     let db = TestDb::new().await;
-    let app = router(db.pool.clone(), &config(&[TOKEN]));
+    let app = router(db.pool.clone(), &http_config(&[TOKEN], 64 * 1024));
     let (s, _, body) = call(&app, "GET", "/metrics", None, None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert!(body.contains("unauthorized"), "{body}");
@@ -358,7 +349,7 @@ async fn metrics_need_the_bearer_token_when_the_server_has_tokens() {
 #[tokio::test]
 async fn without_a_database_metrics_say_so_and_still_give_this_servers_figures() {
     let pool = asyncflow::db::pool("postgres://postgres@127.0.0.1:1/nothing", 1).unwrap();
-    let app = router(pool, &config(&[]));
+    let app = router(pool, &http_config(&[], 64 * 1024));
     let (s, _, _) = call(&app, "GET", "/healthz", None, None).await;
     assert_eq!(s, StatusCode::OK);
     let (s, _, text) = call(&app, "GET", "/metrics", None, None).await;
@@ -408,7 +399,7 @@ async fn rescues_and_retries_are_counted_and_survive_a_dropped_shard() {
         "outcome": "fail", "error": "no"}]);
     c.query("select * from asyncflow.report_tasks('w1', $1::jsonb)", &[&fail]).await.unwrap();
     c.query("select * from asyncflow.rescue_expired(now() + interval '1 day')", &[]).await.unwrap();
-    let app = router(db.pool.clone(), &config(&[]));
+    let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
     let (_, _, text) = call(&app, "GET", "/metrics", None, None).await;
     let m = parse(&text);
     let get = |name: &str| value(&m, name, &[("type", "gamma")]);

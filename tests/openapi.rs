@@ -7,10 +7,10 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use asyncflow::http::{openapi, router, HttpConfig};
+use asyncflow::http::{openapi, router};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::TestDb;
+use common::{http_config, TestDb};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -19,15 +19,6 @@ const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
 
 fn generated() -> Value {
     serde_json::to_value(openapi::document()).expect("the document serializes")
-}
-
-fn config(tokens: &[&str]) -> HttpConfig {
-    HttpConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tokens: tokens.iter().map(|t| t.to_string()).collect(),
-        insecure_no_auth: false,
-        max_body: 64 * 1024,
-    }
 }
 
 async fn call(
@@ -157,7 +148,7 @@ async fn the_document_is_openapi_3_and_names_every_route_of_the_router() {
     // The router serves each documented operation (no fallback 404, no 405), and asks for the
     // token exactly where the document says so.
     let db = TestDb::new().await;
-    let app = router(db.pool.clone(), &config(&[TOKEN]));
+    let app = router(db.pool.clone(), &http_config(&[TOKEN], 64 * 1024));
     for (method, path) in &in_doc {
         let uri = path.replace("{id}", "video-1-1").replace("{name}", "video");
         let open = doc["paths"][path][method]["security"] == json!([{}]);
@@ -213,7 +204,7 @@ fn every_error_answer_has_the_error_schema_and_the_bearer_scheme_is_declared() {
 #[tokio::test]
 async fn the_server_serves_the_document_at_openapi_json_without_a_token() {
     let db = TestDb::new().await;
-    let app = router(db.pool.clone(), &config(&[TOKEN]));
+    let app = router(db.pool.clone(), &http_config(&[TOKEN], 64 * 1024));
     let (status, body) = call(&app, "GET", "/openapi.json", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, generated());
@@ -297,7 +288,7 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), 
 async fn the_bodies_the_server_answers_have_the_documented_properties() {
     let doc = generated();
     let db = TestDb::new().await;
-    let app = router(db.pool.clone(), &config(&[TOKEN]));
+    let app = router(db.pool.clone(), &http_config(&[TOKEN], 64 * 1024));
     let t = Some(TOKEN);
     let mut checked = 0;
     let mut check = |method: &str, path: &str, status: StatusCode, body: &Value| {

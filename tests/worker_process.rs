@@ -2,37 +2,18 @@
 //! signals, ephemeral mode, and a crash.
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use asyncflow::db::api;
 use asyncflow::task::{NewTask, Report, ReportKind, TaskStatus};
 use asyncflow::{TaskId, WorkerId};
-use common::{wait_until, TestDb};
+use common::{wait_until, Folder, TestDb};
 use serde_json::json;
 
-struct Folder(PathBuf);
-
-impl Drop for Folder {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A functions folder with one function `name` whose `run` is `body` (sh).
 fn folder(functions: &[(&str, &str, &str)]) -> Folder {
-    let root = std::env::temp_dir().join(format!("af-wp-{}", uuid::Uuid::new_v4().simple()));
-    for (name, toml, body) in functions {
-        let dir = root.join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("function.toml"), toml).unwrap();
-        let run = dir.join("run");
-        std::fs::write(&run, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    Folder(root)
+    Folder::new(functions)
 }
 
 fn worker(db: &TestDb, dir: &Path, id: &str, extra: &[&str]) -> Child {

@@ -5,8 +5,7 @@
 mod common;
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use asyncflow::db::api;
 use asyncflow::task::{NewTask, Task, TaskStatus};
 use asyncflow::task_type::TaskTypeUpdate;
 use asyncflow::{TaskId, TypeName};
-use common::{wait_until, TestDb};
+use common::{wait_until, Folder, TestDb};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -24,24 +23,9 @@ const TOKEN: &str = "remote-worker-token-0123456789";
 /// Where a worker on a server would find a database if it wrongly looked for one: nowhere.
 const NO_DATABASE: &str = "postgres://nobody@127.0.0.1:1/none";
 
-struct Folder(PathBuf);
-
-impl Drop for Folder {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A functions folder with one function `name` whose `run` is `body` (sh).
 fn folder(name: &str, toml: &str, body: &str) -> Folder {
-    let root = std::env::temp_dir().join(format!("af-wr-{}", uuid::Uuid::new_v4().simple()));
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("function.toml"), toml).unwrap();
-    let run = dir.join("run");
-    std::fs::write(&run, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Folder(root)
+    Folder::new(&[(name, toml, body)])
 }
 
 fn free_port() -> u16 {

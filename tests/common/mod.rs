@@ -198,3 +198,39 @@ where
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
 }
+
+/// A server configuration for router tests: loopback, these tokens, this body limit.
+pub fn http_config(tokens: &[&str], max_body: usize) -> asyncflow::http::HttpConfig {
+    asyncflow::http::HttpConfig {
+        listen: "127.0.0.1:0".parse().expect("loopback address"),
+        tokens: tokens.iter().map(|t| t.to_string()).collect(),
+        insecure_no_auth: false,
+        max_body,
+    }
+}
+
+/// A functions folder in a temporary directory, removed when dropped.
+pub struct Folder(pub PathBuf);
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Folder {
+    /// One function per (name, function.toml, body of its `run` sh script).
+    pub fn new(functions: &[(&str, &str, &str)]) -> Folder {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("af-fn-{}", uuid::Uuid::new_v4().simple()));
+        for (name, toml, body) in functions {
+            let dir = root.join(name);
+            std::fs::create_dir_all(&dir).expect("function folder");
+            std::fs::write(dir.join("function.toml"), toml).expect("function.toml");
+            let run = dir.join("run");
+            std::fs::write(&run, format!("#!/bin/sh\n{body}\n")).expect("run script");
+            std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        Folder(root)
+    }
+}
