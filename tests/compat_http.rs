@@ -1,4 +1,4 @@
-//! The flowsvr compatibility endpoints (src/http/compat.rs) against a real database: both key
+//! The flowsvr compatibility endpoints (src/http/compat/) against a real database: both key
 //! dialects, root and /v1 paths, the code/msg envelope with 80xx codes, atomic hold with a
 //! persisted order_time, the set_task rule (held tasks only, finished tasks immutable), and auth.
 mod common;

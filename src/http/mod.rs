@@ -8,7 +8,7 @@
 //!   /v1/queue-depth  /v1/worker/...
 //!   /metrics                             Prometheus, bearer token when configured (metrics.rs)
 //!   /create_task /hold_tasks /set_task ... and the same under /v1: the original flowsvr
-//!                                        protocol for old workers (compat.rs)
+//!                                        protocol for old workers (compat/)
 //! ```
 
 mod compat;

@@ -7,7 +7,7 @@
 //!
 //! Invariants:
 //! - Every route under `/v1` is in the document except the compatibility endpoints of the
-//!   original flowsvr (compat.rs), which the document's description names instead.
+//!   original flowsvr (src/http/compat/), which the document's description names instead.
 //! - Every 4xx and 5xx answer has the body schema `Error` (`{code, message}`, see error.rs).
 //! - Handlers that build their answer with `json!` are described by the doc-only types below;
 //!   `tests/openapi.rs` calls them and checks that the real bodies have exactly these properties.
