@@ -5,11 +5,11 @@ mod common;
 
 use std::collections::HashSet;
 
-use asyncflow::http::{router, HttpConfig};
+use asyncflow::http::router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use chrono::Utc;
-use common::TestDb;
+use common::{http_config, request, TestDb};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -22,13 +22,7 @@ struct Api {
 
 impl Api {
     fn new(db: &TestDb, tokens: &[&'static str]) -> Api {
-        let config = HttpConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            tokens: tokens.iter().map(|t| t.to_string()).collect(),
-            insecure_no_auth: false,
-            max_body: 64 * 1024,
-        };
-        Api { app: router(db.pool.clone(), &config), token: tokens.first().copied() }
+        Api { app: router(db.pool.clone(), &http_config(tokens, 64 * 1024)), token: tokens.first().copied() }
     }
 
     /// A business call: must answer HTTP 200 with the envelope; returns the body.
@@ -55,17 +49,7 @@ impl Api {
         content_type: Option<&str>,
         token: Option<&str>,
     ) -> (StatusCode, Value) {
-        let mut req = Request::builder().method(method).uri(uri);
-        if let Some(ct) = content_type {
-            req = req.header("content-type", ct);
-        }
-        if let Some(t) = token {
-            req = req.header("authorization", format!("Bearer {t}"));
-        }
-        let req = req.body(body.map(Body::from).unwrap_or_else(Body::empty)).unwrap();
-        let resp = self.app.clone().oneshot(req).await.unwrap();
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let (status, _, bytes) = request(&self.app, method, uri, body, content_type, token).await;
         let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)}));
         (status, value)
     }

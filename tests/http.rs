@@ -7,7 +7,7 @@ use std::time::Duration;
 use asyncflow::http::router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::{http_config, TestDb};
+use common::{http_config, request, TestDb};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -28,14 +28,7 @@ impl Api {
     }
 
     async fn raw(&self, method: &str, uri: &str, body: Option<String>, token: Option<&str>) -> (StatusCode, Value) {
-        let mut req = Request::builder().method(method).uri(uri).header("content-type", "application/json");
-        if let Some(t) = token {
-            req = req.header("authorization", format!("Bearer {t}"));
-        }
-        let req = req.body(body.map(Body::from).unwrap_or_else(Body::empty)).unwrap();
-        let resp = self.app.clone().oneshot(req).await.unwrap();
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let (status, _, bytes) = request(&self.app, method, uri, body, Some("application/json"), token).await;
         let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)}));
         (status, value)
     }

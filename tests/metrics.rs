@@ -6,11 +6,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use asyncflow::http::router;
-use axum::body::Body;
-use axum::http::{header, Request, StatusCode};
-use common::{http_config, TestDb};
+use axum::http::StatusCode;
+use common::{http_config, request, TestDb};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 const TOKEN: &str = "test-token-0123456789";
 
@@ -22,17 +20,9 @@ async fn call(
     body: Option<Value>,
     token: Option<&str>,
 ) -> (StatusCode, String, String) {
-    let mut req = Request::builder().method(method).uri(uri).header("content-type", "application/json");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let req = req.body(body.map(|b| Body::from(b.to_string())).unwrap_or_else(Body::empty)).unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let content_type =
-        resp.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-    (status, content_type, String::from_utf8(bytes.to_vec()).unwrap())
+    let (status, content_type, bytes) =
+        request(app, method, uri, body.map(|b| b.to_string()), Some("application/json"), token).await;
+    (status, content_type, String::from_utf8(bytes).unwrap())
 }
 
 async fn json_call(app: &axum::Router, method: &str, uri: &str, body: Value) -> (StatusCode, Value) {

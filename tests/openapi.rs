@@ -8,11 +8,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use asyncflow::http::{openapi, router};
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use common::{http_config, TestDb};
+use axum::http::StatusCode;
+use common::{http_config, request, TestDb};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 const TOKEN: &str = "test-token-0123456789";
 const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
@@ -28,14 +26,8 @@ async fn call(
     body: Option<Value>,
     token: Option<&str>,
 ) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(uri).header("content-type", "application/json");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let req = req.body(body.map(|b| Body::from(b.to_string())).unwrap_or_else(Body::empty)).unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    let (status, _, bytes) =
+        request(app, method, uri, body.map(|b| b.to_string()), Some("application/json"), token).await;
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 

@@ -234,3 +234,33 @@ impl Folder {
         Folder(root)
     }
 }
+
+/// One request through the router, in process: status, content type and body bytes. The body
+/// goes as given, with `content_type` when set, and `Authorization: Bearer <token>` when set.
+pub async fn request(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    body: Option<String>,
+    content_type: Option<&str>,
+    token: Option<&str>,
+) -> (axum::http::StatusCode, String, Vec<u8>) {
+    use tower::ServiceExt;
+    let mut req = axum::http::Request::builder().method(method).uri(uri);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = req.body(body.map(axum::body::Body::from).unwrap_or_else(axum::body::Body::empty)).expect("request");
+    let resp = app.clone().oneshot(req).await.expect("the router answers");
+    let status = resp.status();
+    let content_type = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .map(|v| v.to_str().expect("content type is text").to_string())
+        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.expect("response body");
+    (status, content_type, bytes.to_vec())
+}
