@@ -751,10 +751,10 @@ begin
       failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
   ), durations as (
     -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds))
-    select c.task_type, c.entry ->> 'stage' as stage, (c.entry ->> 'cost_ms')::double precision / 1000 as secs,
-      (select count(*) from unnest(asyncflow.stage_time_bounds()) b
-       where b < (c.entry ->> 'cost_ms')::double precision / 1000)::integer as k
-    from changed c where c.outcome not in ('heartbeat', 'release')
+    select c.task_type, c.entry ->> 'stage' as stage, d.secs,
+      (select count(*) from unnest(asyncflow.stage_time_bounds()) b where b < d.secs)::integer as k
+    from changed c cross join lateral (select (c.entry ->> 'cost_ms')::double precision / 1000 as secs) d
+    where c.outcome not in ('heartbeat', 'release')
   ), per_bucket as (
     select task_type, stage, k, count(*) as n, sum(secs) as secs from durations group by task_type, stage, k
   ), timed as (
