@@ -17,6 +17,15 @@ CREATE TYPE asyncflow.claimed_task AS (
 	claimed_at timestamp with time zone
 );
 
+CREATE TYPE asyncflow.run_status AS ENUM (
+    'scheduled',
+    'running',
+    'succeeded',
+    'failed',
+    'timed_out',
+    'cancelled'
+);
+
 CREATE TYPE asyncflow.task_status AS ENUM (
     'pending',
     'running',
@@ -69,6 +78,21 @@ CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     else jsonb_path_query_array(p_log, '$[last - 18 to last]') end || jsonb_build_array(p_entry)
 $_$;
 
+CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+begin
+  if v_run.status not in ('scheduled', 'running') then
+    return false;
+  end if;
+  perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
+  return true;
+end
+$_$;
+
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -93,6 +117,104 @@ begin
   return false;
 end
 $_$;
+
+CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_run asyncflow.runs;
+  v_event asyncflow.run_events;
+  v_seg asyncflow.run_segments;
+  v_def jsonb;
+  v_new text;
+  v_plan jsonb;
+begin
+  perform asyncflow.ensure_run_day((v_now at time zone 'UTC')::date);
+  perform asyncflow.ensure_run_day((v_now at time zone 'UTC')::date + 1);
+
+  for v_run in
+    select * from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= v_now
+    order by r.run_at limit p_limit for update skip locked
+  loop
+    perform asyncflow.wf_begin_run(v_run.run_id, v_now);
+    action := 'begun'; id := v_run.run_id; detail := format('due at %s', v_run.run_at);
+    return next;
+  end loop;
+
+  for v_event in
+    select * from asyncflow.run_events e
+    where e.status in ('pending', 'running', 'external') and e.deadline < v_now and e.node_type <> 'dynamic'
+    order by e.deadline limit p_limit for update skip locked
+  loop
+    v_run := asyncflow.wf_get_run(v_event.run_id);
+    v_def := asyncflow.wf_plan(v_run) -> 'nodes' -> v_event.node;
+    id := v_event.event_id;
+    if v_event.node_type = 'task' and v_def ->> 'function' is not null
+        and v_event.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
+      update asyncflow.run_events set task_id = null where day = v_event.day and event_id = v_event.event_id;
+      perform asyncflow.wf_cancel_task(v_event.task_id, v_now);
+      perform asyncflow.wf_activate(v_run, v_event.node, v_now);
+      action := 'node restarted';
+      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_event.exec_cnt + 1);
+    else
+      perform asyncflow.wf_fail_event(v_event.event_id,
+        format('timed out: no result within %s s (%s tries)', v_def ->> 'timeout', v_event.exec_cnt), v_now);
+      action := 'node failed';
+      detail := format('no result within %s s', v_def ->> 'timeout');
+    end if;
+    return next;
+  end loop;
+
+  for v_seg in
+    select * from asyncflow.run_segments s where s.status in ('pending', 'running') and s.deadline < v_now
+    order by s.deadline limit p_limit for update skip locked
+  loop
+    v_run := asyncflow.wf_get_run(v_seg.run_id);
+    v_event := (select e from asyncflow.run_events e where e.day = v_seg.day and e.event_id = v_seg.event_id);
+    v_def := asyncflow.wf_plan(v_run) -> 'nodes' -> v_event.node;
+    id := v_seg.segment_id;
+    if v_seg.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
+      update asyncflow.run_segments set task_id = null where day = v_seg.day and segment_id = v_seg.segment_id;
+      perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
+      perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, array[v_seg.n], array[v_seg.item],
+        v_event.segment_cnt, v_now);
+      action := 'segment restarted';
+      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_seg.exec_cnt + 1);
+    else
+      perform asyncflow.wf_fail_event(v_seg.event_id,
+        format('segment %s timed out: no result within %s s (%s tries)', v_seg.n, v_def ->> 'timeout', v_seg.exec_cnt), v_now);
+      action := 'node failed';
+      detail := format('segment %s: no result within %s s', v_seg.n, v_def ->> 'timeout');
+    end if;
+    return next;
+  end loop;
+
+  for v_run in
+    select * from asyncflow.runs r where r.status = 'running' and r.deadline < v_now
+    order by r.deadline limit p_limit for update skip locked
+  loop
+    v_plan := asyncflow.wf_plan(v_run);
+    id := v_run.run_id;
+    if v_run.parent_event is null and v_run.attempt <= (v_plan ->> 'retries')::integer then
+      v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key,
+        null, null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+      update asyncflow.runs set retried_by = v_new where day = v_run.day and run_id = v_run.run_id;
+      perform asyncflow.wf_finish_run(v_run.run_id, 'timed_out', null,
+        format('no end within %s s; retried as %s', v_plan ->> 'timeout', v_new), v_now, false);
+      action := 'run retried';
+      detail := v_new;
+    else
+      perform asyncflow.wf_finish_run(v_run.run_id, 'timed_out', null,
+        format('no end within %s s (deadline %s)', v_plan ->> 'timeout', v_run.deadline), v_now);
+      action := 'run timed out';
+      detail := format('deadline %s', v_run.deadline);
+    end if;
+    return next;
+  end loop;
+end
+$$;
 
 CREATE FUNCTION asyncflow.check_settings(p_settings jsonb) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -170,6 +292,27 @@ begin
 end
 $_$;
 
+CREATE FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer DEFAULT 60, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(callback_id text, run_id text, kind text, url text, payload jsonb, attempt integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := coalesce(p_now, now());
+begin
+  return query
+  with due as (
+    select c.day, c.callback_id from asyncflow.callbacks c
+    where c.status = 'pending' and c.next_attempt_at <= v_now
+    order by c.next_attempt_at limit greatest(p_limit, 0) for update skip locked
+  )
+  update asyncflow.callbacks c set attempts = c.attempts + 1, owner = p_owner,
+    next_attempt_at = v_now + make_interval(secs => greatest(p_lease, 1)), updated_at = v_now
+  from due where c.day = due.day and c.callback_id = due.callback_id
+  returning c.callback_id, c.run_id, c.kind, c.url, c.payload, c.attempts;
+end
+$$;
+
 CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF asyncflow.claimed_task
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -235,6 +378,353 @@ begin
   end if;
 end
 $$;
+
+CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $_$
+declare
+  v_node jsonb;
+  v_edge jsonb;
+  v_name text;
+  v_type text;
+  v_key text;
+  v_nodes jsonb := '{}';
+  v_order text[] := '{}';
+  v_from text[] := '{}';
+  v_to text[] := '{}';
+  v_when text[] := '{}';
+  v_live boolean[] := '{}';
+  v_start text;
+  v_end text;
+  v_remaining text[];
+  v_ready text[];
+  v_reach text[];
+  v_grow text[];
+  v_pruned jsonb := '[]';
+  v_has_default boolean;
+  v_i integer;
+  v_f text;
+  v_t text;
+  v_w text;
+  v_allowed text[];
+begin
+  if p_definition is null or jsonb_typeof(p_definition) <> 'object' then
+    perform asyncflow.pipeline_error('a pipeline definition must be a JSON object with nodes and edges');
+  end if;
+  select k into v_key from jsonb_object_keys(p_definition) k
+  where k not in ('name', 'description', 'timeout', 'retries', 'nodes', 'edges') limit 1;
+  if found then
+    perform asyncflow.pipeline_error(format('unknown field %L (known: name, description, timeout, retries, nodes, edges)', v_key));
+  end if;
+  if p_definition ? 'name' and p_definition ->> 'name' is distinct from p_name then
+    perform asyncflow.pipeline_error(format('the definition names pipeline %s, not %L', p_definition -> 'name', p_name));
+  end if;
+  if jsonb_typeof(p_definition -> 'timeout') not in ('number', 'null')
+    or (p_definition ->> 'timeout')::numeric not between 1 and 31536000 then
+    perform asyncflow.pipeline_error(format('timeout must be seconds between 1 and 31536000, got %s', p_definition -> 'timeout'));
+  end if;
+  if jsonb_typeof(p_definition -> 'retries') not in ('number', 'null')
+    or (p_definition ->> 'retries')::numeric not between 0 and 100 then
+    perform asyncflow.pipeline_error(format('retries must be an integer between 0 and 100, got %s', p_definition -> 'retries'));
+  end if;
+  if jsonb_typeof(p_definition -> 'nodes') is distinct from 'array' or jsonb_array_length(p_definition -> 'nodes') = 0 then
+    perform asyncflow.pipeline_error('nodes must be a non-empty array of node objects');
+  end if;
+  if jsonb_array_length(p_definition -> 'nodes') > 500 then
+    perform asyncflow.pipeline_error('a pipeline has at most 500 nodes');
+  end if;
+  if jsonb_typeof(p_definition -> 'edges') is distinct from 'array' then
+    perform asyncflow.pipeline_error('edges must be an array of {"from", "to", "when"} objects or [from, to] pairs');
+  end if;
+
+  -- Nodes: names, types, fields.
+  for v_node in select e from jsonb_array_elements(p_definition -> 'nodes') e loop
+    if jsonb_typeof(v_node) <> 'object' or jsonb_typeof(v_node -> 'name') is distinct from 'string' then
+      perform asyncflow.pipeline_error(format('every node must be an object with a name, got %s', v_node));
+    end if;
+    v_name := v_node ->> 'name';
+    if v_name !~ '^[a-z][a-z0-9_]{0,39}$' then
+      perform asyncflow.pipeline_error(format('node %L: a node name must match ^[a-z][a-z0-9_]{0,39}$', v_name));
+    end if;
+    if v_nodes ? v_name then
+      perform asyncflow.pipeline_error(format('node %L: the name is used twice', v_name));
+    end if;
+    v_type := v_node ->> 'type';
+    v_allowed := case v_type
+      when 'start' then '{}'::text[]
+      when 'end' then '{}'
+      when 'parallel' then '{}'
+      when 'router' then '{}'
+      when 'task' then '{function,stage,priority,async,timeout,timeout_retries}'
+      when 'dynamic' then '{function,stage,priority,items,max_segments,timeout,timeout_retries}'
+      when 'pipeline' then '{pipeline,version,timeout}'
+      when 'callback' then '{url}'
+    end;
+    if v_allowed is null then
+      perform asyncflow.pipeline_error(format(
+        'node %L: type must be one of start, end, task, dynamic, router, parallel, pipeline, callback, got %s',
+        v_name, coalesce(v_node -> 'type', 'nothing')));
+    end if;
+    select k into v_key from jsonb_object_keys(v_node) k
+    where k not in ('name', 'type', 'description') and k <> all (v_allowed) limit 1;
+    if found then
+      perform asyncflow.pipeline_error(format('node %L: unknown field %L for a %s node', v_name, v_key, v_type));
+    end if;
+    if v_type in ('task', 'dynamic') then
+      if v_node ? 'function' then
+        if jsonb_typeof(v_node -> 'function') <> 'string'
+          or not exists (select 1 from asyncflow.task_types y where y.task_type = v_node ->> 'function') then
+          perform asyncflow.pipeline_error(format('node %L: unknown function %s (register its task type first)',
+            v_name, v_node -> 'function'));
+        end if;
+      elsif v_type = 'dynamic' or not coalesce((v_node ->> 'async')::boolean, false) then
+        perform asyncflow.pipeline_error(format('node %L: a %s node needs a function', v_name, v_type));
+      end if;
+      if jsonb_typeof(v_node -> 'stage') not in ('string', 'null') or (v_node ->> 'stage') !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
+        perform asyncflow.pipeline_error(format('node %L: stage must match ^[A-Za-z0-9_.:/-]{1,64}$', v_name));
+      end if;
+      if jsonb_typeof(v_node -> 'priority') not in ('number', 'null')
+        or (v_node ->> 'priority')::numeric not between 0 and 31104000 then
+        perform asyncflow.pipeline_error(format('node %L: priority must be between 0 and 31104000', v_name));
+      end if;
+      if jsonb_typeof(v_node -> 'async') not in ('boolean', 'null') then
+        perform asyncflow.pipeline_error(format('node %L: async must be true or false', v_name));
+      end if;
+      if jsonb_typeof(v_node -> 'timeout_retries') not in ('number', 'null')
+        or (v_node ->> 'timeout_retries')::numeric not between 0 and 100 then
+        perform asyncflow.pipeline_error(format('node %L: timeout_retries must be between 0 and 100', v_name));
+      end if;
+    end if;
+    if jsonb_typeof(v_node -> 'timeout') not in ('number', 'null')
+      or (v_node ->> 'timeout')::numeric not between 1 and 31536000 then
+      perform asyncflow.pipeline_error(format('node %L: timeout must be seconds between 1 and 31536000', v_name));
+    end if;
+    if v_type = 'dynamic' then
+      if jsonb_typeof(v_node -> 'items') is distinct from 'string' or not asyncflow.is_jsonpath(v_node ->> 'items') then
+        perform asyncflow.pipeline_error(format('node %L: items must be a jsonpath such as "$.nodes.split.segments", got %s',
+          v_name, coalesce(v_node -> 'items', 'nothing')));
+      end if;
+      if jsonb_typeof(v_node -> 'max_segments') not in ('number', 'null')
+        or (v_node ->> 'max_segments')::numeric not between 1 and 100000 then
+        perform asyncflow.pipeline_error(format('node %L: max_segments must be between 1 and 100000', v_name));
+      end if;
+    end if;
+    if v_type = 'pipeline' then
+      if jsonb_typeof(v_node -> 'pipeline') is distinct from 'string' then
+        perform asyncflow.pipeline_error(format('node %L: a pipeline node needs the name of a pipeline', v_name));
+      end if;
+      if v_node ->> 'pipeline' = p_name then
+        perform asyncflow.pipeline_error(format('node %L: a pipeline cannot run itself', v_name));
+      end if;
+      if not exists (select 1 from asyncflow.pipelines p where p.name = v_node ->> 'pipeline'
+          and p.status <> 'retired' and (v_node -> 'version' is null or p.version = (v_node ->> 'version')::numeric)) then
+        perform asyncflow.pipeline_error(format('node %L: unknown pipeline %s%s', v_name, v_node -> 'pipeline',
+          coalesce(' version ' || (v_node ->> 'version'), '')));
+      end if;
+    end if;
+    if v_type = 'callback' and v_node ? 'url' and (jsonb_typeof(v_node -> 'url') <> 'string'
+      or (v_node ->> 'url') !~ '^https?://[^\s]+$' or length(v_node ->> 'url') > 2048) then
+      perform asyncflow.pipeline_error(format('node %L: url must be an http(s) URL of at most 2048 characters', v_name));
+    end if;
+    if v_type = 'start' then
+      if v_start is not null then
+        perform asyncflow.pipeline_error(format('node %L: a pipeline has exactly one start node (%L is one)', v_name, v_start));
+      end if;
+      v_start := v_name;
+    elsif v_type = 'end' then
+      if v_end is not null then
+        perform asyncflow.pipeline_error(format('node %L: a pipeline has exactly one end node (%L is one)', v_name, v_end));
+      end if;
+      v_end := v_name;
+    end if;
+    v_nodes := v_nodes || jsonb_build_object(v_name, (v_node - 'name') || '{"in": [], "out": []}');
+    v_order := v_order || v_name;
+  end loop;
+  if v_start is null then
+    perform asyncflow.pipeline_error('the pipeline has no start node');
+  end if;
+  if v_end is null then
+    perform asyncflow.pipeline_error('the pipeline has no end node');
+  end if;
+
+  -- Edges.
+  for v_edge in select e from jsonb_array_elements(p_definition -> 'edges') e loop
+    if jsonb_typeof(v_edge) = 'array' and jsonb_array_length(v_edge) = 2 then
+      v_edge := jsonb_build_object('from', v_edge -> 0, 'to', v_edge -> 1);
+    end if;
+    if jsonb_typeof(v_edge) <> 'object' or jsonb_typeof(v_edge -> 'from') is distinct from 'string'
+      or jsonb_typeof(v_edge -> 'to') is distinct from 'string'
+      or exists (select 1 from jsonb_object_keys(v_edge) k where k not in ('from', 'to', 'when')) then
+      perform asyncflow.pipeline_error(format('edge %s: an edge is {"from", "to", "when"} or [from, to]', v_edge));
+    end if;
+    v_f := v_edge ->> 'from';
+    v_t := v_edge ->> 'to';
+    if not v_nodes ? v_f then
+      perform asyncflow.pipeline_error(format('edge %s -> %s: unknown node %L', v_f, v_t, v_f));
+    end if;
+    if not v_nodes ? v_t then
+      perform asyncflow.pipeline_error(format('edge %s -> %s: unknown node %L', v_f, v_t, v_t));
+    end if;
+    if v_f = v_t then
+      perform asyncflow.pipeline_error(format('node %L: an edge from the node to itself is a cycle', v_f));
+    end if;
+    if v_t = v_start then
+      perform asyncflow.pipeline_error(format('edge %s -> %s: node %L is the start node and has no in-edges', v_f, v_t, v_t));
+    end if;
+    if v_f = v_end then
+      perform asyncflow.pipeline_error(format('edge %s -> %s: node %L is the end node and has no out-edges', v_f, v_t, v_f));
+    end if;
+    for v_i in 1 .. coalesce(array_length(v_from, 1), 0) loop
+      if v_from[v_i] = v_f and v_to[v_i] = v_t then
+        perform asyncflow.pipeline_error(format('edge %s -> %s: listed twice', v_f, v_t));
+      end if;
+    end loop;
+    v_w := v_edge ->> 'when';
+    if v_edge ? 'when' then
+      if v_nodes -> v_f ->> 'type' <> 'router' then
+        perform asyncflow.pipeline_error(format('edge %s -> %s: only a router''s edges have a condition (when)', v_f, v_t));
+      end if;
+      if jsonb_typeof(v_edge -> 'when') <> 'string' or not asyncflow.is_jsonpath(v_w) then
+        perform asyncflow.pipeline_error(format('edge %s -> %s: when must be a jsonpath predicate such as "$.nodes.probe.duration_s > 60", got %s',
+          v_f, v_t, v_edge -> 'when'));
+      end if;
+    end if;
+    v_from := v_from || v_f;
+    v_to := v_to || v_t;
+    v_when := v_when || v_w;
+    v_live := v_live || true;
+  end loop;
+
+  -- Cycles (Kahn): repeatedly remove the nodes without an in-edge from a remaining node.
+  v_remaining := v_order;
+  loop
+    select coalesce(array_agg(n), '{}') into v_ready from unnest(v_remaining) n
+    where not exists (select 1 from generate_subscripts(v_from, 1) i
+                      where v_to[i] = n and v_from[i] = any (v_remaining));
+    exit when cardinality(v_ready) = 0;
+    v_remaining := array(select n from unnest(v_remaining) n where n <> all (v_ready));
+  end loop;
+  if cardinality(v_remaining) > 0 then
+    -- what is left is on a cycle or downstream of one; name one on the cycle itself
+    loop
+      select coalesce(array_agg(n), '{}') into v_ready from unnest(v_remaining) n
+      where not exists (select 1 from generate_subscripts(v_from, 1) i
+                        where v_from[i] = n and v_to[i] = any (v_remaining));
+      exit when cardinality(v_ready) = 0;
+      v_remaining := array(select n from unnest(v_remaining) n where n <> all (v_ready));
+    end loop;
+    perform asyncflow.pipeline_error(format('node %L: it is on a cycle (%s)', v_remaining[1], array_to_string(v_remaining, ', ')));
+  end if;
+
+  -- Every node is reachable from start ...
+  v_reach := array[v_start];
+  loop
+    v_grow := array(select distinct v_to[i] from generate_subscripts(v_from, 1) i
+                    where v_from[i] = any (v_reach) and v_to[i] <> all (v_reach));
+    exit when cardinality(v_grow) = 0;
+    v_reach := v_reach || v_grow;
+  end loop;
+  select n into v_name from unnest(v_order) with ordinality u(n, k) where n <> all (v_reach) order by k limit 1;
+  if found then
+    perform asyncflow.pipeline_error(format('node %L: unreachable from the start node %L', v_name, v_start));
+  end if;
+  -- ... and has a path to the end.
+  v_reach := array[v_end];
+  loop
+    v_grow := array(select distinct v_from[i] from generate_subscripts(v_from, 1) i
+                    where v_to[i] = any (v_reach) and v_from[i] <> all (v_reach));
+    exit when cardinality(v_grow) = 0;
+    v_reach := v_reach || v_grow;
+  end loop;
+  select n into v_name from unnest(v_order) with ordinality u(n, k) where n <> all (v_reach) order by k limit 1;
+  if found then
+    perform asyncflow.pipeline_error(format('node %L: no path from it to the end node %L', v_name, v_end));
+  end if;
+
+  -- Routers: at most one default edge; edges listed after it can never be taken (pruned).
+  foreach v_name in array v_order loop
+    continue when v_nodes -> v_name ->> 'type' <> 'router';
+    v_has_default := false;
+    for v_i in 1 .. coalesce(array_length(v_from, 1), 0) loop
+      continue when v_from[v_i] <> v_name;
+      if v_has_default then
+        v_live[v_i] := false;
+        v_pruned := v_pruned || jsonb_build_object('edge', jsonb_build_array(v_from[v_i], v_to[v_i]),
+          'why', 'listed after the router''s default edge: never taken');
+      elsif v_when[v_i] is null then
+        v_has_default := true;
+      end if;
+    end loop;
+    if not exists (select 1 from generate_subscripts(v_from, 1) i where v_from[i] = v_name) then
+      perform asyncflow.pipeline_error(format('node %L: a router needs out-edges', v_name));
+    end if;
+  end loop;
+  -- Nodes left unreachable by the pruning are pruned too; the end must stay reachable.
+  v_reach := array[v_start];
+  loop
+    v_grow := array(select distinct v_to[i] from generate_subscripts(v_from, 1) i
+                    where v_live[i] and v_from[i] = any (v_reach) and v_to[i] <> all (v_reach));
+    exit when cardinality(v_grow) = 0;
+    v_reach := v_reach || v_grow;
+  end loop;
+  if v_end <> all (v_reach) then
+    perform asyncflow.pipeline_error(format('node %L: the end node can never be reached', v_end));
+  end if;
+  foreach v_name in array v_order loop
+    if v_name <> all (v_reach) then
+      v_pruned := v_pruned || jsonb_build_object('node', v_name, 'why', 'reachable only through pruned edges');
+      v_nodes := v_nodes - v_name;
+    end if;
+  end loop;
+  for v_i in 1 .. coalesce(array_length(v_from, 1), 0) loop
+    continue when not v_live[v_i] or v_from[v_i] <> all (v_reach);
+    v_nodes := jsonb_set(v_nodes, array[v_from[v_i], 'out'],
+      (v_nodes -> v_from[v_i] -> 'out') || jsonb_build_array(jsonb_build_object('to', v_to[v_i], 'when', v_when[v_i])));
+    v_nodes := jsonb_set(v_nodes, array[v_to[v_i], 'in'], (v_nodes -> v_to[v_i] -> 'in') || to_jsonb(v_from[v_i]));
+  end loop;
+  select jsonb_object_agg(k, v || jsonb_build_object('in_degree', jsonb_array_length(v -> 'in'))) into v_nodes
+  from jsonb_each(v_nodes) x(k, v);
+
+  return jsonb_build_object('start', v_start, 'end', v_end,
+    'timeout', coalesce((p_definition ->> 'timeout')::numeric, 86400),
+    'retries', coalesce((p_definition ->> 'retries')::integer, 0),
+    'nodes', v_nodes,
+    'order', to_jsonb(array(select n from unnest(v_order) n where n = any (v_reach))),
+    'pruned', v_pruned);
+end
+$_$;
+
+CREATE FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb DEFAULT NULL::jsonb, error text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_now timestamptz := coalesce(p_now, now());
+  v_event asyncflow.run_events;
+  v_max_bytes integer;
+begin
+  select * into v_event from asyncflow.run_events e
+  where e.day = v_run.day and e.event_id = v_run.run_id || '_' || $2 for update;
+  if not found then
+    perform asyncflow.wf_run_error('AF012', format('run %s has no node %s', v_run.run_id, coalesce(quote_literal($2), 'null')));
+  end if;
+  if v_event.status <> 'external' then
+    perform asyncflow.wf_run_error('AF013', format('node %s of run %s is %s, not waiting for an external completion',
+      $2, v_run.run_id, v_event.status));
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  if pg_column_size($3) > v_max_bytes then
+    perform asyncflow.raise_error('AF005', format('result is too large: %s bytes, the limit is %s', pg_column_size($3), v_max_bytes));
+  end if;
+  if $4 is null then
+    perform asyncflow.wf_complete_event(v_event.event_id, coalesce($3, v_event.result, '{}'::jsonb), v_now);
+  else
+    perform asyncflow.wf_fail_event(v_event.event_id, $4, v_now);
+  end if;
+  return asyncflow.run_json(asyncflow.wf_get_run(v_run.run_id));
+end
+$_$;
 
 CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -323,6 +813,45 @@ CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timest
   select unnest(asyncflow.insert_tasks(task_type, tasks, p_now, false))
 $$;
 
+CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_day date;
+  v_table text;
+  v_lock_timeout text := current_setting('lock_timeout');
+begin
+  for v_day in
+    select d.day from asyncflow.run_days d, asyncflow.config c
+    where d.dropped_at is null and d.day + 1 <= ((v_now - make_interval(secs => c.run_retention)) at time zone 'UTC')::date
+    order by d.day
+  loop
+    begin
+      perform set_config('lock_timeout', '1s', true);
+      foreach v_table in array array['runs', 'run_events', 'run_segments', 'run_traces', 'callbacks'] loop
+        execute format('lock table asyncflow.%I in access exclusive mode', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
+      end loop;
+      if exists (select 1 from asyncflow.runs r where r.day = v_day and r.status in ('scheduled', 'running'))
+        or exists (select 1 from asyncflow.callbacks c where c.day = v_day and c.status = 'pending') then
+        perform set_config('lock_timeout', v_lock_timeout, true);
+        continue;
+      end if;
+      foreach v_table in array array['callbacks', 'run_traces', 'run_segments', 'run_events', 'runs'] loop
+        execute format('drop table asyncflow.%I', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
+      end loop;
+      perform set_config('lock_timeout', v_lock_timeout, true);
+    exception when lock_not_available then
+      perform set_config('lock_timeout', v_lock_timeout, true);
+      continue;
+    end;
+    update asyncflow.run_days set dropped_at = v_now where day = v_day;
+    return next v_day;
+  end loop;
+end
+$$;
+
 CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -366,11 +895,83 @@ begin
 end
 $$;
 
+CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_table text;
+begin
+  if exists (select 1 from asyncflow.run_days where day = p_day) then
+    return;
+  end if;
+  perform pg_advisory_xact_lock(16713, 0);
+  if exists (select 1 from asyncflow.run_days where day = p_day) then
+    return;
+  end if;
+  foreach v_table in array array['runs', 'run_events', 'run_segments', 'run_traces', 'callbacks'] loop
+    execute format('create table asyncflow.%I (like asyncflow.%I including defaults including constraints)',
+      v_table || '_' || to_char(p_day, 'YYYYMMDD'), v_table);
+    execute format('alter table asyncflow.%I attach partition asyncflow.%I for values from (%L) to (%L)',
+      v_table, v_table || '_' || to_char(p_day, 'YYYYMMDD'), p_day, p_day + 1);
+  end loop;
+  insert into asyncflow.run_days (day) values (p_day);
+end
+$$;
+
 CREATE FUNCTION asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
   select p_task_type || '-' || p_shard::text || '-' || p_id::text
 $$;
+
+CREATE FUNCTION asyncflow.get_pipeline(name text, version integer DEFAULT NULL::integer) RETURNS jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+  select asyncflow.pipeline_json(p) from asyncflow.pipelines p
+  where p.name = $1 and ($2 is null or p.version = $2)
+  order by (p.status = 'active') desc, p.version desc limit 1
+$_$;
+
+CREATE FUNCTION asyncflow.get_run(run_id text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_run asyncflow.runs := asyncflow.wf_get_run($1);
+begin
+  if v_run.run_id is null then
+    return null;
+  end if;
+  return asyncflow.run_json(v_run) || jsonb_build_object(
+    'events', coalesce((select jsonb_agg(jsonb_build_object('event_id', e.event_id, 'node', e.node, 'type', e.node_type,
+        'status', e.status, 'exec_cnt', e.exec_cnt, 'latch_cnt', e.latch_cnt, 'in_degree', e.in_degree,
+        'segment_cnt', e.segment_cnt, 'task_id', e.task_id, 'child_run', e.child_run, 'result', e.result,
+        'error', e.error, 'deadline', e.deadline, 'started_at', e.started_at, 'finished_at', e.finished_at,
+        'total_cost_ms', e.total_cost_ms)
+        || case when e.node_type = 'dynamic' then jsonb_build_object('segments', coalesce((
+          select jsonb_agg(jsonb_build_object('segment_id', s.segment_id, 'n', s.n, 'status', s.status,
+            'exec_cnt', s.exec_cnt, 'task_id', s.task_id, 'item', s.item, 'result', s.result, 'error', s.error,
+            'started_at', s.started_at, 'finished_at', s.finished_at, 'total_cost_ms', s.total_cost_ms) order by s.n)
+          from asyncflow.run_segments s where s.day = e.day and s.event_id = e.event_id), '[]'::jsonb)) else '{}'::jsonb end
+        order by o.k)
+      from asyncflow.run_events e
+      join asyncflow.pipelines p on p.name = v_run.pipeline and p.version = v_run.version
+      cross join lateral jsonb_array_elements_text(p.plan -> 'order') with ordinality o(node, k)
+      where e.day = v_run.day and e.run_id = v_run.run_id and e.node = o.node), '[]'::jsonb),
+    'traces', coalesce((select jsonb_agg(jsonb_build_object('trace_id', t.trace_id, 'event_id', t.event_id,
+        'segment_id', t.segment_id, 'task_id', t.task_id, 'stage', t.stage, 'attempt', t.attempt, 'worker', t.worker,
+        'outcome', t.outcome, 'error', t.error, 'started_at', t.started_at, 'cost_ms', t.cost_ms,
+        'request', t.request, 'response', t.response) order by t.created_at, t.trace_id)
+      from (select * from asyncflow.run_traces t where t.day = v_run.day and t.run_id = v_run.run_id
+            order by t.created_at limit 1000) t), '[]'::jsonb),
+    'callbacks', coalesce((select jsonb_agg(jsonb_build_object('callback_id', c.callback_id, 'kind', c.kind,
+        'event_id', c.event_id, 'url', c.url, 'status', c.status, 'attempts', c.attempts, 'last_error', c.last_error,
+        'next_attempt_at', c.next_attempt_at, 'give_up_at', c.give_up_at, 'delivered_at', c.delivered_at,
+        'log', c.log, 'payload', c.payload) order by c.created_at, c.callback_id)
+      from asyncflow.callbacks c where c.day = v_run.day and c.run_id = v_run.run_id), '[]'::jsonb));
+end
+$_$;
 
 CREATE FUNCTION asyncflow.get_task(task_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -513,6 +1114,17 @@ begin
 end
 $_$;
 
+CREATE FUNCTION asyncflow.is_jsonpath(p_text text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+begin
+  perform p_text::jsonpath;
+  return true;
+exception when others then
+  return false;
+end
+$$;
+
 CREATE FUNCTION asyncflow.is_timestamptz(p_text text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     AS $$
@@ -522,6 +1134,44 @@ exception when others then
   return false;
 end
 $$;
+
+CREATE FUNCTION asyncflow.list_pipelines() RETURNS SETOF jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select jsonb_build_object('name', p.name, 'version', p.version, 'status', p.status,
+    'nodes', jsonb_array_length(p.plan -> 'order'), 'created_at', p.created_at, 'updated_at', p.updated_at)
+  from asyncflow.pipelines p order by p.name, p.version desc
+$$;
+
+CREATE FUNCTION asyncflow.list_runs(pipeline text DEFAULT NULL::text, status text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_before text DEFAULT NULL::text) RETURNS SETOF jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_before asyncflow.runs;
+begin
+  if status is not null and status not in ('scheduled', 'running', 'succeeded', 'failed', 'timed_out', 'cancelled') then
+    perform asyncflow.raise_error('AF006', format(
+      'status must be one of scheduled, running, succeeded, failed, timed_out, cancelled, got %L', status));
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform asyncflow.raise_error('AF006', 'limit must be between 1 and 1000');
+  end if;
+  if p_before is not null then
+    v_before := asyncflow.wf_get_run(p_before);
+    if v_before.run_id is null then
+      perform asyncflow.raise_error('AF012', format('unknown run %L', p_before));
+    end if;
+  end if;
+  return query
+  select asyncflow.run_json(r) from asyncflow.runs r
+  where ($1 is null or r.pipeline = $1) and ($2 is null or r.status::text = $2)
+    and (v_before.run_id is null or (r.created_at, r.run_id) < (v_before.created_at, v_before.run_id))
+  order by r.created_at desc, r.run_id desc
+  limit p_limit;
+end
+$_$;
 
 CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_status asyncflow.task_status DEFAULT NULL::asyncflow.task_status, p_stage text DEFAULT NULL::text, p_user_id text DEFAULT NULL::text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -571,11 +1221,114 @@ CREATE FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT 
   where p_task_id ~ '^[a-z][a-z0-9_]{0,39}-[1-9][0-9]{0,8}-[1-9][0-9]{0,17}$'
 $_$;
 
+CREATE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  raise exception using errcode = 'AF010', message = p_message;
+end
+$$;
+
+CREATE TABLE asyncflow.pipelines (
+    name text NOT NULL,
+    version integer NOT NULL,
+    status text NOT NULL,
+    definition jsonb NOT NULL,
+    plan jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pipelines_name_check CHECK ((name ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
+    CONSTRAINT pipelines_status_check CHECK ((status = ANY (ARRAY['draft'::text, 'active'::text, 'retired'::text]))),
+    CONSTRAINT pipelines_version_check CHECK ((version >= 1))
+);
+
+CREATE FUNCTION asyncflow.pipeline_json(p asyncflow.pipelines) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+  select jsonb_build_object('name', p.name, 'version', p.version, 'status', p.status, 'definition', p.definition,
+    'plan', p.plan, 'created_at', p.created_at, 'updated_at', p.updated_at)
+$$;
+
+CREATE FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text DEFAULT 'active'::text) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  p_name alias for $1;
+  p_definition alias for $2;
+  p_status alias for $3;
+  v_plan jsonb;
+  v_latest asyncflow.pipelines;
+  v_row asyncflow.pipelines;
+  v_created boolean := true;
+begin
+  if p_name is null or p_name !~ '^[a-z][a-z0-9_]{0,39}$' then
+    perform asyncflow.pipeline_error(format('invalid pipeline name %s: it must match ^[a-z][a-z0-9_]{0,39}$',
+      coalesce(quote_literal(p_name), 'null')));
+  end if;
+  if p_status is null or p_status not in ('active', 'draft') then
+    perform asyncflow.raise_error('AF006', format('status must be active or draft, got %s', coalesce(quote_literal(p_status), 'null')));
+  end if;
+  v_plan := asyncflow.compile_pipeline(p_name, p_definition);
+  perform pg_advisory_xact_lock(16714, hashtext(p_name));
+  select * into v_latest from asyncflow.pipelines p where p.name = p_name order by p.version desc limit 1;
+  if found and v_latest.definition = p_definition then
+    v_created := false;
+    v_row := v_latest;
+  else
+    insert into asyncflow.pipelines (name, version, status, definition, plan)
+    values (p_name, coalesce(v_latest.version, 0) + 1, 'draft', p_definition, v_plan)
+    returning * into v_row;
+  end if;
+  if p_status = 'active' and v_row.status <> 'active' then
+    v_row := asyncflow.set_pipeline_status(p_name, v_row.version, 'active');
+  end if;
+  return asyncflow.pipeline_json(v_row) || jsonb_build_object('created', v_created);
+end
+$_$;
+
 CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 begin
   raise exception using errcode = p_code, message = p_message;
+end
+$$;
+
+CREATE FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_cb asyncflow.callbacks;
+begin
+  update asyncflow.callbacks c set
+    status = case when p_error is null then 'delivered' when v_now >= c.give_up_at then 'failed' else 'pending' end,
+    delivered_at = case when p_error is null then v_now end,
+    last_error = left(p_error, 500),
+    next_attempt_at = case when p_error is null then c.next_attempt_at
+      else v_now + make_interval(secs => least(power(2, least(c.attempts - 1, 30)),
+        (select callback_max_interval from asyncflow.config))) end,
+    owner = null,
+    log = case when jsonb_array_length(c.log) >= 50 then c.log - 0 else c.log end || jsonb_build_array(jsonb_strip_nulls(
+      jsonb_build_object('attempt', p_attempt, 'at', v_now, 'http_status', p_http_status, 'error', left(p_error, 500),
+        'cost_ms', p_cost_ms))),
+    updated_at = v_now
+  where c.day = asyncflow.run_day(p_callback_id) and c.callback_id = p_callback_id and c.status = 'pending'
+    and c.attempts = p_attempt
+  returning * into v_cb;
+  if not found then
+    return null;
+  end if;
+  if v_cb.kind = 'node' and v_cb.status = 'delivered' then
+    perform asyncflow.wf_complete_event(v_cb.event_id, jsonb_build_object('delivered_at', v_now, 'url', v_cb.url,
+      'http_status', p_http_status, 'attempts', v_cb.attempts), v_now);
+  elsif v_cb.kind = 'node' and v_cb.status = 'failed' then
+    perform asyncflow.wf_fail_event(v_cb.event_id, format('callback to %s not delivered after %s attempts: %s',
+      v_cb.url, v_cb.attempts, p_error), v_now);
+  end if;
+  return v_cb.status;
 end
 $$;
 
@@ -843,6 +1596,75 @@ CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURN
     else 0 end)
 $$;
 
+CREATE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_now timestamptz := coalesce(p_now, now());
+  v_event asyncflow.run_events;
+  v_other asyncflow.run_events;
+begin
+  select * into v_event from asyncflow.run_events e
+  where e.day = v_run.day and e.event_id = v_run.run_id || '_' || $2 for update;
+  if not found then
+    perform asyncflow.wf_run_error('AF012', format('run %s has no node %s', v_run.run_id, coalesce(quote_literal($2), 'null')));
+  end if;
+  if v_event.status <> 'failed' then
+    perform asyncflow.wf_run_error('AF013', format('node %s of run %s is %s: only a failed node can be retried',
+      $2, v_run.run_id, v_event.status));
+  end if;
+  if v_run.status not in ('failed', 'timed_out') or v_run.retried_by is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is %s%s: a node can be retried only in a failed run',
+      v_run.run_id, v_run.status, coalesce(' and was retried as ' || v_run.retried_by, '')));
+  end if;
+  if v_run.parent_event is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is a sub-pipeline run of event %s: retry that node instead',
+      v_run.run_id, v_run.parent_event));
+  end if;
+  update asyncflow.runs r set status = 'running', result = null, error = null, finished_at = null, total_cost_ms = null,
+    updated_at = v_now, deadline = v_now + make_interval(secs => (asyncflow.wf_plan(v_run) ->> 'timeout')::double precision)
+  where r.day = v_run.day and r.run_id = v_run.run_id
+  returning * into v_run;
+  -- nodes that were only waiting wait again; the ones that were working run again
+  update asyncflow.run_events e set status = 'waiting', cancelled_from = null, finished_at = null, updated_at = v_now
+  where e.day = v_run.day and e.run_id = v_run.run_id and e.status = 'cancelled' and e.cancelled_from = 'waiting';
+  for v_other in
+    select * from asyncflow.run_events e
+    where e.day = v_run.day and e.run_id = v_run.run_id and e.status = 'cancelled' order by e.event_id
+  loop
+    perform asyncflow.wf_rerun_event(v_run, v_other, v_now);
+  end loop;
+  perform asyncflow.wf_rerun_event(v_run, v_event, v_now);
+  return true;
+end
+$_$;
+
+CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_now timestamptz := coalesce(p_now, now());
+  v_new text;
+begin
+  if v_run.status not in ('failed', 'timed_out', 'cancelled') or v_run.retried_by is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is %s%s: only a failed, timed-out or cancelled run can be retried',
+      v_run.run_id, v_run.status, coalesce(' and was retried as ' || v_run.retried_by, '')));
+  end if;
+  if v_run.parent_event is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is a sub-pipeline run of event %s: retry that node instead',
+      v_run.run_id, v_run.parent_event));
+  end if;
+  v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key, null,
+    null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+  update asyncflow.runs set retried_by = v_new, updated_at = v_now where day = v_run.day and run_id = v_run.run_id;
+  return v_new;
+end
+$_$;
+
 CREATE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -903,6 +1725,76 @@ begin
 end
 $$;
 
+CREATE FUNCTION asyncflow.run_day(p_id text) RETURNS date
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  select to_date(substr(p_id, 2, 8), 'YYYYMMDD') where p_id ~ '^r[0-9]{8}-[0-9a-f]{32}'
+$$;
+
+CREATE TABLE asyncflow.runs (
+    day date NOT NULL,
+    run_id text NOT NULL,
+    pipeline text NOT NULL,
+    version integer NOT NULL,
+    status asyncflow.run_status NOT NULL,
+    input jsonb NOT NULL,
+    result jsonb,
+    error text,
+    notify_url text,
+    notify_key text,
+    parent_event text,
+    depth integer DEFAULT 0 NOT NULL,
+    attempt integer DEFAULT 1 NOT NULL,
+    retry_of text,
+    retried_by text,
+    run_at timestamp with time zone NOT NULL,
+    deadline timestamp with time zone,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    total_cost_ms bigint,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL
+)
+PARTITION BY RANGE (day);
+
+CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+  select jsonb_build_object('run_id', r.run_id, 'pipeline', r.pipeline, 'version', r.version, 'status', r.status,
+    'input', r.input, 'result', r.result, 'error', r.error, 'notify_url', r.notify_url, 'notify_key', r.notify_key,
+    'parent_event', r.parent_event, 'attempt', r.attempt, 'retry_of', r.retry_of, 'retried_by', r.retried_by,
+    'run_at', r.run_at, 'deadline', r.deadline, 'started_at', r.started_at, 'finished_at', r.finished_at,
+    'total_cost_ms', r.total_cost_ms, 'created_at', r.created_at, 'updated_at', r.updated_at)
+$$;
+
+CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  p_name alias for $1;
+  p_version alias for $2;
+  p_status alias for $3;
+  v_row asyncflow.pipelines;
+begin
+  if p_status is null or p_status not in ('active', 'draft', 'retired') then
+    perform asyncflow.raise_error('AF006', format('status must be active, draft or retired, got %s',
+      coalesce(quote_literal(p_status), 'null')));
+  end if;
+  perform pg_advisory_xact_lock(16714, hashtext(p_name));
+  if p_status = 'active' then
+    update asyncflow.pipelines p set status = 'retired', updated_at = now()
+    where p.name = p_name and p.status = 'active' and p.version <> p_version;
+  end if;
+  update asyncflow.pipelines p set status = p_status, updated_at = now()
+  where p.name = p_name and p.version = p_version returning * into v_row;
+  if not found then
+    raise exception using errcode = 'AF011', message = format('unknown pipeline %L version %s', p_name, p_version);
+  end if;
+  return v_row;
+end
+$_$;
+
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$
@@ -915,6 +1807,13 @@ CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
     AS $$
   select '{0.005,0.01,0.05,0.1,0.5,1,5,30,60,300,1800,3600,21600}'::double precision[]
 $$;
+
+CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+  select asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, coalesce($7, now()))
+$_$;
 
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
@@ -941,7 +1840,8 @@ CREATE TABLE asyncflow.tasks (
     schedule_log jsonb DEFAULT '[]'::jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    finished_at timestamp with time zone
+    finished_at timestamp with time zone,
+    run_ref text
 )
 PARTITION BY LIST (task_type);
 
@@ -996,17 +1896,665 @@ CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     'created_at', p.created_at, 'updated_at', p.updated_at)
 $$;
 
+CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_task_id text := asyncflow.format_task_id(new.task_type, new.shard, new.id);
+  v_entry jsonb := new.schedule_log -> -1;
+begin
+  if old.status = 'running' then
+    insert into asyncflow.run_traces (day, run_id, event_id, segment_id, task_id, stage, attempt, worker, outcome,
+      request, response, error, started_at, cost_ms, created_at)
+    values (asyncflow.run_day(new.run_ref), left(new.run_ref, 42), split_part(new.run_ref, '#', 1),
+      case when new.run_ref like '%#%' then replace(new.run_ref, '#', '_') end, v_task_id, old.stage, old.attempt,
+      old.owner, coalesce(v_entry ->> 'outcome', v_entry ->> 'event'), old.context,
+      case when new.status = 'succeeded' then new.result when new.stage <> old.stage then new.context end,
+      case when new.status in ('pending', 'failed') and new.retry_count > old.retry_count then new.last_error end,
+      old.claimed_at, floor(date_part('epoch', new.updated_at - old.claimed_at) * 1000)::bigint, new.updated_at);
+  end if;
+  if new.status in ('running', 'succeeded', 'failed', 'cancelled') then
+    begin
+      perform asyncflow.wf_task_changed(new.run_ref, v_task_id, new.status, new.result, new.last_error, new.updated_at);
+    exception
+      when deadlock_detected or serialization_failure or lock_not_available or query_canceled then
+        raise;
+      when others then
+        perform asyncflow.wf_finish_run(left(new.run_ref, 42), 'failed', null,
+          format('internal error moving the run on after task %s: %s (SQLSTATE %s)', v_task_id, sqlerrm, sqlstate),
+          new.updated_at);
+    end;
+  end if;
+  return null;
+end
+$$;
+
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE sql
     AS $$
   select pg_notify('asyncflow', p_task_type) where pg_try_advisory_xact_lock(16712, hashtext(p_task_type))
 $$;
 
+CREATE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_plan jsonb := asyncflow.wf_plan(p_run);
+  v_def jsonb := v_plan -> 'nodes' -> p_node;
+  v_type text := v_def ->> 'type';
+  v_event_id text := p_run.run_id || '_' || p_node;
+  v_inputs jsonb;
+  v_data jsonb;
+  v_items jsonb;
+  v_edge jsonb;
+  v_route text;
+  v_ids text[];
+  v_child text;
+  v_url text;
+begin
+  update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, started_at = coalesce(started_at, p_now),
+    deadline = p_now + make_interval(secs => (v_def ->> 'timeout')::double precision), task_id = null,
+    child_run = null, cancelled_from = null, error = null, updated_at = p_now
+  where day = p_run.day and event_id = v_event_id;
+  v_inputs := asyncflow.wf_inputs(p_run, v_def);
+  begin
+    case v_type
+    when 'start' then
+      perform asyncflow.wf_complete_event(v_event_id, p_run.input, p_now);
+    when 'end', 'parallel' then
+      perform asyncflow.wf_complete_event(v_event_id, v_inputs, p_now);
+    when 'router' then
+      v_data := asyncflow.wf_data(p_run);
+      for v_edge in select e from jsonb_array_elements(v_def -> 'out') e loop
+        if v_edge ->> 'when' is null or coalesce(jsonb_path_match(v_data, (v_edge ->> 'when')::jsonpath, silent => true), false) then
+          v_route := v_edge ->> 'to';
+          exit;
+        end if;
+      end loop;
+      if v_route is null then
+        perform asyncflow.wf_fail_event(v_event_id, 'no route matched and the router has no default edge', p_now);
+      else
+        perform asyncflow.wf_complete_event(v_event_id, jsonb_build_object('route', v_route), p_now);
+      end if;
+    when 'task' then
+      if v_def ->> 'function' is null then
+        update asyncflow.run_events set status = 'external', updated_at = p_now where day = p_run.day and event_id = v_event_id;
+      else
+        v_ids := asyncflow.wf_create_tasks(v_def, jsonb_build_array(asyncflow.wf_node_context(p_run, p_node, v_inputs)),
+          array[v_event_id]);
+        update asyncflow.run_events set status = 'pending', task_id = v_ids[1], updated_at = p_now
+        where day = p_run.day and event_id = v_event_id;
+      end if;
+    when 'dynamic' then
+      v_items := jsonb_path_query_first(asyncflow.wf_data(p_run), (v_def ->> 'items')::jsonpath, silent => true);
+      if jsonb_typeof(v_items) is distinct from 'array' then
+        perform asyncflow.wf_fail_event(v_event_id, format('items %s gave %s, not an array', v_def ->> 'items',
+          coalesce(left(v_items::text, 200), 'nothing')), p_now);
+      elsif jsonb_array_length(v_items) > coalesce((v_def ->> 'max_segments')::integer, 10000) then
+        perform asyncflow.wf_fail_event(v_event_id, format('items gave %s segments, more than max_segments %s',
+          jsonb_array_length(v_items), coalesce((v_def ->> 'max_segments')::integer, 10000)), p_now);
+      elsif jsonb_array_length(v_items) = 0 then
+        perform asyncflow.wf_complete_event(v_event_id, '[]'::jsonb, p_now);
+      else
+        perform asyncflow.wf_start_segments(p_run, p_node, v_def,
+          array(select generate_series(0, jsonb_array_length(v_items) - 1)),
+          array(select e from jsonb_array_elements(v_items) e), jsonb_array_length(v_items), p_now);
+      end if;
+    when 'pipeline' then
+      if p_run.depth >= 8 then
+        perform asyncflow.wf_fail_event(v_event_id, 'sub-pipelines nest deeper than 8 levels', p_now);
+      else
+        v_child := asyncflow.wf_new_run(v_def ->> 'pipeline', (v_def ->> 'version')::integer,
+          jsonb_build_object('parent_run', p_run.run_id, 'input', p_run.input, 'inputs', v_inputs),
+          null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now);
+        -- the child may have ended already (a pipeline of instant nodes) and completed this event
+        update asyncflow.run_events set child_run = v_child, updated_at = p_now where day = p_run.day and event_id = v_event_id;
+      end if;
+    when 'callback' then
+      v_url := coalesce(v_def ->> 'url', p_run.notify_url);
+      if v_url is null then
+        perform asyncflow.wf_fail_event(v_event_id, 'no url: the node names none and the run has no notify_url', p_now);
+      else
+        perform asyncflow.wf_enqueue_callback(p_run, 'node', v_event_id, v_url, jsonb_build_object(
+          'run_id', p_run.run_id, 'pipeline', p_run.pipeline, 'version', p_run.version, 'node', p_node,
+          'notify_key', p_run.notify_key, 'input', p_run.input, 'inputs', v_inputs), p_now);
+      end if;
+    end case;
+  exception
+    when deadlock_detected or serialization_failure or lock_not_available or query_canceled then
+      raise;
+    when sqlstate 'AF001' or sqlstate 'AF005' or sqlstate 'AF006' or sqlstate 'AF011' or sqlstate 'AF013' then
+      perform asyncflow.wf_fail_event(v_event_id, sqlerrm, p_now);
+  end;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_event asyncflow.run_events;
+  v_plan jsonb;
+  v_edge jsonb;
+begin
+  update asyncflow.run_events set latch_cnt = latch_cnt + 1, live_cnt = live_cnt + p_live::integer, updated_at = p_now
+  where day = p_run.day and event_id = p_run.run_id || '_' || p_node and status = 'waiting'
+  returning * into v_event;
+  if not found or v_event.latch_cnt < v_event.in_degree then
+    return;
+  end if;
+  if v_event.live_cnt > 0 then
+    perform asyncflow.wf_activate(p_run, p_node, p_now);
+    return;
+  end if;
+  -- every in-edge skipped: so is this node, and its out-edges carry the skip on
+  update asyncflow.run_events set status = 'skipped', finished_at = p_now, updated_at = p_now
+  where day = p_run.day and event_id = v_event.event_id;
+  v_plan := asyncflow.wf_plan(p_run);
+  if p_node = v_plan ->> 'end' then
+    perform asyncflow.wf_finish_run(p_run.run_id, 'failed', null, 'no branch reached the end node', p_now);
+    return;
+  end if;
+  for v_edge in select e from jsonb_array_elements(v_plan -> 'nodes' -> p_node -> 'out') e order by e ->> 'to' loop
+    perform asyncflow.wf_arrive(p_run, v_edge ->> 'to', false, p_now);
+  end loop;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_begin_run(p_run_id text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_run asyncflow.runs;
+  v_plan jsonb;
+begin
+  update asyncflow.runs r set status = 'running', started_at = p_now, updated_at = p_now,
+    deadline = p_now + make_interval(secs => (select (p.plan ->> 'timeout')::double precision from asyncflow.pipelines p
+      where p.name = r.pipeline and p.version = r.version))
+  where day = asyncflow.run_day(p_run_id) and run_id = p_run_id and status = 'scheduled'
+  returning * into v_run;
+  if found then
+    v_plan := asyncflow.wf_plan(v_run);
+    perform asyncflow.wf_activate(v_run, v_plan ->> 'start', p_now);
+  end if;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_cancel_task(p_task_id text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if p_task_id is not null then
+    perform asyncflow.cancel_task(p_task_id, p_now);
+  end if;
+exception when sqlstate 'AF007' then
+  null; -- its shard was dropped: nothing left to cancel
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_close_event_work(p_day date, p_event_id text, p_task_id text, p_child_run text, p_node_type text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_task_id text;
+begin
+  perform asyncflow.wf_cancel_task(p_task_id, p_now);
+  if p_child_run is not null then
+    perform asyncflow.wf_finish_run(p_child_run, 'cancelled', null, 'the parent run ended', p_now, false);
+  end if;
+  if p_node_type = 'dynamic' then
+    -- segments closed first, so that their tasks' cancellation finds nothing open
+    for v_task_id in
+      with closed as (
+        update asyncflow.run_segments set status = 'cancelled', finished_at = p_now, updated_at = p_now
+        where day = p_day and event_id = p_event_id and status in ('pending', 'running')
+        returning task_id
+      ) select task_id from closed order by task_id
+    loop
+      perform asyncflow.wf_cancel_task(v_task_id, p_now);
+    end loop;
+  end if;
+  update asyncflow.callbacks set status = 'cancelled', updated_at = p_now
+  where day = p_day and event_id = p_event_id and status = 'pending';
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_event asyncflow.run_events;
+  v_run asyncflow.runs;
+  v_plan jsonb;
+  v_edge jsonb;
+begin
+  update asyncflow.run_events set status = 'succeeded', result = p_result, error = null, finished_at = p_now,
+    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
+  where day = asyncflow.run_day(p_event_id) and event_id = p_event_id and status in ('pending', 'running', 'external')
+  returning * into v_event;
+  if not found then
+    return;
+  end if;
+  v_run := asyncflow.wf_get_run(v_event.run_id);
+  if v_run.status is distinct from 'running' then
+    return;
+  end if;
+  v_plan := asyncflow.wf_plan(v_run);
+  if v_event.node = v_plan ->> 'end' then
+    perform asyncflow.wf_finish_run(v_run.run_id, 'succeeded', p_result, null, p_now);
+    return;
+  end if;
+  -- targets in name order: concurrent completions lock shared joins in the same order
+  for v_edge in
+    select e from jsonb_array_elements(v_plan -> 'nodes' -> v_event.node -> 'out') e order by e ->> 'to'
+  loop
+    perform asyncflow.wf_arrive(v_run, v_edge ->> 'to',
+      v_event.node_type <> 'router' or v_edge ->> 'to' = p_result ->> 'route', p_now);
+  end loop;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[]) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_ids text[];
+begin
+  select array_agg(id order by k) into v_ids
+  from asyncflow.create_tasks(p_node ->> 'function', (
+    select jsonb_agg(jsonb_strip_nulls(jsonb_build_object('context', c, 'stage', p_node -> 'stage',
+      'priority', p_node -> 'priority')) order by k)
+    from jsonb_array_elements(p_contexts) with ordinality x(c, k))) with ordinality y(id, k);
+  update asyncflow.tasks t set run_ref = l.ref
+  from (select (asyncflow.parse_task_id(i)).*, r as ref from unnest(v_ids, p_refs) u(i, r)) l
+  where t.task_type = l.task_type and t.shard = l.shard and t.id = l.id;
+  return v_ids;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_data(p_run asyncflow.runs) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+  select jsonb_build_object('input', p_run.input, 'nodes', coalesce((
+    select jsonb_object_agg(e.node, coalesce(e.result, 'null'::jsonb)) from asyncflow.run_events e
+    where e.day = p_run.day and e.run_id = p_run.run_id and e.status = 'succeeded'), '{}'::jsonb))
+$$;
+
+CREATE FUNCTION asyncflow.wf_enqueue_callback(p_run asyncflow.runs, p_kind text, p_event_id text, p_url text, p_payload jsonb, p_now timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_id text := p_run.run_id || '_cb' || nextval('asyncflow.callback_seq');
+begin
+  insert into asyncflow.callbacks (day, callback_id, run_id, kind, event_id, url, payload, next_attempt_at,
+    give_up_at, created_at, updated_at)
+  select p_run.day, v_id, p_run.run_id, p_kind, p_event_id, p_url, p_payload, p_now,
+    p_now + make_interval(secs => c.callback_give_up), p_now, p_now
+  from asyncflow.config c;
+  return v_id;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_fail_event(p_event_id text, p_error text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_event asyncflow.run_events;
+begin
+  update asyncflow.run_events set status = 'failed', error = left(p_error, 2000), finished_at = p_now,
+    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
+  where day = asyncflow.run_day(p_event_id) and event_id = p_event_id and status in ('pending', 'running', 'external')
+  returning * into v_event;
+  if not found then
+    return;
+  end if;
+  perform asyncflow.wf_close_event_work(v_event.day, v_event.event_id, v_event.task_id, v_event.child_run,
+    v_event.node_type, p_now);
+  perform asyncflow.wf_finish_run(v_event.run_id, 'failed', null,
+    format('node %s failed: %s', v_event.node, left(p_error, 2000)), p_now);
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_finish_run(p_run_id text, p_status asyncflow.run_status, p_result jsonb, p_error text, p_now timestamp with time zone, p_notify boolean DEFAULT true) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_run asyncflow.runs;
+  v_open record;
+begin
+  update asyncflow.runs set status = p_status, result = p_result, error = p_error, finished_at = p_now,
+    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
+  where day = asyncflow.run_day(p_run_id) and run_id = p_run_id and status in ('scheduled', 'running')
+  returning * into v_run;
+  if not found then
+    return;
+  end if;
+  -- open events first (so that the tasks' own ends find them closed), then their work
+  for v_open in
+    with closed as (
+      update asyncflow.run_events set cancelled_from = status, status = 'cancelled', finished_at = p_now, updated_at = p_now
+      where day = v_run.day and run_id = v_run.run_id and status in ('waiting', 'pending', 'running', 'external')
+      returning event_id, task_id, child_run, node_type, cancelled_from
+    )
+    select event_id, task_id, child_run, node_type, cancelled_from from closed order by event_id
+  loop
+    perform asyncflow.wf_close_event_work(v_run.day, v_open.event_id, v_open.task_id, v_open.child_run,
+      v_open.node_type, p_now);
+  end loop;
+
+  if v_run.parent_event is not null then
+    if p_status = 'succeeded' then
+      perform asyncflow.wf_complete_event(v_run.parent_event, p_result, p_now);
+    else
+      perform asyncflow.wf_fail_event(v_run.parent_event,
+        format('sub-pipeline run %s %s%s', v_run.run_id, p_status, coalesce(': ' || p_error, '')), p_now);
+    end if;
+  end if;
+  if p_notify and v_run.notify_url is not null then
+    perform asyncflow.wf_enqueue_callback(v_run, 'run', null, v_run.notify_url, jsonb_build_object(
+      'run_id', v_run.run_id, 'pipeline', v_run.pipeline, 'version', v_run.version, 'status', v_run.status,
+      'result', v_run.result, 'error', v_run.error, 'notify_key', v_run.notify_key, 'attempt', v_run.attempt,
+      'retry_of', v_run.retry_of, 'started_at', v_run.started_at, 'finished_at', v_run.finished_at,
+      'total_cost_ms', v_run.total_cost_ms), p_now);
+  end if;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_get_run(p_run_id text) RETURNS asyncflow.runs
+    LANGUAGE sql STABLE
+    AS $$
+  select * from asyncflow.runs where day = asyncflow.run_day(p_run_id) and run_id = p_run_id
+$$;
+
+CREATE FUNCTION asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+  select coalesce(jsonb_object_agg(e.node, coalesce(e.result, 'null'::jsonb)), '{}'::jsonb)
+  from asyncflow.run_events e
+  where e.day = p_run.day and e.event_id in (select p_run.run_id || '_' || x from jsonb_array_elements_text(p_node -> 'in') x)
+    and e.status = 'succeeded'
+$$;
+
+CREATE FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql
+    AS $_$
+declare
+  v_pipe asyncflow.pipelines;
+  v_day date := (p_now at time zone 'UTC')::date;
+  v_run_id text := 'r' || to_char(p_now at time zone 'UTC', 'YYYYMMDD') || '-' || replace(gen_random_uuid()::text, '-', '');
+  v_max_bytes integer;
+begin
+  if p_pipeline is null or p_pipeline !~ '^[a-z][a-z0-9_]{0,39}$' then
+    perform asyncflow.raise_error('AF006', format('invalid pipeline name %s', coalesce(quote_literal(p_pipeline), 'null')));
+  end if;
+  select * into v_pipe from asyncflow.pipelines p where p.name = p_pipeline
+    and (case when p_version is null then p.status = 'active' else p.version = p_version end);
+  if not found then
+    perform asyncflow.wf_run_error('AF011', case when p_version is null
+      then format('pipeline %L has no active version', p_pipeline)
+      else format('unknown pipeline %L version %s', p_pipeline, p_version) end);
+  end if;
+  if v_pipe.status = 'retired' then
+    perform asyncflow.wf_run_error('AF013', format('pipeline %L version %s is retired: it starts no new runs',
+      p_pipeline, v_pipe.version));
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  if p_input is not null and jsonb_typeof(p_input) <> 'object' then
+    perform asyncflow.raise_error('AF006', 'input must be a JSON object');
+  elsif pg_column_size(p_input) > v_max_bytes then
+    perform asyncflow.raise_error('AF005', format('input is too large: %s bytes, the limit is %s',
+      pg_column_size(p_input), v_max_bytes));
+  elsif p_notify_url is not null and (p_notify_url !~ '^https?://[^\s]+$' or length(p_notify_url) > 2048) then
+    perform asyncflow.raise_error('AF006', format('notify_url must be an http(s) URL of at most 2048 characters, got %s',
+      to_jsonb(left(p_notify_url, 100))));
+  elsif length(p_notify_key) not between 1 and 255 then
+    perform asyncflow.raise_error('AF006', 'notify_key must be a string of 1 to 255 characters');
+  elsif p_run_at is not null and (not isfinite(p_run_at) or p_run_at > p_now + interval '366 days') then
+    perform asyncflow.raise_error('AF006', format('run_at must be a finite time within a year, got %s', p_run_at));
+  end if;
+  perform asyncflow.ensure_run_day(v_day);
+  insert into asyncflow.runs (day, run_id, pipeline, version, status, input, notify_url, notify_key, parent_event,
+    depth, attempt, retry_of, run_at, created_at, updated_at)
+  values (v_day, v_run_id, p_pipeline, v_pipe.version, 'scheduled', coalesce(p_input, '{}'::jsonb), p_notify_url,
+    p_notify_key, p_parent_event, p_depth, p_attempt, p_retry_of, coalesce(p_run_at, p_now), p_now, p_now);
+  insert into asyncflow.run_events (day, event_id, run_id, node, node_type, in_degree, created_at, updated_at)
+  select v_day, v_run_id || '_' || n, v_run_id, n, v_pipe.plan -> 'nodes' -> n ->> 'type',
+    (v_pipe.plan -> 'nodes' -> n ->> 'in_degree')::integer, p_now, p_now
+  from jsonb_array_elements_text(v_pipe.plan -> 'order') n;
+  if coalesce(p_run_at, p_now) <= p_now then
+    perform asyncflow.wf_begin_run(v_run_id, p_now);
+  end if;
+  return v_run_id;
+end
+$_$;
+
+CREATE FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  select jsonb_build_object('run_id', p_run.run_id, 'pipeline', p_run.pipeline, 'version', p_run.version,
+    'node', p_node, 'event_id', p_run.run_id || '_' || p_node, 'input', p_run.input, 'inputs', p_inputs)
+$$;
+
+CREATE FUNCTION asyncflow.wf_plan(p_run asyncflow.runs) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+  select plan from asyncflow.pipelines where name = p_run.pipeline and version = p_run.version
+$$;
+
+CREATE TABLE asyncflow.run_events (
+    day date NOT NULL,
+    event_id text NOT NULL,
+    run_id text NOT NULL,
+    node text NOT NULL,
+    node_type text NOT NULL,
+    status text DEFAULT 'waiting'::text NOT NULL,
+    cancelled_from text,
+    in_degree integer NOT NULL,
+    latch_cnt integer DEFAULT 0 NOT NULL,
+    live_cnt integer DEFAULT 0 NOT NULL,
+    exec_cnt integer DEFAULT 0 NOT NULL,
+    segment_cnt integer DEFAULT 0 NOT NULL,
+    segments_done integer DEFAULT 0 NOT NULL,
+    task_id text,
+    child_run text,
+    result jsonb,
+    error text,
+    deadline timestamp with time zone,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    total_cost_ms bigint,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT run_events_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'external'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text])))
+)
+PARTITION BY RANGE (day);
+
+CREATE FUNCTION asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow.run_events, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_def jsonb := asyncflow.wf_plan(p_run) -> 'nodes' -> p_event.node;
+  v_ns integer[];
+  v_items jsonb[];
+begin
+  if p_event.node_type = 'dynamic' and p_event.segment_cnt > 0 then
+    select array_agg(s.n order by s.n), array_agg(s.item order by s.n) into v_ns, v_items
+    from asyncflow.run_segments s
+    where s.day = p_event.day and s.event_id = p_event.event_id and s.status <> 'succeeded';
+    update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, error = null, cancelled_from = null,
+      finished_at = null, updated_at = p_now
+    where day = p_event.day and event_id = p_event.event_id;
+    if v_ns is null then
+      perform asyncflow.wf_complete_event(p_event.event_id, (select jsonb_agg(coalesce(s.result, 'null'::jsonb) order by s.n)
+        from asyncflow.run_segments s where s.day = p_event.day and s.event_id = p_event.event_id), p_now);
+    else
+      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, v_ns, v_items, p_event.segment_cnt, p_now);
+    end if;
+  else
+    perform asyncflow.wf_activate(p_run, p_event.node, p_now);
+  end if;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_run_error(p_code text, p_message text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  raise exception using errcode = p_code, message = p_message;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_run_for_update(p_run_id text) RETURNS asyncflow.runs
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_run asyncflow.runs;
+begin
+  select * into v_run from asyncflow.runs where day = asyncflow.run_day(p_run_id) and run_id = p_run_id for update;
+  if not found then
+    perform asyncflow.wf_run_error('AF012', format('unknown run %s', coalesce(quote_literal(p_run_id), 'null')));
+  end if;
+  return v_run;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_event_id text := p_run.run_id || '_' || p_node;
+  v_ctx jsonb := asyncflow.wf_node_context(p_run, p_node, asyncflow.wf_inputs(p_run, p_def));
+  v_ids text[];
+begin
+  v_ids := asyncflow.wf_create_tasks(p_def,
+    (select jsonb_agg(v_ctx || jsonb_build_object('segment', jsonb_build_object('n', n, 'count', p_count,
+       'id', v_event_id || '_' || n, 'item', item)) order by k)
+     from unnest(p_ns, p_items) with ordinality u(n, item, k)),
+    array(select v_event_id || '#' || n from unnest(p_ns) n));
+  insert into asyncflow.run_segments as s (day, segment_id, event_id, run_id, n, status, item, task_id, deadline,
+    created_at, updated_at)
+  select p_run.day, v_event_id || '_' || n, v_event_id, p_run.run_id, n, 'pending', item, v_ids[k],
+    p_now + make_interval(secs => (p_def ->> 'timeout')::double precision), p_now, p_now
+  from unnest(p_ns, p_items) with ordinality u(n, item, k)
+  on conflict (segment_id, day) do update set status = 'pending', exec_cnt = s.exec_cnt + 1, task_id = excluded.task_id,
+    deadline = excluded.deadline, result = null, error = null, finished_at = null, updated_at = p_now;
+  update asyncflow.run_events set status = 'pending', segment_cnt = p_count, updated_at = p_now
+  where day = p_run.day and event_id = v_event_id;
+end
+$$;
+
+CREATE FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_event_id text := split_part(p_ref, '#', 1);
+  v_day date := asyncflow.run_day(p_ref);
+  v_n integer := nullif(split_part(p_ref, '#', 2), '')::integer;
+  v_event asyncflow.run_events;
+  v_seg asyncflow.run_segments;
+begin
+  if v_n is null then
+    if p_status = 'running' then
+      update asyncflow.run_events set status = 'running', updated_at = p_now
+      where day = v_day and event_id = v_event_id and status = 'pending' and task_id = p_task_id;
+      return;
+    end if;
+    select * into v_event from asyncflow.run_events where day = v_day and event_id = v_event_id
+      and status in ('pending', 'running') and task_id = p_task_id;
+    if not found then
+      return; -- not this event's current task (restarted, or the run ended)
+    end if;
+    if p_status = 'succeeded' then
+      if v_event.node_type = 'task' and coalesce((asyncflow.wf_plan(asyncflow.wf_get_run(v_event.run_id))
+          -> 'nodes' -> v_event.node ->> 'async')::boolean, false) then
+        update asyncflow.run_events set status = 'external', result = p_result, updated_at = p_now
+        where day = v_day and event_id = v_event_id;
+      else
+        perform asyncflow.wf_complete_event(v_event_id, p_result, p_now);
+      end if;
+    elsif p_status = 'failed' then
+      perform asyncflow.wf_fail_event(v_event_id, coalesce(p_error, 'the task failed'), p_now);
+    elsif p_status = 'cancelled' then
+      perform asyncflow.wf_fail_event(v_event_id, format('its task %s was cancelled', p_task_id), p_now);
+    end if;
+    return;
+  end if;
+
+  if p_status = 'running' then
+    update asyncflow.run_segments set status = 'running', started_at = coalesce(started_at, p_now), updated_at = p_now
+    where day = v_day and segment_id = v_event_id || '_' || v_n and status = 'pending' and task_id = p_task_id;
+    update asyncflow.run_events set status = 'running', updated_at = p_now
+    where day = v_day and event_id = v_event_id and status = 'pending';
+    return;
+  end if;
+  update asyncflow.run_segments set status = case p_status when 'succeeded' then 'succeeded' when 'failed' then 'failed'
+      else 'cancelled' end,
+    result = p_result, error = p_error, finished_at = p_now,
+    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
+  where day = v_day and segment_id = v_event_id || '_' || v_n and status in ('pending', 'running') and task_id = p_task_id
+  returning * into v_seg;
+  if not found then
+    return;
+  end if;
+  if p_status = 'succeeded' then
+    -- the event's row lock orders concurrent segment ends: exactly one sees the last one done
+    update asyncflow.run_events set segments_done = segments_done + 1, updated_at = p_now
+    where day = v_day and event_id = v_event_id and status in ('pending', 'running')
+    returning * into v_event;
+    if found and v_event.segments_done >= v_event.segment_cnt then
+      perform asyncflow.wf_complete_event(v_event_id, (select jsonb_agg(coalesce(s.result, 'null'::jsonb) order by s.n)
+        from asyncflow.run_segments s where s.day = v_day and s.event_id = v_event_id), p_now);
+    end if;
+  elsif p_status = 'failed' then
+    perform asyncflow.wf_fail_event(v_event_id, format('segment %s failed: %s', v_n, coalesce(p_error, 'the task failed')), p_now);
+  else
+    perform asyncflow.wf_fail_event(v_event_id, format('segment %s: its task %s was cancelled', v_n, p_task_id), p_now);
+  end if;
+end
+$$;
+
+CREATE SEQUENCE asyncflow.callback_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+CREATE TABLE asyncflow.callbacks (
+    day date NOT NULL,
+    callback_id text NOT NULL,
+    run_id text NOT NULL,
+    kind text NOT NULL,
+    event_id text,
+    url text NOT NULL,
+    payload jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone NOT NULL,
+    owner text,
+    give_up_at timestamp with time zone NOT NULL,
+    last_error text,
+    log jsonb DEFAULT '[]'::jsonb NOT NULL,
+    delivered_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT callbacks_kind_check CHECK ((kind = ANY (ARRAY['run'::text, 'node'::text]))),
+    CONSTRAINT callbacks_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text, 'cancelled'::text])))
+)
+PARTITION BY RANGE (day);
+
 CREATE TABLE asyncflow.config (
     singleton boolean DEFAULT true NOT NULL,
     max_context_bytes integer DEFAULT 1048576 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    run_retention integer DEFAULT 604800 NOT NULL,
+    callback_give_up integer DEFAULT 86400 NOT NULL,
+    callback_max_interval integer DEFAULT 300 NOT NULL,
+    CONSTRAINT config_callback_give_up_check CHECK (((callback_give_up >= 1) AND (callback_give_up <= 31536000))),
+    CONSTRAINT config_callback_max_interval_check CHECK (((callback_max_interval >= 1) AND (callback_max_interval <= 86400))),
     CONSTRAINT config_max_context_bytes_check CHECK (((max_context_bytes >= 1024) AND (max_context_bytes <= 268435456))),
+    CONSTRAINT config_run_retention_check CHECK (((run_retention >= 60) AND (run_retention <= 315360000))),
     CONSTRAINT config_singleton_check CHECK (singleton)
 );
 
@@ -1051,6 +2599,54 @@ CREATE TABLE asyncflow.refinery_schema_history (
     checksum character varying(255)
 );
 
+CREATE TABLE asyncflow.run_days (
+    day date NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    dropped_at timestamp with time zone
+);
+
+CREATE TABLE asyncflow.run_segments (
+    day date NOT NULL,
+    segment_id text NOT NULL,
+    event_id text NOT NULL,
+    run_id text NOT NULL,
+    n integer NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    exec_cnt integer DEFAULT 1 NOT NULL,
+    item jsonb,
+    task_id text,
+    result jsonb,
+    error text,
+    deadline timestamp with time zone,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    total_cost_ms bigint,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT run_segments_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
+)
+PARTITION BY RANGE (day);
+
+CREATE TABLE asyncflow.run_traces (
+    day date NOT NULL,
+    trace_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    run_id text NOT NULL,
+    event_id text NOT NULL,
+    segment_id text,
+    task_id text NOT NULL,
+    stage text,
+    attempt integer,
+    worker text,
+    outcome text,
+    request jsonb,
+    response jsonb,
+    error text,
+    started_at timestamp with time zone,
+    cost_ms bigint,
+    created_at timestamp with time zone NOT NULL
+)
+PARTITION BY RANGE (day);
+
 CREATE TABLE asyncflow.shards (
     task_type text NOT NULL,
     shard integer NOT NULL,
@@ -1078,17 +2674,38 @@ CREATE TABLE asyncflow.type_counters (
     rescued bigint DEFAULT 0 NOT NULL
 );
 
+ALTER TABLE ONLY asyncflow.callbacks
+    ADD CONSTRAINT callbacks_pkey PRIMARY KEY (callback_id, day);
+
 ALTER TABLE ONLY asyncflow.config
     ADD CONSTRAINT config_pkey PRIMARY KEY (singleton);
 
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (task_type, idempotency_key);
 
+ALTER TABLE ONLY asyncflow.pipelines
+    ADD CONSTRAINT pipelines_pkey PRIMARY KEY (name, version);
+
 ALTER TABLE ONLY asyncflow.positions
     ADD CONSTRAINT positions_pkey PRIMARY KEY (task_type);
 
 ALTER TABLE ONLY asyncflow.refinery_schema_history
     ADD CONSTRAINT refinery_schema_history_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY asyncflow.run_days
+    ADD CONSTRAINT run_days_pkey PRIMARY KEY (day);
+
+ALTER TABLE ONLY asyncflow.run_events
+    ADD CONSTRAINT run_events_pkey PRIMARY KEY (event_id, day);
+
+ALTER TABLE ONLY asyncflow.run_segments
+    ADD CONSTRAINT run_segments_pkey PRIMARY KEY (segment_id, day);
+
+ALTER TABLE ONLY asyncflow.run_traces
+    ADD CONSTRAINT run_traces_pkey PRIMARY KEY (trace_id, day);
+
+ALTER TABLE ONLY asyncflow.runs
+    ADD CONSTRAINT runs_pkey PRIMARY KEY (run_id, day);
 
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_pkey PRIMARY KEY (task_type, shard);
@@ -1102,7 +2719,33 @@ ALTER TABLE ONLY asyncflow.task_types
 ALTER TABLE ONLY asyncflow.type_counters
     ADD CONSTRAINT type_counters_pkey PRIMARY KEY (task_type, slot);
 
+CREATE INDEX callbacks_due ON ONLY asyncflow.callbacks USING btree (next_attempt_at) WHERE (status = 'pending'::text);
+
+CREATE INDEX callbacks_run ON ONLY asyncflow.callbacks USING btree (run_id);
+
 CREATE INDEX idempotency_keys_shard ON asyncflow.idempotency_keys USING btree (task_type, shard);
+
+CREATE UNIQUE INDEX pipelines_one_active ON asyncflow.pipelines USING btree (name) WHERE (status = 'active'::text);
+
+CREATE INDEX run_events_deadline ON ONLY asyncflow.run_events USING btree (deadline) WHERE (status = ANY (ARRAY['pending'::text, 'running'::text, 'external'::text]));
+
+CREATE INDEX run_events_run ON ONLY asyncflow.run_events USING btree (run_id);
+
+CREATE INDEX run_segments_deadline ON ONLY asyncflow.run_segments USING btree (deadline) WHERE (status = ANY (ARRAY['pending'::text, 'running'::text]));
+
+CREATE INDEX run_segments_event ON ONLY asyncflow.run_segments USING btree (event_id, n);
+
+CREATE INDEX run_traces_run ON ONLY asyncflow.run_traces USING btree (run_id, created_at);
+
+CREATE INDEX runs_notify_key ON ONLY asyncflow.runs USING btree (notify_key) WHERE (notify_key IS NOT NULL);
+
+CREATE INDEX runs_open ON ONLY asyncflow.runs USING btree (status, deadline) WHERE (status = ANY (ARRAY['scheduled'::asyncflow.run_status, 'running'::asyncflow.run_status]));
+
+CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created_at);
+
+CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
+
+CREATE TRIGGER tg_tasks__workflow AFTER UPDATE ON asyncflow.tasks FOR EACH ROW WHEN (((new.run_ref IS NOT NULL) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION asyncflow.tg_tasks__workflow();
 
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
@@ -1120,8 +2763,13 @@ REVOKE ALL ON FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now times
 
 REVOKE ALL ON FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.check_runs(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_settings(p_settings jsonb) FROM PUBLIC;
 
@@ -1129,8 +2777,15 @@ REVOKE ALL ON FUNCTION asyncflow.check_task_exists(p_task_type text, p_shard int
 
 REVOKE ALL ON FUNCTION asyncflow.check_type_name(p_task_type text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer, p_now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone) TO asyncflow_worker;
+
+REVOKE ALL ON FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
@@ -1140,16 +2795,34 @@ GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, prior
 REVOKE ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.ensure_run_day(p_day date) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.get_pipeline(name text, version integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.get_pipeline(name text, version integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.get_run(run_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.get_run(run_id text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.get_task(task_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.get_task(task_id text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.is_jsonpath(p_text text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.is_timestamptz(p_text text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.list_pipelines() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.list_pipelines() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) TO asyncflow_client;
@@ -1159,7 +2832,16 @@ GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.pipeline_error(p_message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.pipeline_json(p asyncflow.pipelines) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) TO asyncflow_client;
@@ -1171,20 +2853,80 @@ REVOKE ALL ON FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone, 
 
 REVOKE ALL ON FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.run_day(p_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.run_json(r asyncflow.runs) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.wake(p_task_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_begin_run(p_run_id text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_cancel_task(p_task_id text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_close_event_work(p_day date, p_event_id text, p_task_id text, p_child_run text, p_node_type text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_data(p_run asyncflow.runs) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_enqueue_callback(p_run asyncflow.runs, p_kind text, p_event_id text, p_url text, p_payload jsonb, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_fail_event(p_event_id text, p_error text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_finish_run(p_run_id text, p_status asyncflow.run_status, p_result jsonb, p_error text, p_now timestamp with time zone, p_notify boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_get_run(p_run_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_plan(p_run asyncflow.runs) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow.run_events, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_run_error(p_code text, p_message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_run_for_update(p_run_id text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) FROM PUBLIC;
 
 GRANT SELECT ON TABLE asyncflow.queue_depth TO asyncflow_client;
 

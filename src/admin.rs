@@ -112,7 +112,7 @@ pub enum TypeCommand {
     },
 }
 
-fn json_arg<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
+pub(crate) fn json_arg<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))
 }
 
@@ -128,7 +128,7 @@ fn status_arg(text: Option<String>) -> Result<Option<TaskStatus>> {
 }
 
 /// A server's answer: the body on 2xx, its message as an error otherwise.
-async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+pub(crate) async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
     let base = target.server.as_deref().unwrap_or_default().trim_end_matches('/');
     let mut request = reqwest::Client::new().request(method, format!("{base}{path}"));
     if let Some(token) = &target.token {
@@ -147,13 +147,17 @@ async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option
     let message = value["message"].as_str().unwrap_or("no message").to_string();
     Err(match status.as_u16() {
         404 if value["code"] == "unknown_task_type" => Error::UnknownTaskType(message),
+        404 if value["code"] == "unknown_run" => Error::UnknownRun(message),
+        404 if value["code"] == "unknown_pipeline" => Error::UnknownPipeline(message),
+        400 if value["code"] == "invalid_pipeline" => Error::InvalidPipeline(message),
+        409 if value["code"] == "wrong_state" => Error::WrongState(message),
         404 => Error::UnknownTask(message),
         400 | 413 | 409 | 401 => Error::InvalidArgument(format!("HTTP {status}: {message}")),
         _ => Error::Config(format!("HTTP {status}: {message}")),
     })
 }
 
-fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     s.chars()
         .map(
             |c| {

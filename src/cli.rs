@@ -63,6 +63,24 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::admin::TypeCommand,
     },
+    /// Apply, list, show, activate or retire workflow pipelines (database, or --server).
+    Pipeline {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: crate::admin::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::workflow::admin::PipelineCommand,
+    },
+    /// Start, show, list, cancel or retry workflow runs and their nodes (database, or --server).
+    Run {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: crate::admin::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::workflow::admin::RunCommand,
+    },
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
 }
@@ -114,6 +132,9 @@ pub struct WorkerArgs {
     /// This worker's id (default: host-pid-random).
     #[arg(long, env = "ASYNCFLOW_WORKER_ID")]
     pub worker_id: Option<String>,
+    /// Key that signs workflow callbacks (HMAC-SHA256), when this worker runs maintenance.
+    #[arg(long, env = "ASYNCFLOW_CALLBACK_SECRET", hide_env_values = true)]
+    pub callback_secret: Option<String>,
     /// Claim and report through an asyncflow server (the HTTP worker protocol) instead of the
     /// database: no database connection is made.
     #[command(flatten)]
@@ -142,7 +163,10 @@ impl WorkerArgs {
         let options = crate::worker::folder::FolderOptions {
             dir: self.functions.clone(),
             types: self.types.clone(),
-            maintenance: !self.no_maintenance && self.target.server.is_none(),
+            maintenance: (!self.no_maintenance && self.target.server.is_none()).then(|| MaintenanceConfig {
+                callbacks: callback_config(self.callback_secret.clone()),
+                ..MaintenanceConfig::default()
+            }),
         };
         Ok((config, options))
     }
@@ -163,6 +187,23 @@ pub struct MaintainArgs {
     /// Seconds between retention passes.
     #[arg(long, default_value_t = 60.0)]
     pub retention_interval: f64,
+    /// Seconds between workflow checker passes.
+    #[arg(long, default_value_t = 1.0)]
+    pub check_interval: f64,
+    /// Key that signs workflow callbacks (HMAC-SHA256).
+    #[arg(long, env = "ASYNCFLOW_CALLBACK_SECRET", hide_env_values = true)]
+    pub callback_secret: Option<String>,
+}
+
+/// Callback delivery settings with this secret (an empty one counts as none).
+fn callback_config(secret: Option<String>) -> crate::workflow::callback::CallbackConfig {
+    let secret = secret.filter(|s| !s.is_empty());
+    if secret.is_none() {
+        tracing::warn!(
+            "no callback secret (--callback-secret / ASYNCFLOW_CALLBACK_SECRET): workflow callbacks go unsigned"
+        );
+    }
+    crate::workflow::callback::CallbackConfig { secret, ..Default::default() }
 }
 
 fn seconds(name: &str, value: f64) -> Result<Duration> {
@@ -218,13 +259,18 @@ pub async fn run(cli: Cli) -> Result<()> {
     let db_config = DbConfig { database_url: cli.database_url, data_dir: cli.data_dir, pool_size: cli.pool_size };
     // Admin commands sent to a server need no database here.
     let remote = match &cli.command {
-        Command::Task { target, .. } | Command::Type { target, .. } => target.server.is_some(),
+        Command::Task { target, .. }
+        | Command::Type { target, .. }
+        | Command::Pipeline { target, .. }
+        | Command::Run { target, .. } => target.server.is_some(),
         _ => false,
     };
     if remote {
         let output = match cli.command {
             Command::Task { target, command } => crate::admin::task(None, &target, command).await?,
             Command::Type { target, command } => crate::admin::task_type(None, &target, command).await?,
+            Command::Pipeline { target, command } => crate::workflow::admin::pipeline(None, &target, command).await?,
+            Command::Run { target, command } => crate::workflow::admin::run(None, &target, command).await?,
             _ => return Ok(()),
         };
         println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
@@ -255,6 +301,18 @@ pub async fn run(cli: Cli) -> Result<()> {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, 2)?;
             let output = crate::admin::task_type(Some(&pool), &target, command).await?;
+            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+        }
+        Command::Pipeline { target, command } => {
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, 2)?;
+            let output = crate::workflow::admin::pipeline(Some(&pool), &target, command).await?;
+            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+        }
+        Command::Run { target, command } => {
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, 2)?;
+            let output = crate::workflow::admin::run(Some(&pool), &target, command).await?;
             println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Serve(args) => {
@@ -288,6 +346,8 @@ pub async fn run(cli: Cli) -> Result<()> {
                 rescue_interval: seconds("rescue-interval", args.rescue_interval)?,
                 shard_interval: seconds("shard-interval", args.shard_interval)?,
                 retention_interval: seconds("retention-interval", args.retention_interval)?,
+                check_interval: seconds("check-interval", args.check_interval)?,
+                callbacks: callback_config(args.callback_secret),
                 ..MaintenanceConfig::default()
             };
             let pool = db::pool(&url, 4)?;

@@ -81,7 +81,7 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
     let options = FolderOptions {
         dir: args.functions.clone(),
         types: DEMO_TYPES.iter().map(|s| s.to_string()).collect(),
-        maintenance: true,
+        maintenance: Some(crate::maintenance::MaintenanceConfig::default()),
     };
     // Check the folder first: a clear error before anything is enqueued.
     let specs = folder::load(&options)

@@ -33,6 +33,18 @@ pub enum Error {
     /// AF007: no task with that id.
     #[error("{0}")]
     UnknownTask(String),
+    /// AF010: a pipeline definition is invalid (the message names the node or edge).
+    #[error("{0}")]
+    InvalidPipeline(String),
+    /// AF011: no such pipeline (or version, or no active version).
+    #[error("{0}")]
+    UnknownPipeline(String),
+    /// AF012: no such run, or no such node in it.
+    #[error("{0}")]
+    UnknownRun(String),
+    /// AF013: the run or node is not in a state that allows the operation.
+    #[error("{0}")]
+    WrongState(String),
     /// Another database error (connection, SQL, constraint). Not for clients' eyes.
     #[error("database error: {}", db_text(.0))]
     Database(#[from] tokio_postgres::Error),
@@ -94,6 +106,10 @@ impl Error {
             "AF005" => Error::ContextTooLarge(message),
             "AF006" => Error::InvalidArgument(message),
             "AF007" => Error::UnknownTask(message),
+            "AF010" => Error::InvalidPipeline(message),
+            "AF011" => Error::UnknownPipeline(message),
+            "AF012" => Error::UnknownRun(message),
+            "AF013" => Error::WrongState(message),
             _ if *db.code() == SqlState::INVALID_TEXT_REPRESENTATION => Error::InvalidArgument(message),
             _ => Error::Database(err),
         }
@@ -128,6 +144,10 @@ impl Error {
                 | Error::ContextTooLarge(_)
                 | Error::InvalidArgument(_)
                 | Error::UnknownTask(_)
+                | Error::InvalidPipeline(_)
+                | Error::UnknownPipeline(_)
+                | Error::UnknownRun(_)
+                | Error::WrongState(_)
         )
     }
 }

@@ -30,6 +30,8 @@
 //! - [`client`]: enqueue and admin from Rust.
 //! - [`worker`]: producer / executor / reporter running [`function`]s.
 //! - [`maintenance`]: leader election and the rescuer, shard and retention services.
+//! - [`workflow`]: versioned DAG pipelines run on top of tasks (engine in SQL), the checker and
+//!   callbacks.
 //! - [`demo`]: the README's main command.
 //!
 //! ## Example
@@ -63,6 +65,7 @@ pub mod status;
 pub mod task;
 pub mod task_type;
 pub mod worker;
+pub mod workflow;
 
 pub use error::{Error, Result};
 pub use ids::{TaskId, TypeName, WorkerId};

@@ -276,7 +276,10 @@ async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
     let reports =
         Maintainer::new(db.pool.clone(), db.url.clone(), MaintenanceConfig::default()).run_once(None).await.unwrap();
     let names: Vec<&str> = reports.iter().map(|r| r.service).collect();
-    assert_eq!(names, vec!["rescuer", "shard_roller", "begin_advancer", "retention"]);
+    assert_eq!(
+        names,
+        vec!["rescuer", "shard_roller", "begin_advancer", "retention", "run_checker", "run_retention", "callbacks"]
+    );
 }
 
 #[tokio::test]

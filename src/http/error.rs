@@ -16,8 +16,8 @@ pub struct ApiError {
     #[schema(ignore)]
     pub status: StatusCode,
     /// Stable machine-readable code: bad_request, invalid_argument, invalid_type_name,
-    /// priority_out_of_range (400); unauthorized (401); not_found, unknown_task, unknown_task_type
-    /// (404); stale_fencing_token (409); payload_too_large, context_too_large (413); internal (500);
+    /// priority_out_of_range, invalid_pipeline (400); unauthorized (401); not_found, unknown_task,
+    /// unknown_task_type, unknown_pipeline, unknown_run (404); stale_fencing_token, wrong_state (409); payload_too_large, context_too_large (413); internal (500);
     /// unavailable (503).
     #[schema(value_type = String, example = "unknown_task_type")]
     pub code: &'static str,
@@ -67,6 +67,10 @@ impl From<Error> for ApiError {
             Error::PriorityOutOfRange(_) => (StatusCode::BAD_REQUEST, "priority_out_of_range"),
             Error::ContextTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "context_too_large"),
             Error::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
+            Error::InvalidPipeline(_) => (StatusCode::BAD_REQUEST, "invalid_pipeline"),
+            Error::UnknownPipeline(_) => (StatusCode::NOT_FOUND, "unknown_pipeline"),
+            Error::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run"),
+            Error::WrongState(_) => (StatusCode::CONFLICT, "wrong_state"),
             Error::Pool(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };

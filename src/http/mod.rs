@@ -20,6 +20,7 @@ pub mod openapi;
 mod task_types;
 mod tasks;
 mod worker_protocol;
+mod workflows;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -90,6 +91,7 @@ pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
         .merge(tasks::routes())
         .merge(task_types::routes())
         .merge(worker_protocol::routes())
+        .merge(workflows::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())

@@ -30,9 +30,9 @@ use crate::task::{ClaimedTask, Task, TaskStatus};
     info(
         title = "asyncflow",
         description = "The HTTP API of asyncflow, a Postgres-native runner for long, multi-stage \
-asynchronous tasks: create and follow tasks, manage task types, read queue depth, and the fenced \
+asynchronous tasks: create and follow tasks, manage task types, read queue depth, the fenced \
 worker protocol (hold, then heartbeat / advance / succeed / fail / later) for workers that cannot \
-reach the database.\n\n\
+reach the database, and workflows (versioned DAG pipelines and their runs).\n\n\
 Auth: when the server is started with tokens (`--token`, `ASYNCFLOW_TOKENS`), every route under \
 `/v1` and `/metrics` needs `Authorization: Bearer <token>`; `/healthz`, `/readyz`, \
 `/openapi.json` and the dashboard's page and assets never do.\n\n\
@@ -73,6 +73,18 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::dashboard::page,
         super::dashboard::script,
         super::dashboard::style,
+        super::workflows::list_pipelines,
+        super::workflows::get_pipeline,
+        super::workflows::put_pipeline,
+        super::workflows::activate,
+        super::workflows::retire,
+        super::workflows::start_run,
+        super::workflows::list_runs,
+        super::workflows::get_run,
+        super::workflows::cancel_run,
+        super::workflows::retry_run,
+        super::workflows::retry_node,
+        super::workflows::complete_node,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -83,6 +95,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         (name = "health", description = "Liveness, readiness and this document"),
         (name = "metrics", description = "Prometheus metrics"),
         (name = "dashboard", description = "The web dashboard's page, assets and figures"),
+        (name = "workflows", description = "Versioned DAG pipelines and their runs"),
     )
 )]
 pub struct ApiDoc;
@@ -146,6 +159,49 @@ pub(super) struct TaskPage {
     tasks: Vec<Task>,
     /// `after` for the next page; null on the last page.
     next: Option<String>,
+}
+
+/// A run started (or, for a retry, the new run).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct RunStarted {
+    /// The run's id.
+    run_id: String,
+    /// The run it retries (retries only).
+    retry_of: Option<String>,
+}
+
+/// One page of runs.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct RunPage {
+    /// The runs, newest first (run documents without events).
+    #[schema(value_type = Vec<Object>)]
+    runs: Vec<serde_json::Value>,
+    /// `before` for the next page; null on the last page.
+    next: Option<String>,
+}
+
+/// The outcome of a run cancel.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct RunCancelled {
+    /// Run id.
+    run_id: String,
+    /// False when the run had already ended.
+    cancelled: bool,
+}
+
+/// The outcome of a node retry.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct RunNodeRetried {
+    /// Run id.
+    run_id: String,
+    /// Node name.
+    node: String,
+    /// True: the run is running again from this node.
+    retried: bool,
 }
 
 /// The outcome of a cancel.

@@ -9,6 +9,9 @@
 //!     shard_roller      end shard past shard_max_rows -> new shard, end_pos + 1
 //!     begin_advancer    begin_pos = oldest shard with a live task
 //!     retention         shards below begin_pos, closed longer than retention -> dropped whole
+//!     run_checker       workflows: scheduled runs begun, stuck nodes and runs restarted or failed
+//!     run_retention     workflows: days of run records past run_retention -> dropped whole
+//!     callbacks         workflows: run outcomes and callback nodes POSTed, signed, retried
 //! ```
 //!
 //! Each service is a config plus `run_once(now)` (tests call it with any time they like) plus a
@@ -31,6 +34,8 @@ pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
 use crate::db::DbPool;
 use crate::error::Result;
 use crate::function::BoxFuture;
+use crate::workflow::callback::{CallbackConfig, CallbackSender};
+use crate::workflow::checker::{RunChecker, RunRetention, CHECK_INTERVAL_DEFAULT};
 
 /// What one `run_once` did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -66,6 +71,10 @@ pub struct MaintenanceConfig {
     pub retention_interval: Duration,
     /// How often leadership is tried for or checked.
     pub leader_check: Duration,
+    /// Workflow checker interval.
+    pub check_interval: Duration,
+    /// Callback delivery.
+    pub callbacks: CallbackConfig,
 }
 
 /// Default rescuer interval.
@@ -85,6 +94,8 @@ impl Default for MaintenanceConfig {
             shard_interval: SHARD_INTERVAL_DEFAULT,
             retention_interval: RETENTION_INTERVAL_DEFAULT,
             leader_check: LEADER_CHECK_DEFAULT,
+            check_interval: CHECK_INTERVAL_DEFAULT,
+            callbacks: CallbackConfig::default(),
         }
     }
 }
@@ -103,7 +114,10 @@ impl Maintainer {
             Arc::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
             Arc::new(ShardRoller::new(pool.clone(), config.shard_interval)),
             Arc::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
-            Arc::new(RetentionDropper::new(pool, config.retention_interval)),
+            Arc::new(RetentionDropper::new(pool.clone(), config.retention_interval)),
+            Arc::new(RunChecker::new(pool.clone(), config.check_interval)),
+            Arc::new(RunRetention::new(pool.clone(), config.retention_interval)),
+            Arc::new(CallbackSender::new(pool, config.callbacks.clone())),
         ];
         Maintainer { database_url: database_url.into(), config, services }
     }

@@ -21,8 +21,8 @@ pub struct FolderOptions {
     pub dir: PathBuf,
     /// Only these types (empty: every function found).
     pub types: Vec<String>,
-    /// Take part in maintenance leader election.
-    pub maintenance: bool,
+    /// Take part in maintenance leader election, with these settings (None: never).
+    pub maintenance: Option<MaintenanceConfig>,
 }
 
 /// Reads the folder and keeps the requested types; an unknown requested type is an error.
@@ -55,8 +55,8 @@ pub async fn run(
     let specs = load_and_build(options).await?;
     let worker = Worker::new(pool.clone(), database_url, config).register_specs(&specs)?;
     let maintenance_stop = CancellationToken::new();
-    let maintenance = options.maintenance.then(|| {
-        let maintainer = Maintainer::new(pool.clone(), database_url, MaintenanceConfig::default());
+    let maintenance = options.maintenance.clone().map(|config| {
+        let maintainer = Maintainer::new(pool.clone(), database_url, config);
         tokio::spawn(maintainer.run(maintenance_stop.clone()))
     });
     let outcome = worker.run(shutdown).await;

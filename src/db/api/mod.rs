@@ -7,6 +7,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
 
+mod workflow;
+
+pub use workflow::*;
+
 use super::GenericClient;
 use crate::error::{Error, Result};
 use crate::ids::{TaskId, TypeName, WorkerId};

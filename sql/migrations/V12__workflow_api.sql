@@ -1,0 +1,562 @@
+-- The workflow API: start_run, get_run, list_runs, cancel_run, retry_run, retry_node,
+-- complete_node (clients); check_runs, claim_callbacks, record_callback, drop_expired_runs
+-- (maintenance). Errors: AF006 bad input, AF011 unknown pipeline, AF012 unknown run or node,
+-- AF013 wrong state.
+
+-- Creates a run (scheduled) with its events, and begins it when due. The one way runs are made:
+-- start_run, retry_run, the checker's run retries and sub-pipeline nodes all come here.
+create function asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text,
+  p_notify_key text, p_run_at timestamptz, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text,
+  p_now timestamptz) returns text
+language plpgsql as $$
+declare
+  v_pipe asyncflow.pipelines;
+  v_day date := (p_now at time zone 'UTC')::date;
+  v_run_id text := 'r' || to_char(p_now at time zone 'UTC', 'YYYYMMDD') || '-' || replace(gen_random_uuid()::text, '-', '');
+  v_max_bytes integer;
+begin
+  if p_pipeline is null or p_pipeline !~ '^[a-z][a-z0-9_]{0,39}$' then
+    perform asyncflow.raise_error('AF006', format('invalid pipeline name %s', coalesce(quote_literal(p_pipeline), 'null')));
+  end if;
+  select * into v_pipe from asyncflow.pipelines p where p.name = p_pipeline
+    and (case when p_version is null then p.status = 'active' else p.version = p_version end);
+  if not found then
+    perform asyncflow.wf_run_error('AF011', case when p_version is null
+      then format('pipeline %L has no active version', p_pipeline)
+      else format('unknown pipeline %L version %s', p_pipeline, p_version) end);
+  end if;
+  if v_pipe.status = 'retired' then
+    perform asyncflow.wf_run_error('AF013', format('pipeline %L version %s is retired: it starts no new runs',
+      p_pipeline, v_pipe.version));
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  if p_input is not null and jsonb_typeof(p_input) <> 'object' then
+    perform asyncflow.raise_error('AF006', 'input must be a JSON object');
+  elsif pg_column_size(p_input) > v_max_bytes then
+    perform asyncflow.raise_error('AF005', format('input is too large: %s bytes, the limit is %s',
+      pg_column_size(p_input), v_max_bytes));
+  elsif p_notify_url is not null and (p_notify_url !~ '^https?://[^\s]+$' or length(p_notify_url) > 2048) then
+    perform asyncflow.raise_error('AF006', format('notify_url must be an http(s) URL of at most 2048 characters, got %s',
+      to_jsonb(left(p_notify_url, 100))));
+  elsif length(p_notify_key) not between 1 and 255 then
+    perform asyncflow.raise_error('AF006', 'notify_key must be a string of 1 to 255 characters');
+  elsif p_run_at is not null and (not isfinite(p_run_at) or p_run_at > p_now + interval '366 days') then
+    perform asyncflow.raise_error('AF006', format('run_at must be a finite time within a year, got %s', p_run_at));
+  end if;
+  perform asyncflow.ensure_run_day(v_day);
+  insert into asyncflow.runs (day, run_id, pipeline, version, status, input, notify_url, notify_key, parent_event,
+    depth, attempt, retry_of, run_at, created_at, updated_at)
+  values (v_day, v_run_id, p_pipeline, v_pipe.version, 'scheduled', coalesce(p_input, '{}'::jsonb), p_notify_url,
+    p_notify_key, p_parent_event, p_depth, p_attempt, p_retry_of, coalesce(p_run_at, p_now), p_now, p_now);
+  insert into asyncflow.run_events (day, event_id, run_id, node, node_type, in_degree, created_at, updated_at)
+  select v_day, v_run_id || '_' || n, v_run_id, n, v_pipe.plan -> 'nodes' -> n ->> 'type',
+    (v_pipe.plan -> 'nodes' -> n ->> 'in_degree')::integer, p_now, p_now
+  from jsonb_array_elements_text(v_pipe.plan -> 'order') n;
+  if coalesce(p_run_at, p_now) <= p_now then
+    perform asyncflow.wf_begin_run(v_run_id, p_now);
+  end if;
+  return v_run_id;
+end
+$$;
+
+-- A scheduled run begins: its deadline is set and its start node runs.
+create function asyncflow.wf_begin_run(p_run_id text, p_now timestamptz) returns void
+language plpgsql as $$
+declare
+  v_run asyncflow.runs;
+  v_plan jsonb;
+begin
+  update asyncflow.runs r set status = 'running', started_at = p_now, updated_at = p_now,
+    deadline = p_now + make_interval(secs => (select (p.plan ->> 'timeout')::double precision from asyncflow.pipelines p
+      where p.name = r.pipeline and p.version = r.version))
+  where day = asyncflow.run_day(p_run_id) and run_id = p_run_id and status = 'scheduled'
+  returning * into v_run;
+  if found then
+    v_plan := asyncflow.wf_plan(v_run);
+    perform asyncflow.wf_activate(v_run, v_plan ->> 'start', p_now);
+  end if;
+end
+$$;
+
+-- start_run: starts a run of the pipeline's active version (or of p_version, unless retired)
+-- with this input; its outcome is POSTed to notify_url (with notify_key) when it ends.
+-- With run_at in the future the run waits until then (the checker begins it). Returns the run id.
+create function asyncflow.start_run(
+  pipeline text,
+  input jsonb default '{}',
+  notify_url text default null,
+  run_at timestamptz default null,
+  notify_key text default null,
+  version integer default null,
+  p_now timestamptz default null
+) returns text
+language sql security definer set search_path = pg_catalog, pg_temp as $$
+  select asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, coalesce($7, now()))
+$$;
+
+create function asyncflow.run_json(r asyncflow.runs) returns jsonb
+language sql stable as $$
+  select jsonb_build_object('run_id', r.run_id, 'pipeline', r.pipeline, 'version', r.version, 'status', r.status,
+    'input', r.input, 'result', r.result, 'error', r.error, 'notify_url', r.notify_url, 'notify_key', r.notify_key,
+    'parent_event', r.parent_event, 'attempt', r.attempt, 'retry_of', r.retry_of, 'retried_by', r.retried_by,
+    'run_at', r.run_at, 'deadline', r.deadline, 'started_at', r.started_at, 'finished_at', r.finished_at,
+    'total_cost_ms', r.total_cost_ms, 'created_at', r.created_at, 'updated_at', r.updated_at)
+$$;
+
+-- get_run: the run with its events (in plan order; a dynamic node's with its segments), the
+-- function calls made for it (traces, oldest first, at most 1000) and its callbacks. Null when
+-- there is no such run.
+create function asyncflow.get_run(run_id text) returns jsonb
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_run asyncflow.runs := asyncflow.wf_get_run($1);
+begin
+  if v_run.run_id is null then
+    return null;
+  end if;
+  return asyncflow.run_json(v_run) || jsonb_build_object(
+    'events', coalesce((select jsonb_agg(jsonb_build_object('event_id', e.event_id, 'node', e.node, 'type', e.node_type,
+        'status', e.status, 'exec_cnt', e.exec_cnt, 'latch_cnt', e.latch_cnt, 'in_degree', e.in_degree,
+        'segment_cnt', e.segment_cnt, 'task_id', e.task_id, 'child_run', e.child_run, 'result', e.result,
+        'error', e.error, 'deadline', e.deadline, 'started_at', e.started_at, 'finished_at', e.finished_at,
+        'total_cost_ms', e.total_cost_ms)
+        || case when e.node_type = 'dynamic' then jsonb_build_object('segments', coalesce((
+          select jsonb_agg(jsonb_build_object('segment_id', s.segment_id, 'n', s.n, 'status', s.status,
+            'exec_cnt', s.exec_cnt, 'task_id', s.task_id, 'item', s.item, 'result', s.result, 'error', s.error,
+            'started_at', s.started_at, 'finished_at', s.finished_at, 'total_cost_ms', s.total_cost_ms) order by s.n)
+          from asyncflow.run_segments s where s.day = e.day and s.event_id = e.event_id), '[]'::jsonb)) else '{}'::jsonb end
+        order by o.k)
+      from asyncflow.run_events e
+      join asyncflow.pipelines p on p.name = v_run.pipeline and p.version = v_run.version
+      cross join lateral jsonb_array_elements_text(p.plan -> 'order') with ordinality o(node, k)
+      where e.day = v_run.day and e.run_id = v_run.run_id and e.node = o.node), '[]'::jsonb),
+    'traces', coalesce((select jsonb_agg(jsonb_build_object('trace_id', t.trace_id, 'event_id', t.event_id,
+        'segment_id', t.segment_id, 'task_id', t.task_id, 'stage', t.stage, 'attempt', t.attempt, 'worker', t.worker,
+        'outcome', t.outcome, 'error', t.error, 'started_at', t.started_at, 'cost_ms', t.cost_ms,
+        'request', t.request, 'response', t.response) order by t.created_at, t.trace_id)
+      from (select * from asyncflow.run_traces t where t.day = v_run.day and t.run_id = v_run.run_id
+            order by t.created_at limit 1000) t), '[]'::jsonb),
+    'callbacks', coalesce((select jsonb_agg(jsonb_build_object('callback_id', c.callback_id, 'kind', c.kind,
+        'event_id', c.event_id, 'url', c.url, 'status', c.status, 'attempts', c.attempts, 'last_error', c.last_error,
+        'next_attempt_at', c.next_attempt_at, 'give_up_at', c.give_up_at, 'delivered_at', c.delivered_at,
+        'log', c.log, 'payload', c.payload) order by c.created_at, c.callback_id)
+      from asyncflow.callbacks c where c.day = v_run.day and c.run_id = v_run.run_id), '[]'::jsonb));
+end
+$$;
+
+-- list_runs: runs newest first, optionally of one pipeline and status; keyset pagination with
+-- p_before (the run_id of the last run of the previous page).
+create function asyncflow.list_runs(pipeline text default null, status text default null, p_limit integer default 100,
+  p_before text default null) returns setof jsonb
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_before asyncflow.runs;
+begin
+  if status is not null and status not in ('scheduled', 'running', 'succeeded', 'failed', 'timed_out', 'cancelled') then
+    perform asyncflow.raise_error('AF006', format(
+      'status must be one of scheduled, running, succeeded, failed, timed_out, cancelled, got %L', status));
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform asyncflow.raise_error('AF006', 'limit must be between 1 and 1000');
+  end if;
+  if p_before is not null then
+    v_before := asyncflow.wf_get_run(p_before);
+    if v_before.run_id is null then
+      perform asyncflow.raise_error('AF012', format('unknown run %L', p_before));
+    end if;
+  end if;
+  return query
+  select asyncflow.run_json(r) from asyncflow.runs r
+  where ($1 is null or r.pipeline = $1) and ($2 is null or r.status::text = $2)
+    and (v_before.run_id is null or (r.created_at, r.run_id) < (v_before.created_at, v_before.run_id))
+  order by r.created_at desc, r.run_id desc
+  limit p_limit;
+end
+$$;
+
+-- The run, or AF012.
+create function asyncflow.wf_run_for_update(p_run_id text) returns asyncflow.runs
+language plpgsql as $$
+declare
+  v_run asyncflow.runs;
+begin
+  select * into v_run from asyncflow.runs where day = asyncflow.run_day(p_run_id) and run_id = p_run_id for update;
+  if not found then
+    perform asyncflow.wf_run_error('AF012', format('unknown run %s', coalesce(quote_literal(p_run_id), 'null')));
+  end if;
+  return v_run;
+end
+$$;
+
+-- cancel_run: a scheduled or running run ends cancelled (its tasks cancelled, its outcome POSTed).
+-- Returns false when it had already ended.
+create function asyncflow.cancel_run(run_id text, p_now timestamptz default null) returns boolean
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+begin
+  if v_run.status not in ('scheduled', 'running') then
+    return false;
+  end if;
+  perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
+  return true;
+end
+$$;
+
+-- retry_run: a failed, timed-out or cancelled run is run again as a new run of the same pipeline
+-- version, input, notify_url and notify_key (seed: "retrying a task is a new task with the same
+-- unique key"). Returns the new run's id.
+create function asyncflow.retry_run(run_id text, p_now timestamptz default null) returns text
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_now timestamptz := coalesce(p_now, now());
+  v_new text;
+begin
+  if v_run.status not in ('failed', 'timed_out', 'cancelled') or v_run.retried_by is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is %s%s: only a failed, timed-out or cancelled run can be retried',
+      v_run.run_id, v_run.status, coalesce(' and was retried as ' || v_run.retried_by, '')));
+  end if;
+  if v_run.parent_event is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is a sub-pipeline run of event %s: retry that node instead',
+      v_run.run_id, v_run.parent_event));
+  end if;
+  v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key, null,
+    null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+  update asyncflow.runs set retried_by = v_new, updated_at = v_now where day = v_run.day and run_id = v_run.run_id;
+  return v_new;
+end
+$$;
+
+-- Runs an event again: a dynamic node only its segments that did not succeed, any other node
+-- from the start.
+create function asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow.run_events, p_now timestamptz)
+returns void
+language plpgsql as $$
+declare
+  v_def jsonb := asyncflow.wf_plan(p_run) -> 'nodes' -> p_event.node;
+  v_ns integer[];
+  v_items jsonb[];
+begin
+  if p_event.node_type = 'dynamic' and p_event.segment_cnt > 0 then
+    select array_agg(s.n order by s.n), array_agg(s.item order by s.n) into v_ns, v_items
+    from asyncflow.run_segments s
+    where s.day = p_event.day and s.event_id = p_event.event_id and s.status <> 'succeeded';
+    update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, error = null, cancelled_from = null,
+      finished_at = null, updated_at = p_now
+    where day = p_event.day and event_id = p_event.event_id;
+    if v_ns is null then
+      perform asyncflow.wf_complete_event(p_event.event_id, (select jsonb_agg(coalesce(s.result, 'null'::jsonb) order by s.n)
+        from asyncflow.run_segments s where s.day = p_event.day and s.event_id = p_event.event_id), p_now);
+    else
+      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, v_ns, v_items, p_event.segment_cnt, p_now);
+    end if;
+  else
+    perform asyncflow.wf_activate(p_run, p_event.node, p_now);
+  end if;
+end
+$$;
+
+-- retry_node: resumes a run that failed at this node: the node runs again (a dynamic node only
+-- its unfinished segments), the nodes the failure cancelled resume where they stood, and the
+-- run is running again with a fresh deadline (its outcome is POSTed again when it ends).
+create function asyncflow.retry_node(run_id text, node text, p_now timestamptz default null) returns boolean
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_now timestamptz := coalesce(p_now, now());
+  v_event asyncflow.run_events;
+  v_other asyncflow.run_events;
+begin
+  select * into v_event from asyncflow.run_events e
+  where e.day = v_run.day and e.event_id = v_run.run_id || '_' || $2 for update;
+  if not found then
+    perform asyncflow.wf_run_error('AF012', format('run %s has no node %s', v_run.run_id, coalesce(quote_literal($2), 'null')));
+  end if;
+  if v_event.status <> 'failed' then
+    perform asyncflow.wf_run_error('AF013', format('node %s of run %s is %s: only a failed node can be retried',
+      $2, v_run.run_id, v_event.status));
+  end if;
+  if v_run.status not in ('failed', 'timed_out') or v_run.retried_by is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is %s%s: a node can be retried only in a failed run',
+      v_run.run_id, v_run.status, coalesce(' and was retried as ' || v_run.retried_by, '')));
+  end if;
+  if v_run.parent_event is not null then
+    perform asyncflow.wf_run_error('AF013', format('run %s is a sub-pipeline run of event %s: retry that node instead',
+      v_run.run_id, v_run.parent_event));
+  end if;
+  update asyncflow.runs r set status = 'running', result = null, error = null, finished_at = null, total_cost_ms = null,
+    updated_at = v_now, deadline = v_now + make_interval(secs => (asyncflow.wf_plan(v_run) ->> 'timeout')::double precision)
+  where r.day = v_run.day and r.run_id = v_run.run_id
+  returning * into v_run;
+  -- nodes that were only waiting wait again; the ones that were working run again
+  update asyncflow.run_events e set status = 'waiting', cancelled_from = null, finished_at = null, updated_at = v_now
+  where e.day = v_run.day and e.run_id = v_run.run_id and e.status = 'cancelled' and e.cancelled_from = 'waiting';
+  for v_other in
+    select * from asyncflow.run_events e
+    where e.day = v_run.day and e.run_id = v_run.run_id and e.status = 'cancelled' order by e.event_id
+  loop
+    perform asyncflow.wf_rerun_event(v_run, v_other, v_now);
+  end loop;
+  perform asyncflow.wf_rerun_event(v_run, v_event, v_now);
+  return true;
+end
+$$;
+
+-- complete_node: the external completion of an asynchronous node (one waiting in status
+-- external): with no error it succeeds with p_result (default: its function's result), with an
+-- error it fails, and the run with it.
+create function asyncflow.complete_node(run_id text, node text, result jsonb default null, error text default null,
+  p_now timestamptz default null) returns jsonb
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_now timestamptz := coalesce(p_now, now());
+  v_event asyncflow.run_events;
+  v_max_bytes integer;
+begin
+  select * into v_event from asyncflow.run_events e
+  where e.day = v_run.day and e.event_id = v_run.run_id || '_' || $2 for update;
+  if not found then
+    perform asyncflow.wf_run_error('AF012', format('run %s has no node %s', v_run.run_id, coalesce(quote_literal($2), 'null')));
+  end if;
+  if v_event.status <> 'external' then
+    perform asyncflow.wf_run_error('AF013', format('node %s of run %s is %s, not waiting for an external completion',
+      $2, v_run.run_id, v_event.status));
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  if pg_column_size($3) > v_max_bytes then
+    perform asyncflow.raise_error('AF005', format('result is too large: %s bytes, the limit is %s', pg_column_size($3), v_max_bytes));
+  end if;
+  if $4 is null then
+    perform asyncflow.wf_complete_event(v_event.event_id, coalesce($3, v_event.result, '{}'::jsonb), v_now);
+  else
+    perform asyncflow.wf_fail_event(v_event.event_id, $4, v_now);
+  end if;
+  return asyncflow.run_json(asyncflow.wf_get_run(v_run.run_id));
+end
+$$;
+
+-- check_runs (the checker, seed "cb system"): begins scheduled runs that are due; restarts or
+-- fails nodes and segments past their deadline (a node's timeout, restarted up to its
+-- timeout_retries); times out runs past their deadline, starting them again as new runs while the
+-- pipeline's retries allow (the timed-out run then sends no callback; the new one will, with the
+-- same notify key); creates today's and tomorrow's run partitions ahead of need.
+-- At most p_limit of each kind per call; rows being changed meanwhile are skipped (SKIP LOCKED).
+create function asyncflow.check_runs(p_now timestamptz default null, p_limit integer default 500)
+returns table (action text, id text, detail text)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_run asyncflow.runs;
+  v_event asyncflow.run_events;
+  v_seg asyncflow.run_segments;
+  v_def jsonb;
+  v_new text;
+  v_plan jsonb;
+begin
+  perform asyncflow.ensure_run_day((v_now at time zone 'UTC')::date);
+  perform asyncflow.ensure_run_day((v_now at time zone 'UTC')::date + 1);
+
+  for v_run in
+    select * from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= v_now
+    order by r.run_at limit p_limit for update skip locked
+  loop
+    perform asyncflow.wf_begin_run(v_run.run_id, v_now);
+    action := 'begun'; id := v_run.run_id; detail := format('due at %s', v_run.run_at);
+    return next;
+  end loop;
+
+  for v_event in
+    select * from asyncflow.run_events e
+    where e.status in ('pending', 'running', 'external') and e.deadline < v_now and e.node_type <> 'dynamic'
+    order by e.deadline limit p_limit for update skip locked
+  loop
+    v_run := asyncflow.wf_get_run(v_event.run_id);
+    v_def := asyncflow.wf_plan(v_run) -> 'nodes' -> v_event.node;
+    id := v_event.event_id;
+    if v_event.node_type = 'task' and v_def ->> 'function' is not null
+        and v_event.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
+      update asyncflow.run_events set task_id = null where day = v_event.day and event_id = v_event.event_id;
+      perform asyncflow.wf_cancel_task(v_event.task_id, v_now);
+      perform asyncflow.wf_activate(v_run, v_event.node, v_now);
+      action := 'node restarted';
+      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_event.exec_cnt + 1);
+    else
+      perform asyncflow.wf_fail_event(v_event.event_id,
+        format('timed out: no result within %s s (%s tries)', v_def ->> 'timeout', v_event.exec_cnt), v_now);
+      action := 'node failed';
+      detail := format('no result within %s s', v_def ->> 'timeout');
+    end if;
+    return next;
+  end loop;
+
+  for v_seg in
+    select * from asyncflow.run_segments s where s.status in ('pending', 'running') and s.deadline < v_now
+    order by s.deadline limit p_limit for update skip locked
+  loop
+    v_run := asyncflow.wf_get_run(v_seg.run_id);
+    v_event := (select e from asyncflow.run_events e where e.day = v_seg.day and e.event_id = v_seg.event_id);
+    v_def := asyncflow.wf_plan(v_run) -> 'nodes' -> v_event.node;
+    id := v_seg.segment_id;
+    if v_seg.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
+      update asyncflow.run_segments set task_id = null where day = v_seg.day and segment_id = v_seg.segment_id;
+      perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
+      perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, array[v_seg.n], array[v_seg.item],
+        v_event.segment_cnt, v_now);
+      action := 'segment restarted';
+      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_seg.exec_cnt + 1);
+    else
+      perform asyncflow.wf_fail_event(v_seg.event_id,
+        format('segment %s timed out: no result within %s s (%s tries)', v_seg.n, v_def ->> 'timeout', v_seg.exec_cnt), v_now);
+      action := 'node failed';
+      detail := format('segment %s: no result within %s s', v_seg.n, v_def ->> 'timeout');
+    end if;
+    return next;
+  end loop;
+
+  for v_run in
+    select * from asyncflow.runs r where r.status = 'running' and r.deadline < v_now
+    order by r.deadline limit p_limit for update skip locked
+  loop
+    v_plan := asyncflow.wf_plan(v_run);
+    id := v_run.run_id;
+    if v_run.parent_event is null and v_run.attempt <= (v_plan ->> 'retries')::integer then
+      v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key,
+        null, null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+      update asyncflow.runs set retried_by = v_new where day = v_run.day and run_id = v_run.run_id;
+      perform asyncflow.wf_finish_run(v_run.run_id, 'timed_out', null,
+        format('no end within %s s; retried as %s', v_plan ->> 'timeout', v_new), v_now, false);
+      action := 'run retried';
+      detail := v_new;
+    else
+      perform asyncflow.wf_finish_run(v_run.run_id, 'timed_out', null,
+        format('no end within %s s (deadline %s)', v_plan ->> 'timeout', v_run.deadline), v_now);
+      action := 'run timed out';
+      detail := format('deadline %s', v_run.deadline);
+    end if;
+    return next;
+  end loop;
+end
+$$;
+
+-- claim_callbacks: up to p_limit deliveries that are due, for one sender. Each attempt is
+-- counted now and the delivery is held for p_lease seconds (a sender that dies mid-attempt
+-- leaves it due again then). Locks: the claimed rows (SKIP LOCKED).
+create function asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer default 60,
+  p_now timestamptz default null)
+returns table (callback_id text, run_id text, kind text, url text, payload jsonb, attempt integer)
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := coalesce(p_now, now());
+begin
+  return query
+  with due as (
+    select c.day, c.callback_id from asyncflow.callbacks c
+    where c.status = 'pending' and c.next_attempt_at <= v_now
+    order by c.next_attempt_at limit greatest(p_limit, 0) for update skip locked
+  )
+  update asyncflow.callbacks c set attempts = c.attempts + 1, owner = p_owner,
+    next_attempt_at = v_now + make_interval(secs => greatest(p_lease, 1)), updated_at = v_now
+  from due where c.day = due.day and c.callback_id = due.callback_id
+  returning c.callback_id, c.run_id, c.kind, c.url, c.payload, c.attempts;
+end
+$$;
+
+-- record_callback: the outcome of one attempt (fenced by its attempt number). Delivered when
+-- p_error is null; otherwise due again after min(2^(attempt-1), callback_max_interval) s, or
+-- given up (failed) once past give_up_at. A callback node succeeds or fails with its delivery.
+-- Returns the callback's status, or null when the attempt is stale.
+create function asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text,
+  p_cost_ms integer, p_now timestamptz default null) returns text
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_cb asyncflow.callbacks;
+begin
+  update asyncflow.callbacks c set
+    status = case when p_error is null then 'delivered' when v_now >= c.give_up_at then 'failed' else 'pending' end,
+    delivered_at = case when p_error is null then v_now end,
+    last_error = left(p_error, 500),
+    next_attempt_at = case when p_error is null then c.next_attempt_at
+      else v_now + make_interval(secs => least(power(2, least(c.attempts - 1, 30)),
+        (select callback_max_interval from asyncflow.config))) end,
+    owner = null,
+    log = case when jsonb_array_length(c.log) >= 50 then c.log - 0 else c.log end || jsonb_build_array(jsonb_strip_nulls(
+      jsonb_build_object('attempt', p_attempt, 'at', v_now, 'http_status', p_http_status, 'error', left(p_error, 500),
+        'cost_ms', p_cost_ms))),
+    updated_at = v_now
+  where c.day = asyncflow.run_day(p_callback_id) and c.callback_id = p_callback_id and c.status = 'pending'
+    and c.attempts = p_attempt
+  returning * into v_cb;
+  if not found then
+    return null;
+  end if;
+  if v_cb.kind = 'node' and v_cb.status = 'delivered' then
+    perform asyncflow.wf_complete_event(v_cb.event_id, jsonb_build_object('delivered_at', v_now, 'url', v_cb.url,
+      'http_status', p_http_status, 'attempts', v_cb.attempts), v_now);
+  elsif v_cb.kind = 'node' and v_cb.status = 'failed' then
+    perform asyncflow.wf_fail_event(v_cb.event_id, format('callback to %s not delivered after %s attempts: %s',
+      v_cb.url, v_cb.attempts, p_error), v_now);
+  end if;
+  return v_cb.status;
+end
+$$;
+
+-- drop_expired_runs: drops, whole, the days of run records older than config.run_retention
+-- whose runs have all ended and whose callbacks are settled: no DELETE, no dead tuples. A day
+-- with a run still open stays until it ends. Each partition is locked first (waiting at most
+-- 1 s, else the day waits for the next pass). Returns the dropped days.
+create function asyncflow.drop_expired_runs(p_now timestamptz default null) returns setof date
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_day date;
+  v_table text;
+  v_lock_timeout text := current_setting('lock_timeout');
+begin
+  for v_day in
+    select d.day from asyncflow.run_days d, asyncflow.config c
+    where d.dropped_at is null and d.day + 1 <= ((v_now - make_interval(secs => c.run_retention)) at time zone 'UTC')::date
+    order by d.day
+  loop
+    begin
+      perform set_config('lock_timeout', '1s', true);
+      foreach v_table in array array['runs', 'run_events', 'run_segments', 'run_traces', 'callbacks'] loop
+        execute format('lock table asyncflow.%I in access exclusive mode', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
+      end loop;
+      if exists (select 1 from asyncflow.runs r where r.day = v_day and r.status in ('scheduled', 'running'))
+        or exists (select 1 from asyncflow.callbacks c where c.day = v_day and c.status = 'pending') then
+        perform set_config('lock_timeout', v_lock_timeout, true);
+        continue;
+      end if;
+      foreach v_table in array array['callbacks', 'run_traces', 'run_segments', 'run_events', 'runs'] loop
+        execute format('drop table asyncflow.%I', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
+      end loop;
+      perform set_config('lock_timeout', v_lock_timeout, true);
+    exception when lock_not_available then
+      perform set_config('lock_timeout', v_lock_timeout, true);
+      continue;
+    end;
+    update asyncflow.run_days set dropped_at = v_now where day = v_day;
+    return next v_day;
+  end loop;
+end
+$$;
+
+revoke all on all tables in schema asyncflow from public;
+revoke all on all functions in schema asyncflow from public;
+grant execute on function
+  asyncflow.put_pipeline(text, jsonb, text),
+  asyncflow.set_pipeline_status(text, integer, text),
+  asyncflow.get_pipeline(text, integer),
+  asyncflow.list_pipelines(),
+  asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz),
+  asyncflow.get_run(text),
+  asyncflow.list_runs(text, text, integer, text),
+  asyncflow.cancel_run(text, timestamptz),
+  asyncflow.retry_run(text, timestamptz),
+  asyncflow.retry_node(text, text, timestamptz),
+  asyncflow.complete_node(text, text, jsonb, text, timestamptz)
+to asyncflow_client;

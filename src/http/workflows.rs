@@ -1,0 +1,272 @@
+//! Workflow routes: pipelines (apply a definition as a new version, list, get, activate,
+//! retire) and runs (start, list, get with events / segments / traces / callbacks, cancel, retry,
+//! retry a node, complete an asynchronous node). Thin over the SQL API; pipelines and runs are
+//! the JSON documents the SQL functions build.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::openapi::{RunCancelled, RunNodeRetried, RunPage, RunStarted};
+use super::{parse_body, ApiError, ApiResult, AppState};
+use crate::db::api;
+use crate::workflow::StartRun;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/pipelines", get(list_pipelines))
+        .route("/v1/pipelines/:name", get(get_pipeline).put(put_pipeline))
+        .route("/v1/pipelines/:name/versions/:version/activate", post(activate))
+        .route("/v1/pipelines/:name/versions/:version/retire", post(retire))
+        .route("/v1/runs", post(start_run).get(list_runs))
+        .route("/v1/runs/:id", get(get_run))
+        .route("/v1/runs/:id/cancel", post(cancel_run))
+        .route("/v1/runs/:id/retry", post(retry_run))
+        .route("/v1/runs/:id/nodes/:node/retry", post(retry_node))
+        .route("/v1/runs/:id/nodes/:node/complete", post(complete_node))
+}
+
+async fn conn(state: &AppState) -> ApiResult<deadpool_postgres::Object> {
+    Ok(state.pool.get().await.map_err(crate::Error::from)?)
+}
+
+/// Every pipeline's versions, newest first, without definitions.
+#[utoipa::path(get, path = "/v1/pipelines", operation_id = "list_pipelines", tag = "workflows",
+    responses(
+        (status = 200, description = "Pipeline versions", body = Vec<Object>),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+    ))]
+async fn list_pipelines(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(api::list_pipelines(&conn(&state).await?).await?)))
+}
+
+/// `?version=N` on a pipeline read, `?status=draft|active` on an apply.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct PipelineQuery {
+    /// A version (read: default the active one, else the latest).
+    version: Option<i32>,
+    /// Apply as `active` (default) or `draft`.
+    status: Option<String>,
+}
+
+/// One version with its definition and execution plan.
+#[utoipa::path(get, path = "/v1/pipelines/{name}", operation_id = "get_pipeline", tag = "workflows",
+    params(("name" = String, Path, description = "Pipeline name"), PipelineQuery),
+    responses(
+        (status = 200, description = "The version", body = Object),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such pipeline or version", body = ApiError),
+    ))]
+async fn get_pipeline(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<PipelineQuery>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let found = api::get_pipeline(&conn(&state).await?, &name, q.version).await?;
+    found.map(Json).ok_or_else(|| crate::Error::UnknownPipeline(format!("unknown pipeline {name:?}")).into())
+}
+
+/// Validates a definition (the body) and stores it as the pipeline's next version, active
+/// unless `?status=draft`; the same definition as the latest version stores nothing new
+/// (`created`: false). An invalid definition gets 400 naming the node or edge.
+#[utoipa::path(put, path = "/v1/pipelines/{name}", operation_id = "put_pipeline", tag = "workflows",
+    params(("name" = String, Path, description = "Pipeline name"), PipelineQuery),
+    request_body(content = Object, description = "The definition: {nodes, edges, timeout, retries, description}"),
+    responses(
+        (status = 200, description = "The stored (or found) version", body = Object),
+        (status = 400, description = "Invalid definition, naming the node or edge", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+async fn put_pipeline(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<PipelineQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let definition: Value = parse_body(&state, body)?;
+    let status = q.status.as_deref().unwrap_or("active");
+    Ok(Json(api::put_pipeline(&conn(&state).await?, &name, &definition, status).await?))
+}
+
+/// Makes a version the active one (the previous active version is retired).
+#[utoipa::path(post, path = "/v1/pipelines/{name}/versions/{version}/activate", operation_id = "activate_pipeline",
+    tag = "workflows",
+    params(("name" = String, Path, description = "Pipeline name"), ("version" = i32, Path, description = "Version")),
+    responses(
+        (status = 200, description = "The version", body = Object),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such pipeline or version", body = ApiError),
+    ))]
+async fn activate(State(state): State<AppState>, Path((name, version)): Path<(String, i32)>) -> ApiResult<Json<Value>> {
+    Ok(Json(api::set_pipeline_status(&conn(&state).await?, &name, version, "active").await?))
+}
+
+/// Retires a version: it starts no new runs (started runs finish on it).
+#[utoipa::path(post, path = "/v1/pipelines/{name}/versions/{version}/retire", operation_id = "retire_pipeline",
+    tag = "workflows",
+    params(("name" = String, Path, description = "Pipeline name"), ("version" = i32, Path, description = "Version")),
+    responses(
+        (status = 200, description = "The version", body = Object),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such pipeline or version", body = ApiError),
+    ))]
+async fn retire(State(state): State<AppState>, Path((name, version)): Path<(String, i32)>) -> ApiResult<Json<Value>> {
+    Ok(Json(api::set_pipeline_status(&conn(&state).await?, &name, version, "retired").await?))
+}
+
+/// Starts a run of a pipeline's active version (or of `version`).
+#[utoipa::path(post, path = "/v1/runs", operation_id = "start_run", tag = "workflows",
+    request_body = StartRun,
+    responses(
+        (status = 201, description = "Started (or scheduled for run_at)", body = RunStarted),
+        (status = 400, description = "Malformed body or bad input", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown pipeline or version", body = ApiError),
+        (status = 409, description = "The version is retired", body = ApiError),
+        (status = 413, description = "Body or input too large", body = ApiError),
+    ))]
+async fn start_run(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let start: StartRun = parse_body(&state, body)?;
+    let run_id = api::start_run(&conn(&state).await?, &start, None).await?;
+    Ok((StatusCode::CREATED, Json(json!({"run_id": run_id}))))
+}
+
+/// The query string of a run list.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct RunQuery {
+    /// Only this pipeline.
+    pipeline: Option<String>,
+    /// Only this status: scheduled, running, succeeded, failed, timed_out, cancelled.
+    status: Option<String>,
+    /// Runs older than this run (`next` of the previous page).
+    before: Option<String>,
+    /// Page size, 1..=1000 (default 100).
+    limit: Option<i32>,
+}
+
+/// One page of runs, newest first; `next` is the `before` of the next page, null on the last.
+#[utoipa::path(get, path = "/v1/runs", operation_id = "list_runs", tag = "workflows",
+    params(RunQuery),
+    responses(
+        (status = 200, description = "A page of runs", body = RunPage),
+        (status = 400, description = "Unknown parameter, bad status or limit", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+    ))]
+async fn list_runs(
+    State(state): State<AppState>,
+    query: Result<Query<RunQuery>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let limit = q.limit.unwrap_or(100);
+    let runs =
+        api::list_runs(&conn(&state).await?, q.pipeline.as_deref(), q.status.as_deref(), limit, q.before.as_deref())
+            .await?;
+    let next = if runs.len() as i32 == limit { runs.last().map(|r| r["run_id"].clone()) } else { None };
+    Ok(Json(json!({"runs": runs, "next": next})))
+}
+
+/// A run with its events (in plan order), segments, function calls (traces) and callbacks.
+#[utoipa::path(get, path = "/v1/runs/{id}", operation_id = "get_run", tag = "workflows",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, description = "The run", body = Object),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such run", body = ApiError),
+    ))]
+async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let found = api::get_run(&conn(&state).await?, &id).await?;
+    found.map(Json).ok_or_else(|| crate::Error::UnknownRun(format!("unknown run {id:?}")).into())
+}
+
+/// Cancels a scheduled or running run (`cancelled` is false when it had already ended).
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", operation_id = "cancel_run", tag = "workflows",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, description = "Whether it was cancelled", body = RunCancelled),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such run", body = ApiError),
+    ))]
+async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let done = api::cancel_run(&conn(&state).await?, &id).await?;
+    Ok(Json(json!({"run_id": id, "cancelled": done})))
+}
+
+/// Runs a failed, timed-out or cancelled run again as a new run with the same notify key.
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", operation_id = "retry_run", tag = "workflows",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 201, description = "The new run", body = RunStarted),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such run", body = ApiError),
+        (status = 409, description = "The run has not failed (or was retried already)", body = ApiError),
+    ))]
+async fn retry_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
+    let new = api::retry_run(&conn(&state).await?, &id).await?;
+    Ok((StatusCode::CREATED, Json(json!({"run_id": new, "retry_of": id}))))
+}
+
+/// Resumes a failed run from a failed node.
+#[utoipa::path(post, path = "/v1/runs/{id}/nodes/{node}/retry", operation_id = "retry_node", tag = "workflows",
+    params(("id" = String, Path, description = "Run id"), ("node" = String, Path, description = "Node name")),
+    responses(
+        (status = 200, description = "Resumed", body = RunNodeRetried),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such run or node", body = ApiError),
+        (status = 409, description = "The node (or run) has not failed", body = ApiError),
+    ))]
+async fn retry_node(State(state): State<AppState>, Path((id, node)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+    let done = api::retry_node(&conn(&state).await?, &id, &node).await?;
+    Ok(Json(json!({"run_id": id, "node": node, "retried": done})))
+}
+
+/// The external completion of an asynchronous node.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = CompleteNodeRequest)]
+#[serde(deny_unknown_fields)]
+struct CompleteBody {
+    /// The node's result (default: its function's result).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    result: Option<Value>,
+    /// Fail the node, and the run, with this error instead.
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Completes (or fails, with `error`) an asynchronous node waiting for an external result; the run
+/// afterwards.
+#[utoipa::path(post, path = "/v1/runs/{id}/nodes/{node}/complete", operation_id = "complete_node", tag = "workflows",
+    params(("id" = String, Path, description = "Run id"), ("node" = String, Path, description = "Node name")),
+    request_body = CompleteBody,
+    responses(
+        (status = 200, description = "The run", body = Object),
+        (status = 400, description = "Malformed body", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "No such run or node", body = ApiError),
+        (status = 409, description = "The node is not waiting for an external completion", body = ApiError),
+        (status = 413, description = "Body or result too large", body = ApiError),
+    ))]
+async fn complete_node(
+    State(state): State<AppState>,
+    Path((id, node)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let body: CompleteBody = parse_body(&state, body)?;
+    let run = api::complete_node(&conn(&state).await?, &id, &node, body.result.as_ref(), body.error.as_deref()).await?;
+    Ok(Json(run))
+}

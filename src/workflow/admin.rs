@@ -1,0 +1,288 @@
+//! `asyncflow pipeline ...` and `asyncflow run ...`: workflow commands against the database, or
+//! an `asyncflow serve` with `--server URL` (same operations, same JSON), like
+//! [`crate::admin`]. Output is JSON on stdout.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::StartRun;
+use crate::admin::{call, encode, json_arg, Target};
+use crate::db::{api, DbPool};
+use crate::error::{Error, Result};
+
+/// `pipeline` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PipelineCommand {
+    /// Validate pipeline files (JSON or TOML) and store each as a new version (unchanged files
+    /// keep their version); active unless --draft.
+    Apply {
+        /// Pipeline files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Store as drafts: runs keep using the active versions.
+        #[arg(long)]
+        draft: bool,
+    },
+    /// List pipelines and their versions.
+    List,
+    /// Show a pipeline version with its definition and execution plan.
+    Get {
+        /// Pipeline name.
+        name: String,
+        /// Version (default: the active one, else the latest).
+        #[arg(long)]
+        version: Option<i32>,
+    },
+    /// Make a version the active one (the active one is retired; started runs keep theirs).
+    Activate {
+        /// Pipeline name.
+        name: String,
+        /// Version.
+        version: i32,
+    },
+    /// Retire a version: it starts no new runs.
+    Retire {
+        /// Pipeline name.
+        name: String,
+        /// Version.
+        version: i32,
+    },
+}
+
+/// `run` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// Start a run; prints {"run_id"}.
+    Start {
+        /// Pipeline name.
+        pipeline: String,
+        /// Input, a JSON object.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// Where the outcome is POSTed.
+        #[arg(long)]
+        notify_url: Option<String>,
+        /// The caller's key for this run, sent with the outcome.
+        #[arg(long)]
+        notify_key: Option<String>,
+        /// Not before this time (RFC 3339).
+        #[arg(long)]
+        run_at: Option<chrono::DateTime<chrono::Utc>>,
+        /// A given version instead of the active one.
+        #[arg(long)]
+        version: Option<i32>,
+        /// Wait until the run ends and print it (exit status 1 unless it succeeded).
+        #[arg(long)]
+        wait: bool,
+        /// Longest wait with --wait.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+        timeout: Duration,
+    },
+    /// Show a run: events, segments, traces, callbacks.
+    Get {
+        /// Run id.
+        id: String,
+    },
+    /// List runs, newest first (pass the printed "next" as --before for the next page).
+    List {
+        /// Only this pipeline.
+        #[arg(long)]
+        pipeline: Option<String>,
+        /// Only this status (scheduled, running, succeeded, failed, timed_out, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// Runs older than this run.
+        #[arg(long)]
+        before: Option<String>,
+        /// Page size (1..1000).
+        #[arg(long, default_value_t = 100)]
+        limit: i32,
+    },
+    /// Cancel a scheduled or running run.
+    Cancel {
+        /// Run id.
+        id: String,
+    },
+    /// Run a failed, timed-out or cancelled run again as a new run (same notify key).
+    Retry {
+        /// Run id.
+        id: String,
+    },
+    /// Resume a failed run from a failed node.
+    RetryNode {
+        /// Run id.
+        id: String,
+        /// Node name.
+        node: String,
+    },
+    /// Complete an asynchronous node waiting for an external result.
+    CompleteNode {
+        /// Run id.
+        id: String,
+        /// Node name.
+        node: String,
+        /// Its result, a JSON value (default: its function's result).
+        #[arg(long)]
+        result: Option<String>,
+        /// Fail the node (and the run) with this error instead.
+        #[arg(long)]
+        error: Option<String>,
+    },
+}
+
+/// Runs a `pipeline` command; the JSON to print.
+pub async fn pipeline(pool: Option<&DbPool>, target: &Target, command: PipelineCommand) -> Result<Value> {
+    match command {
+        PipelineCommand::Apply { files, draft } => {
+            let status = if draft { "draft" } else { "active" };
+            let mut applied = Vec::with_capacity(files.len());
+            for file in files {
+                let p = super::definition::read(&file)?;
+                applied.push(match pool {
+                    Some(pool) => api::put_pipeline(&pool.get().await?, &p.name, &p.definition, status).await?,
+                    None => {
+                        let path = format!("/v1/pipelines/{}?status={status}", encode(&p.name));
+                        call(target, Method::PUT, &path, Some(p.definition)).await?
+                    }
+                });
+            }
+            Ok(json!(applied))
+        }
+        PipelineCommand::List => match pool {
+            Some(pool) => Ok(json!(api::list_pipelines(&pool.get().await?).await?)),
+            None => call(target, Method::GET, "/v1/pipelines", None).await,
+        },
+        PipelineCommand::Get { name, version } => match pool {
+            Some(pool) => api::get_pipeline(&pool.get().await?, &name, version)
+                .await?
+                .ok_or_else(|| Error::UnknownPipeline(format!("unknown pipeline {name:?}"))),
+            None => {
+                let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
+                call(target, Method::GET, &format!("/v1/pipelines/{}{query}", encode(&name)), None).await
+            }
+        },
+        PipelineCommand::Activate { name, version } => set_status(pool, target, &name, version, "active").await,
+        PipelineCommand::Retire { name, version } => set_status(pool, target, &name, version, "retired").await,
+    }
+}
+
+async fn set_status(pool: Option<&DbPool>, target: &Target, name: &str, version: i32, status: &str) -> Result<Value> {
+    match pool {
+        Some(pool) => api::set_pipeline_status(&pool.get().await?, name, version, status).await,
+        None => {
+            let verb = if status == "active" { "activate" } else { "retire" };
+            call(target, Method::POST, &format!("/v1/pipelines/{}/versions/{version}/{verb}", encode(name)), None).await
+        }
+    }
+}
+
+/// Runs a `run` command; the JSON to print.
+pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) -> Result<Value> {
+    match command {
+        RunCommand::Start { pipeline, input, notify_url, notify_key, run_at, version, wait, timeout } => {
+            let start = StartRun {
+                pipeline,
+                input: Some(json_arg("--input", &input)?),
+                notify_url,
+                notify_key,
+                run_at,
+                version,
+            };
+            let run_id = match pool {
+                Some(pool) => api::start_run(&pool.get().await?, &start, None).await?,
+                None => {
+                    let body = serde_json::to_value(&start).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+                    let answer = call(target, Method::POST, "/v1/runs", Some(body)).await?;
+                    answer["run_id"]
+                        .as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| Error::Unexpected(format!("the server answered no run_id: {answer}")))?
+                }
+            };
+            if !wait {
+                return Ok(json!({"run_id": run_id}));
+            }
+            let deadline = Instant::now() + timeout;
+            loop {
+                let run = get_run(pool, target, &run_id).await?;
+                let status = run["status"].as_str().unwrap_or_default();
+                if !matches!(status, "scheduled" | "running") {
+                    if status != "succeeded" {
+                        return Err(Error::WrongState(format!("run {run_id} ended {status}: {}", run["error"])));
+                    }
+                    return Ok(run);
+                }
+                if Instant::now() > deadline {
+                    return Err(Error::WrongState(format!("run {run_id} is still {status} after {timeout:?}")));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        RunCommand::Get { id } => get_run(pool, target, &id).await,
+        RunCommand::List { pipeline, status, before, limit } => match pool {
+            Some(pool) => {
+                let runs = api::list_runs(
+                    &pool.get().await?,
+                    pipeline.as_deref(),
+                    status.as_deref(),
+                    limit,
+                    before.as_deref(),
+                )
+                .await?;
+                let next = if runs.len() as i32 == limit { runs.last().map(|r| r["run_id"].clone()) } else { None };
+                Ok(json!({"runs": runs, "next": next}))
+            }
+            None => {
+                let mut query = vec![format!("limit={limit}")];
+                for (k, v) in [("pipeline", &pipeline), ("status", &status), ("before", &before)] {
+                    if let Some(v) = v {
+                        query.push(format!("{k}={}", encode(v)));
+                    }
+                }
+                call(target, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await
+            }
+        },
+        RunCommand::Cancel { id } => match pool {
+            Some(pool) => Ok(json!({"run_id": id, "cancelled": api::cancel_run(&pool.get().await?, &id).await?})),
+            None => call(target, Method::POST, &format!("/v1/runs/{}/cancel", encode(&id)), None).await,
+        },
+        RunCommand::Retry { id } => match pool {
+            Some(pool) => Ok(json!({"run_id": api::retry_run(&pool.get().await?, &id).await?, "retry_of": id})),
+            None => call(target, Method::POST, &format!("/v1/runs/{}/retry", encode(&id)), None).await,
+        },
+        RunCommand::RetryNode { id, node } => match pool {
+            Some(pool) => Ok(
+                json!({"run_id": id, "node": node, "retried": api::retry_node(&pool.get().await?, &id, &node).await?}),
+            ),
+            None => {
+                call(target, Method::POST, &format!("/v1/runs/{}/nodes/{}/retry", encode(&id), encode(&node)), None)
+                    .await
+            }
+        },
+        RunCommand::CompleteNode { id, node, result, error } => {
+            let result: Option<Value> = result.map(|r| json_arg("--result", &r)).transpose()?;
+            match pool {
+                Some(pool) => {
+                    api::complete_node(&pool.get().await?, &id, &node, result.as_ref(), error.as_deref()).await
+                }
+                None => {
+                    let path = format!("/v1/runs/{}/nodes/{}/complete", encode(&id), encode(&node));
+                    call(target, Method::POST, &path, Some(json!({"result": result, "error": error}))).await
+                }
+            }
+        }
+    }
+}
+
+async fn get_run(pool: Option<&DbPool>, target: &Target, id: &str) -> Result<Value> {
+    match pool {
+        Some(pool) => {
+            api::get_run(&pool.get().await?, id).await?.ok_or_else(|| Error::UnknownRun(format!("unknown run {id:?}")))
+        }
+        None => call(target, Method::GET, &format!("/v1/runs/{}", encode(id)), None).await,
+    }
+}

@@ -1,0 +1,171 @@
+//! Callback delivery: a run's outcome to its `notify_url`, and callback nodes' POSTs.
+//!
+//! ```text
+//!   claim_callbacks (due, SKIP LOCKED, attempt + 1, held for the lease)
+//!        -> POST url, JSON body, signed -> 2xx: delivered
+//!                                       -> else: due again in min(2^(n-1), max) s,
+//!                                                or failed once past give_up_at
+//!   record_callback (fenced by the attempt number)
+//! ```
+//!
+//! Each request carries `Content-Type: application/json`, `X-Asyncflow-Callback-Id`,
+//! `X-Asyncflow-Attempt` and, when a secret is configured, `X-Asyncflow-Signature:
+//! sha256=<hex HMAC-SHA256(secret, body)>` (the same scheme as HTTP function calls, see
+//! [`crate::function::http::verify`]). Delivery is at least once: a receiver dedups on the
+//! callback id (also in the body as `callback_id`). Every attempt is recorded in the callback's
+//! log, and a failed run calls back like any other.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+
+use super::CallbackDelivery;
+use crate::db::{api, DbPool};
+use crate::error::{with_causes, Error, Result};
+use crate::function::http::{sign, SIGNATURE_HEADER};
+use crate::function::BoxFuture;
+use crate::maintenance::{RunOnceReport, Service};
+
+/// Header carrying the callback id.
+pub const CALLBACK_ID_HEADER: &str = "x-asyncflow-callback-id";
+/// Header carrying the attempt number.
+pub const ATTEMPT_HEADER: &str = "x-asyncflow-attempt";
+
+/// Callback delivery settings.
+#[derive(Debug, Clone)]
+pub struct CallbackConfig {
+    /// HMAC-SHA256 key for the signature header; unsigned when None.
+    pub secret: Option<String>,
+    /// Time between passes.
+    pub interval: Duration,
+    /// One request's time limit.
+    pub timeout: Duration,
+    /// Deliveries claimed per statement.
+    pub batch: i32,
+    /// Deliveries in flight at once.
+    pub concurrency: usize,
+}
+
+/// Default pass interval.
+pub const CALLBACK_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
+
+impl Default for CallbackConfig {
+    fn default() -> Self {
+        CallbackConfig {
+            secret: None,
+            interval: CALLBACK_INTERVAL_DEFAULT,
+            timeout: Duration::from_secs(10),
+            batch: 100,
+            concurrency: 16,
+        }
+    }
+}
+
+/// Delivers due callbacks.
+pub struct CallbackSender {
+    pool: DbPool,
+    config: CallbackConfig,
+    /// The HTTP client, or why it could not be built (reported by every pass).
+    http: std::result::Result<reqwest::Client, String>,
+    owner: String,
+}
+
+impl CallbackSender {
+    /// A sender with its own HTTP client.
+    pub fn new(pool: DbPool, config: CallbackConfig) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("callback HTTP client: {}", with_causes(&e)));
+        let owner = format!("callbacks-{}", crate::WorkerId::generate());
+        CallbackSender { pool, config, http, owner }
+    }
+
+    /// One POST; the HTTP status and the error (None when delivered).
+    async fn deliver(&self, http: &reqwest::Client, delivery: &CallbackDelivery) -> (Option<i32>, Option<String>) {
+        let mut payload = delivery.payload.clone();
+        if let Some(obj) = payload.as_object_mut() {
+            obj.insert("callback_id".into(), delivery.callback_id.clone().into());
+            obj.insert("kind".into(), delivery.kind.clone().into());
+        }
+        let body = match serde_json::to_vec(&payload) {
+            Ok(b) => b,
+            Err(e) => return (None, Some(format!("payload: {e}"))),
+        };
+        let mut request = http
+            .post(&delivery.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(CALLBACK_ID_HEADER, &delivery.callback_id)
+            .header(ATTEMPT_HEADER, delivery.attempt.to_string());
+        if let Some(secret) = &self.config.secret {
+            request = request.header(SIGNATURE_HEADER, sign(secret.as_bytes(), &body));
+        }
+        match request.body(body).send().await {
+            Ok(response) if response.status().is_success() => (Some(response.status().as_u16() as i32), None),
+            Ok(response) => {
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                let text: String = text.chars().take(200).collect();
+                (Some(status.as_u16() as i32), Some(format!("HTTP {status}: {text}")))
+            }
+            Err(e) => (None, Some(with_causes(&e))),
+        }
+    }
+}
+
+impl Service for CallbackSender {
+    fn name(&self) -> &'static str {
+        "callbacks"
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>> {
+        Box::pin(async move {
+            let http = self.http.as_ref().map_err(|e| Error::Config(e.clone()))?;
+            let lease = (self.config.timeout.as_secs() as i32).saturating_mul(3).max(10);
+            let mut detail = Vec::new();
+            loop {
+                let due = {
+                    let client = self.pool.get().await?;
+                    api::claim_callbacks(&client, &self.owner, self.config.batch, lease, now).await?
+                };
+                let full = due.len() as i32 >= self.config.batch;
+                let outcomes: Vec<(CallbackDelivery, Option<i32>, Option<String>, i32)> =
+                    futures_util::stream::iter(due)
+                        .map(|d| async move {
+                            let started = Instant::now();
+                            let (status, error) = self.deliver(http, &d).await;
+                            let cost = started.elapsed().as_millis().min(i32::MAX as u128) as i32;
+                            (d, status, error, cost)
+                        })
+                        .buffer_unordered(self.config.concurrency.max(1))
+                        .collect()
+                        .await;
+                let client = self.pool.get().await?;
+                for (d, status, error, cost) in outcomes {
+                    let state =
+                        api::record_callback(&client, &d.callback_id, d.attempt, status, error.as_deref(), cost, now)
+                            .await?;
+                    if let Some(e) = &error {
+                        tracing::info!(callback = %d.callback_id, attempt = d.attempt, error = %e, "callback not delivered");
+                    }
+                    detail.push(format!(
+                        "{} attempt {}: {}",
+                        d.callback_id,
+                        d.attempt,
+                        state.as_deref().unwrap_or("stale")
+                    ));
+                }
+                if !full {
+                    break;
+                }
+            }
+            Ok(RunOnceReport { service: self.name(), changed: detail.len() as u64, detail })
+        })
+    }
+}

@@ -1,0 +1,70 @@
+//! Workflows (seed dag-engine-design): versioned pipelines of nodes run as DAGs.
+//!
+//! The engine lives in SQL (`sql/migrations/V9`..`V12`), next to the task engine it drives:
+//! every node's work is an ordinary task of its function's type, so claims, leases, retries and
+//! fencing are the task engine's own. A trigger on the tasks table moves a run on in the very
+//! transaction that ends a node's task, so no step is ever lost between the two.
+//!
+//! ```text
+//!   start_run ──> start ──┬──> probe ─┐                          (parallel fan-out)
+//!                         └──> audio ─┴──> split                 (fan-in: latch = in-degree)
+//!                                            └──> segments[0..N) (dynamic fan-out, N at run time)
+//!                                                   └──> join ──> publish ──> end ──> callback
+//! ```
+//!
+//! This module holds what Rust adds around it:
+//! - [`definition`]: pipeline files (JSON or TOML) for `asyncflow pipeline apply`;
+//! - [`checker`]: the checker (scheduled runs, node and run deadlines) and run retention, as
+//!   maintenance services;
+//! - [`callback`]: delivery of run outcomes and callback nodes to their URLs, signed and retried;
+//! - [`admin`]: the `asyncflow pipeline ...` and `asyncflow run ...` commands.
+
+pub mod admin;
+pub mod callback;
+pub mod checker;
+pub mod definition;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What starts a run (`asyncflow.start_run`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartRun {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// The run's input, a JSON object (default `{}`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// Where the outcome is POSTed when the run ends (succeeded, failed, timed out, cancelled).
+    #[serde(default)]
+    pub notify_url: Option<String>,
+    /// The caller's own key for the run, sent with the outcome and kept by run retries.
+    #[serde(default)]
+    pub notify_key: Option<String>,
+    /// Not before this time (a delayed start).
+    #[serde(default)]
+    pub run_at: Option<DateTime<Utc>>,
+    /// A given version instead of the active one (not a retired one).
+    #[serde(default)]
+    pub version: Option<i32>,
+}
+
+/// One callback due for delivery (`asyncflow.claim_callbacks`).
+#[derive(Debug, Clone)]
+pub struct CallbackDelivery {
+    /// `<run_id>_cb<n>`.
+    pub callback_id: String,
+    /// The run it is about.
+    pub run_id: String,
+    /// `run` (the run's outcome) or `node` (a callback node).
+    pub kind: String,
+    /// Where it goes.
+    pub url: String,
+    /// The JSON body.
+    pub payload: Value,
+    /// This attempt's number (1-based), the fence for its report.
+    pub attempt: i32,
+}
