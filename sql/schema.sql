@@ -82,6 +82,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
 begin
@@ -463,7 +464,7 @@ begin
     if v_allowed is null then
       perform asyncflow.pipeline_error(format(
         'node %L: type must be one of start, end, task, dynamic, router, parallel, pipeline, callback, got %s',
-        v_name, coalesce(v_node -> 'type', 'nothing')));
+        v_name, coalesce((v_node -> 'type')::text, 'nothing')));
     end if;
     select k into v_key from jsonb_object_keys(v_node) k
     where k not in ('name', 'type', 'description') and k <> all (v_allowed) limit 1;
@@ -502,7 +503,7 @@ begin
     if v_type = 'dynamic' then
       if jsonb_typeof(v_node -> 'items') is distinct from 'string' or not asyncflow.is_jsonpath(v_node ->> 'items') then
         perform asyncflow.pipeline_error(format('node %L: items must be a jsonpath such as "$.nodes.split.segments", got %s',
-          v_name, coalesce(v_node -> 'items', 'nothing')));
+          v_name, coalesce((v_node -> 'items')::text, 'nothing')));
       end if;
       if jsonb_typeof(v_node -> 'max_segments') not in ('number', 'null')
         or (v_node ->> 'max_segments')::numeric not between 1 and 100000 then
@@ -698,6 +699,7 @@ CREATE FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb DEF
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
   v_now timestamptz := coalesce(p_now, now());
@@ -1600,6 +1602,7 @@ CREATE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp wit
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
   v_now timestamptz := coalesce(p_now, now());
@@ -1645,6 +1648,7 @@ CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone 
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
   v_now timestamptz := coalesce(p_now, now());
@@ -1955,7 +1959,8 @@ declare
 begin
   update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, started_at = coalesce(started_at, p_now),
     deadline = p_now + make_interval(secs => (v_def ->> 'timeout')::double precision), task_id = null,
-    child_run = null, cancelled_from = null, error = null, updated_at = p_now
+    child_run = null, cancelled_from = null, error = null, result = null, finished_at = null, total_cost_ms = null,
+    updated_at = p_now
   where day = p_run.day and event_id = v_event_id;
   v_inputs := asyncflow.wf_inputs(p_run, v_def);
   begin

@@ -130,7 +130,7 @@ begin
     if v_allowed is null then
       perform asyncflow.pipeline_error(format(
         'node %L: type must be one of start, end, task, dynamic, router, parallel, pipeline, callback, got %s',
-        v_name, coalesce(v_node -> 'type', 'nothing')));
+        v_name, coalesce((v_node -> 'type')::text, 'nothing')));
     end if;
     select k into v_key from jsonb_object_keys(v_node) k
     where k not in ('name', 'type', 'description') and k <> all (v_allowed) limit 1;
@@ -169,7 +169,7 @@ begin
     if v_type = 'dynamic' then
       if jsonb_typeof(v_node -> 'items') is distinct from 'string' or not asyncflow.is_jsonpath(v_node ->> 'items') then
         perform asyncflow.pipeline_error(format('node %L: items must be a jsonpath such as "$.nodes.split.segments", got %s',
-          v_name, coalesce(v_node -> 'items', 'nothing')));
+          v_name, coalesce((v_node -> 'items')::text, 'nothing')));
       end if;
       if jsonb_typeof(v_node -> 'max_segments') not in ('number', 'null')
         or (v_node ->> 'max_segments')::numeric not between 1 and 100000 then

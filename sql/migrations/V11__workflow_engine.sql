@@ -293,7 +293,8 @@ declare
 begin
   update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, started_at = coalesce(started_at, p_now),
     deadline = p_now + make_interval(secs => (v_def ->> 'timeout')::double precision), task_id = null,
-    child_run = null, cancelled_from = null, error = null, updated_at = p_now
+    child_run = null, cancelled_from = null, error = null, result = null, finished_at = null, total_cost_ms = null,
+    updated_at = p_now
   where day = p_run.day and event_id = v_event_id;
   v_inputs := asyncflow.wf_inputs(p_run, v_def);
   begin

@@ -192,6 +192,7 @@ $$;
 -- Returns false when it had already ended.
 create function asyncflow.cancel_run(run_id text, p_now timestamptz default null) returns boolean
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
 begin
@@ -208,6 +209,7 @@ $$;
 -- unique key"). Returns the new run's id.
 create function asyncflow.retry_run(run_id text, p_now timestamptz default null) returns text
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
   v_now timestamptz := coalesce(p_now, now());
@@ -262,6 +264,7 @@ $$;
 -- run is running again with a fresh deadline (its outcome is POSTed again when it ends).
 create function asyncflow.retry_node(run_id text, node text, p_now timestamptz default null) returns boolean
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
   v_now timestamptz := coalesce(p_now, now());
@@ -309,6 +312,7 @@ $$;
 create function asyncflow.complete_node(run_id text, node text, result jsonb default null, error text default null,
   p_now timestamptz default null) returns jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+#variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
   v_now timestamptz := coalesce(p_now, now());

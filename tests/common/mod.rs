@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod sql;
+pub mod workflow;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

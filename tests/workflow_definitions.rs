@@ -1,0 +1,185 @@
+//! Pipeline definitions: what is refused (with the node or edge named), what the execution plan
+//! prunes, versions and their status.
+mod common;
+
+use common::sql::register;
+use common::workflow::{pipeline, refused};
+use common::TestDb;
+use serde_json::{json, Value};
+
+fn def(nodes: Value, edges: Value) -> Value {
+    json!({"nodes": nodes, "edges": edges})
+}
+
+fn se() -> Vec<Value> {
+    vec![json!({"name": "start", "type": "start"}), json!({"name": "end", "type": "end"})]
+}
+
+fn with(extra: &[Value]) -> Value {
+    let mut nodes = se();
+    nodes.extend_from_slice(extra);
+    json!(nodes)
+}
+
+#[tokio::test]
+async fn invalid_definitions_are_refused_with_the_node_named_and_nothing_stored() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({})).await;
+    let a = json!({"name": "a", "type": "task", "function": "wf"});
+    let b = json!({"name": "b", "type": "task", "function": "wf"});
+    let cases: Vec<(Value, &str)> = vec![
+        (json!([1]), "must be a JSON object"),
+        (json!({"nodes": [], "edges": []}), "nodes must be a non-empty array"),
+        (json!({"nodes": se(), "edges": [], "colour": 1}), "unknown field 'colour'"),
+        (
+            def(with(&[json!({"name": "start", "type": "task", "function": "wf"})]), json!([])),
+            "node 'start': the name is used twice",
+        ),
+        (def(with(&[json!({"name": "x", "type": "teleport"})]), json!([])), "node 'x': type must be one of"),
+        (
+            def(with(&[json!({"name": "Bad", "type": "task", "function": "wf"})]), json!([])),
+            "node 'Bad': a node name must match",
+        ),
+        (
+            def(
+                with(&[json!({"name": "a", "type": "task", "function": "nope"})]),
+                json!([["start", "a"], ["a", "end"]]),
+            ),
+            "node 'a': unknown function \"nope\"",
+        ),
+        (
+            def(with(&[json!({"name": "a", "type": "task"})]), json!([["start", "a"], ["a", "end"]])),
+            "node 'a': a task node needs a function",
+        ),
+        (
+            def(with(&[json!({"name": "a", "type": "task", "function": "wf", "colour": 1})]), json!([])),
+            "node 'a': unknown field 'colour' for a task node",
+        ),
+        (
+            def(with(&[json!({"name": "d", "type": "dynamic", "function": "wf", "items": "$$$"})]), json!([])),
+            "node 'd': items must be a jsonpath",
+        ),
+        (
+            def(with(&[json!({"name": "p", "type": "pipeline", "pipeline": "nope"})]), json!([])),
+            "node 'p': unknown pipeline",
+        ),
+        (
+            def(with(&[json!({"name": "p", "type": "pipeline", "pipeline": "bad"})]), json!([])),
+            "node 'p': a pipeline cannot run itself",
+        ),
+        (def(json!([{"name": "end", "type": "end"}]), json!([])), "no start node"),
+        (
+            def(with(&[json!({"name": "start2", "type": "start"})]), json!([])),
+            "node 'start2': a pipeline has exactly one start node",
+        ),
+        (def(with(&[a.clone()]), json!([["start", "a"], ["a", "zz"]])), "edge a -> zz: unknown node 'zz'"),
+        (
+            def(with(&[a.clone(), b.clone()]), json!([["start", "a"], ["a", "b"], ["b", "a"], ["b", "end"]])),
+            "node 'a': it is on a cycle (a, b)",
+        ),
+        (
+            def(with(&[a.clone()]), json!([["start", "a"], ["a", "a"], ["a", "end"]])),
+            "node 'a': an edge from the node to itself is a cycle",
+        ),
+        (
+            def(with(&[a.clone(), b.clone()]), json!([["start", "a"], ["a", "end"], ["b", "end"]])),
+            "node 'b': unreachable from the start node",
+        ),
+        (
+            def(with(&[a.clone(), b.clone()]), json!([["start", "a"], ["a", "end"], ["a", "b"]])),
+            "node 'b': no path from it to the end node",
+        ),
+        (def(with(&[a.clone()]), json!([["start", "a"], ["a", "end"], ["a", "end"]])), "edge a -> end: listed twice"),
+        (
+            def(with(&[a.clone()]), json!([["start", "a"], {"from": "a", "to": "end", "when": "$.x"}])),
+            "edge a -> end: only a router's edges have a condition",
+        ),
+        (
+            def(
+                with(&[json!({"name": "r", "type": "router"})]),
+                json!([["start", "r"], {"from": "r", "to": "end", "when": "(("}]),
+            ),
+            "edge r -> end: when must be a jsonpath predicate",
+        ),
+        (
+            def(with(&[a.clone()]), json!([["start", "a"], ["a", "end"], ["end", "a"]])),
+            "node 'end' is the end node and has no out-edges",
+        ),
+        (
+            def(with(&[json!({"name": "cb", "type": "callback", "url": "javascript:alert(1)"})]), json!([])),
+            "node 'cb': url must be an http(s) URL",
+        ),
+        (json!({"nodes": se(), "edges": [["start", "end"]], "timeout": -1}), "timeout must be seconds"),
+    ];
+    for (definition, expected) in cases {
+        let message = refused(&c, "bad", definition.clone()).await;
+        assert!(message.contains(expected), "{definition}\n  refused with {message:?}\n  expected {expected:?}");
+    }
+    let stored: i64 = c.query_one("select count(*) from asyncflow.pipelines", &[]).await.unwrap().get(0);
+    assert_eq!(stored, 0, "nothing stored");
+    let err = c.query_one("select asyncflow.put_pipeline('Bad Name', '{}')", &[]).await.unwrap_err();
+    assert_eq!(common::sqlstate(&err), "AF010");
+    let err = c
+        .query_one(
+            "select asyncflow.put_pipeline('ok', $1, 'sideways')",
+            &[&def(json!(se()), json!([["start", "end"]]))],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(common::sqlstate(&err), "AF006");
+}
+
+#[tokio::test]
+async fn versions_are_drafted_activated_and_retired_and_the_plan_prunes_what_can_never_run() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({})).await;
+    let routed = def(
+        with(&[
+            json!({"name": "r", "type": "router"}),
+            json!({"name": "yes", "type": "task", "function": "wf"}),
+            json!({"name": "no", "type": "task", "function": "wf"}),
+            json!({"name": "never", "type": "task", "function": "wf"}),
+            json!({"name": "after_never", "type": "parallel"}),
+        ]),
+        json!([["start", "r"], {"from": "r", "to": "yes", "when": "$.input.ok == true"}, {"from": "r", "to": "no"},
+            {"from": "r", "to": "never", "when": "$.input.x > 1"}, ["never", "after_never"], ["after_never", "end"],
+            ["yes", "end"], ["no", "end"]]),
+    );
+    let v1 = pipeline(&c, "p", routed.clone()).await;
+    let pruned: Vec<String> = v1["plan"]["pruned"].as_array().unwrap().iter().map(|p| p.to_string()).collect();
+    assert_eq!(pruned.len(), 3, "{pruned:?}");
+    assert!(pruned[0].contains("never") && pruned[0].contains("default edge"), "{pruned:?}");
+    assert!(v1["plan"]["nodes"].get("after_never").is_none(), "unreachable once pruned");
+    assert_eq!(v1["plan"]["nodes"]["end"]["in_degree"], 2, "pruned edges do not count in the latch");
+    assert_eq!(v1["plan"]["order"], json!(["start", "end", "r", "yes", "no"]));
+
+    let draft: Value = c
+        .query_one("select asyncflow.put_pipeline('p', $1, 'draft')", &[&def(json!(se()), json!([["start", "end"]]))])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!((draft["version"].clone(), draft["status"].clone()), (json!(2), json!("draft")));
+    let active: Value = c.query_one("select asyncflow.get_pipeline('p')", &[]).await.unwrap().get(0);
+    assert_eq!(active["version"], 1, "a draft does not replace the active version");
+    c.query_one("select asyncflow.set_pipeline_status('p', 2, 'active')", &[]).await.unwrap();
+    let versions: Vec<Value> =
+        c.query("select asyncflow.list_pipelines()", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let statuses: Vec<(i64, String)> =
+        versions.iter().map(|v| (v["version"].as_i64().unwrap(), v["status"].as_str().unwrap().to_string())).collect();
+    assert_eq!(statuses, [(2, "active".to_string()), (1, "retired".to_string())]);
+    c.query_one("select asyncflow.set_pipeline_status('p', 2, 'retired')", &[]).await.unwrap();
+    let err = c.query_one("select asyncflow.start_run('p')", &[]).await.unwrap_err();
+    assert_eq!(common::sqlstate(&err), "AF011", "no active version left");
+    let err = c.query_one("select asyncflow.set_pipeline_status('p', 9, 'active')", &[]).await.unwrap_err();
+    assert_eq!(common::sqlstate(&err), "AF011");
+    // a TOML file and a JSON file of the same pipeline give the same definition
+    let dir = std::env::temp_dir().join(format!("af-pipes-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("t.toml"), "edges = [[\"start\", \"end\"]]\n[[nodes]]\nname = \"start\"\ntype = \"start\"\n[[nodes]]\nname = \"end\"\ntype = \"end\"\n").unwrap();
+    let file = asyncflow::workflow::definition::read(&dir.join("t.toml")).unwrap();
+    assert_eq!(file.name, "t");
+    assert_eq!(file.definition, def(json!(se()), json!([["start", "end"]])));
+    let _ = std::fs::remove_dir_all(&dir);
+}
