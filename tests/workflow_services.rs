@@ -1,0 +1,348 @@
+//! The workflow services with an injected clock: the checker (delayed starts, stuck nodes, run
+//! deadlines and run retries), callback delivery (endpoint down then up, signature, give-up,
+//! callback nodes), run retention; and the HTTP routes.
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use asyncflow::maintenance::Service;
+use asyncflow::workflow::callback::{CallbackConfig, CallbackSender};
+use asyncflow::workflow::checker::{RunChecker, RunRetention};
+use common::sql::{register, secs, t0};
+use common::workflow::{claim, event, node, ok, pipeline, report, run, start, work_all};
+use common::{request, TestDb};
+use serde_json::{json, Value};
+
+fn one_task(timeout: Option<u64>, extra: Value) -> Value {
+    let mut a = json!({"name": "a", "type": "task", "function": "wf"});
+    if let Some(t) = timeout {
+        a["timeout"] = json!(t);
+        a["timeout_retries"] = json!(1);
+    }
+    let mut def = json!({"nodes": [{"name": "start", "type": "start"}, a, {"name": "end", "type": "end"}],
+        "edges": [["start", "a"], ["a", "end"]]});
+    if let (Some(d), Some(e)) = (def.as_object_mut(), extra.as_object()) {
+        d.extend(e.clone());
+    }
+    def
+}
+
+#[tokio::test]
+async fn the_checker_begins_delayed_runs_restarts_stuck_nodes_and_fails_stuck_runs() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_processing_time": 3600})).await;
+    let checker = RunChecker::new(db.pool.clone(), Duration::from_secs(1));
+
+    // delayed start: nothing runs before run_at
+    pipeline(&c, "later", one_task(None, json!({}))).await;
+    let id: String = c
+        .query_one("select asyncflow.start_run('later', run_at => $1, p_now => $2)", &[&(t0() + secs(3600.0)), &t0()])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(run(&c, &id).await["status"], "scheduled");
+    assert!(claim(&c, "wf", Some(t0() + secs(7200.0))).await.is_empty(), "no task before the run begins");
+    assert_eq!(checker.run_once(Some(t0() + secs(60.0))).await.unwrap().changed, 0);
+    let report_ = checker.run_once(Some(t0() + secs(3601.0))).await.unwrap();
+    assert_eq!(report_.changed, 1, "{report_:?}");
+    assert_eq!(run(&c, &id).await["status"], "running");
+    let a = claim(&c, "wf", Some(t0() + secs(3601.0))).await;
+    report(&c, vec![(&a[0], ok(json!(1)))], Some(t0() + secs(3602.0))).await;
+    assert_eq!(run(&c, &id).await["status"], "succeeded");
+
+    // a node with a 10 s timeout and one timeout retry: restarted once, then failed
+    pipeline(&c, "stuck", one_task(Some(10), json!({}))).await;
+    let id = start(&c, "stuck", json!({}), Some("http://127.0.0.1:9/x"), Some(t0())).await;
+    let first = claim(&c, "wf", Some(t0())).await;
+    assert_eq!(checker.run_once(Some(t0() + secs(5.0))).await.unwrap().changed, 0, "not stuck yet");
+    let r = checker.run_once(Some(t0() + secs(11.0))).await.unwrap();
+    assert!(r.detail.iter().any(|d| d.contains("node restarted")), "{r:?}");
+    let again = claim(&c, "wf", Some(t0() + secs(11.0))).await;
+    assert_eq!(again.len(), 1, "a new task for the node");
+    assert_ne!(again[0].task_id, first[0].task_id);
+    assert_eq!(
+        report(&c, vec![(&first[0], ok(json!("late")))], Some(t0() + secs(12.0))).await,
+        [false],
+        "the old try is fenced off"
+    );
+    assert_eq!(event(&run(&c, &id).await, "a")["exec_cnt"], 2);
+    let r = checker.run_once(Some(t0() + secs(22.0))).await.unwrap();
+    assert!(r.detail.iter().any(|d| d.contains("node failed")), "{r:?}");
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "failed");
+    assert!(r["error"].as_str().unwrap().contains("timed out"), "{}", r["error"]);
+    assert_eq!(r["callbacks"][0]["payload"]["status"], "failed");
+    assert_eq!(report(&c, vec![(&again[0], ok(json!("late")))], Some(t0() + secs(23.0))).await, [false]);
+
+    // a run past its deadline: timed out, and still called back
+    pipeline(&c, "slow", one_task(None, json!({"timeout": 60}))).await;
+    let id = start(&c, "slow", json!({}), Some("http://127.0.0.1:9/y"), Some(t0())).await;
+    let a = claim(&c, "wf", Some(t0())).await;
+    assert_eq!(checker.run_once(Some(t0() + secs(59.0))).await.unwrap().changed, 0);
+    checker.run_once(Some(t0() + secs(61.0))).await.unwrap();
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "timed_out");
+    assert_eq!(r["callbacks"][0]["payload"]["status"], "timed_out");
+    let task: Value = c.query_one("select asyncflow.get_task($1)", &[&a[0].task_id]).await.unwrap().get(0);
+    assert_eq!(task["status"], "cancelled", "its work is stopped");
+}
+
+#[tokio::test]
+async fn a_timed_out_run_is_retried_as_a_new_run_with_the_same_notify_key_while_retries_allow() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_processing_time": 3600})).await;
+    pipeline(&c, "flaky", one_task(None, json!({"timeout": 60, "retries": 1}))).await;
+    let checker = RunChecker::new(db.pool.clone(), Duration::from_secs(1));
+    let first: String = c
+        .query_one(
+            "select asyncflow.start_run('flaky', '{}', 'http://127.0.0.1:9/z', notify_key => 'order-7', p_now => $1)",
+            &[&t0()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    checker.run_once(Some(t0() + secs(61.0))).await.unwrap();
+    let old = run(&c, &first).await;
+    assert_eq!(old["status"], "timed_out");
+    assert!(old["callbacks"].as_array().unwrap().is_empty(), "a retried run does not call back");
+    let second = old["retried_by"].as_str().unwrap().to_string();
+    let new = run(&c, &second).await;
+    assert_eq!(
+        (new["attempt"].clone(), new["notify_key"].clone(), new["retry_of"].clone()),
+        (json!(2), json!("order-7"), json!(first))
+    );
+    assert_eq!(new["status"], "running");
+    checker.run_once(Some(t0() + secs(130.0))).await.unwrap();
+    let new = run(&c, &second).await;
+    assert_eq!(new["status"], "timed_out", "out of retries");
+    assert_eq!(new["callbacks"][0]["payload"]["notify_key"], "order-7");
+    assert!(new["retried_by"].is_null());
+}
+
+/// A callback receiver on a given port: records every request, answers `status`.
+struct Receiver {
+    seen: Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn receiver(listener: tokio::net::TcpListener, status: u16) -> Receiver {
+    let seen: Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>> = Arc::default();
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let record = record.clone();
+            async move {
+                record.lock().unwrap().push((headers, body.to_vec()));
+                axum::http::StatusCode::from_u16(status).unwrap()
+            }
+        }),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    Receiver { seen, stop }
+}
+
+#[tokio::test]
+async fn a_callback_to_an_endpoint_that_is_down_is_delivered_signed_once_it_is_back() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_retry_num": 0})).await;
+    pipeline(&c, "p", one_task(None, json!({}))).await;
+    // a port with nobody listening: the endpoint is down
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let id = start(&c, "p", json!({"film": 9}), Some(&url), Some(t0())).await;
+    let a = claim(&c, "wf", Some(t0())).await;
+    report(&c, vec![(&a[0], json!({"outcome": "fail", "error": "codec missing", "retry": false}))], Some(t0())).await;
+    assert_eq!(run(&c, &id).await["status"], "failed");
+
+    let config =
+        CallbackConfig { secret: Some("s3cret-key".into()), timeout: Duration::from_secs(2), ..Default::default() };
+    let sender = CallbackSender::new(db.pool.clone(), config);
+    let pass = sender.run_once(Some(t0())).await.unwrap();
+    assert_eq!(pass.changed, 1, "one attempt: {pass:?}");
+    let cb = &run(&c, &id).await["callbacks"][0];
+    assert_eq!((cb["status"].clone(), cb["attempts"].clone()), (json!("pending"), json!(1)));
+    assert!(cb["log"][0]["error"].as_str().unwrap().to_lowercase().contains("connect"), "{}", cb["log"]);
+    assert_eq!(sender.run_once(Some(t0() + secs(0.5))).await.unwrap().changed, 0, "backing off");
+
+    let up = receiver(tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap(), 200).await;
+    let pass = sender.run_once(Some(t0() + secs(2.0))).await.unwrap();
+    assert_eq!(pass.changed, 1, "{pass:?}");
+    let cb = &run(&c, &id).await["callbacks"][0];
+    assert_eq!((cb["status"].clone(), cb["attempts"].clone()), (json!("delivered"), json!(2)));
+    assert_eq!(cb["log"].as_array().unwrap().len(), 2, "each attempt recorded");
+    assert_eq!(cb["log"][1]["http_status"], 200);
+    let seen = up.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "delivered once");
+    let (headers, body) = &seen[0];
+    let signature = headers.get("x-asyncflow-signature").unwrap().to_str().unwrap();
+    assert!(asyncflow::function::http::verify(b"s3cret-key", body, signature), "a valid signature");
+    assert!(!asyncflow::function::http::verify(b"other", body, signature));
+    let payload: Value = serde_json::from_slice(body).unwrap();
+    assert_eq!((payload["run_id"].clone(), payload["status"].clone()), (json!(id), json!("failed")));
+    assert_eq!(payload["error"], "node a failed: codec missing", "a failed run calls back with its error");
+    assert_eq!(payload["callback_id"], cb["callback_id"]);
+    assert_eq!(headers.get("x-asyncflow-attempt").unwrap(), "2");
+    assert_eq!(sender.run_once(Some(t0() + secs(600.0))).await.unwrap().changed, 0, "nothing more to send");
+    let _ = up.stop.send(());
+}
+
+#[tokio::test]
+async fn a_callback_that_is_never_accepted_is_given_up_and_a_callback_node_fails_with_it() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.execute("update asyncflow.config set callback_give_up = 30", &[]).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let refusing = receiver(listener, 503).await;
+    pipeline(
+        &c,
+        "cbn",
+        json!({"nodes": [{"name": "start", "type": "start"}, {"name": "tell", "type": "callback", "url": url},
+        {"name": "end", "type": "end"}], "edges": [["start", "tell"], ["tell", "end"]]}),
+    )
+    .await;
+    let id = start(&c, "cbn", json!({}), None, Some(t0())).await;
+    assert_eq!(event(&run(&c, &id).await, "tell")["status"], "running");
+    let sender = CallbackSender::new(db.pool.clone(), CallbackConfig::default());
+    let mut t = 0.0;
+    while run(&c, &id).await["status"] == "running" {
+        sender.run_once(Some(t0() + secs(t))).await.unwrap();
+        t += 5.0;
+        assert!(t < 100.0, "given up after 30 s");
+    }
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "failed");
+    assert_eq!(r["callbacks"][0]["status"], "failed");
+    assert!(r["error"].as_str().unwrap().contains("HTTP 503"), "{}", r["error"]);
+    let attempts = refusing.seen.lock().unwrap().len();
+    assert!(attempts >= 3, "{attempts} attempts");
+    assert_eq!(r["callbacks"][0]["attempts"], json!(attempts));
+    let _ = refusing.stop.send(());
+
+    // an accepting endpoint: the node succeeds and the run goes on
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let accepting = receiver(listener, 204).await;
+    pipeline(
+        &c,
+        "cbn2",
+        json!({"nodes": [{"name": "start", "type": "start"}, {"name": "tell", "type": "callback"},
+        {"name": "end", "type": "end"}], "edges": [["start", "tell"], ["tell", "end"]]}),
+    )
+    .await;
+    let id2 = start(&c, "cbn2", json!({"k": 2}), Some(&url), Some(t0())).await;
+    sender.run_once(Some(t0())).await.unwrap();
+    let r = run(&c, &id2).await;
+    assert_eq!(r["status"], "succeeded", "a callback node without url posts to the run's notify_url: {r}");
+    assert_eq!(event(&r, "tell")["result"]["http_status"], 204);
+    sender.run_once(Some(t0() + secs(1.0))).await.unwrap();
+    let kinds: Vec<String> = accepting
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, b)| serde_json::from_slice::<Value>(b).unwrap()["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["node", "run"], "the node's POST, then the run's outcome");
+    let _ = accepting.stop.send(());
+}
+
+#[tokio::test]
+async fn retention_drops_whole_days_of_ended_runs_and_keeps_a_day_with_an_open_run() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({})).await;
+    pipeline(&c, "p", one_task(None, json!({}))).await;
+    let day1 = t0();
+    let day2 = t0() + secs(86400.0);
+    let done = start(&c, "p", json!({}), None, Some(day1)).await;
+    work_all(&c, &["wf"], Some(day1), |t| ok(json!(node(t)))).await;
+    let open = start(&c, "p", json!({}), None, Some(day2)).await;
+    let retention = RunRetention::new(db.pool.clone(), Duration::from_secs(60));
+    assert_eq!(retention.run_once(Some(day2 + secs(3600.0))).await.unwrap().changed, 0, "within retention (7 days)");
+    let pass = retention.run_once(Some(day2 + secs(8.0 * 86400.0))).await.unwrap();
+    assert_eq!(pass.detail, ["run records of 2030-01-01 dropped"], "{pass:?}");
+    let tables: i64 = c
+        .query_one("select count(*) from pg_class where relname like '%\\_20300101' and relnamespace = 'asyncflow'::regnamespace", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "the day's partitions are gone: no DELETE, no dead tuples");
+    assert!(c.query_one("select asyncflow.get_run($1)", &[&done]).await.unwrap().get::<_, Option<Value>>(0).is_none());
+    assert_eq!(run(&c, &open).await["status"], "running", "a day with an open run stays");
+    work_all(&c, &["wf"], Some(day2), |t| ok(json!(node(t)))).await;
+    let pass = retention.run_once(Some(day2 + secs(9.0 * 86400.0))).await.unwrap();
+    assert_eq!(pass.detail, ["run records of 2030-01-02 dropped"], "{pass:?}");
+}
+
+#[tokio::test]
+async fn pipelines_and_runs_over_http() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({})).await;
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&[], 64 * 1024));
+    let call = |method: &'static str, uri: String, body: Option<Value>| {
+        let app = app.clone();
+        async move {
+            let (status, _, bytes) =
+                request(&app, method, &uri, body.map(|b| b.to_string()), Some("application/json"), None).await;
+            (status.as_u16(), serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let (s, b) = call(
+        "PUT",
+        "/v1/pipelines/p".into(),
+        Some(json!({"nodes": [{"name": "start", "type": "start"}],
+        "edges": []})),
+    )
+    .await;
+    assert_eq!((s, b["code"].clone()), (400, json!("invalid_pipeline")), "{b}");
+    let (s, b) = call("PUT", "/v1/pipelines/p".into(), Some(one_task(None, json!({})))).await;
+    assert_eq!((s, b["version"].clone(), b["created"].clone()), (200, json!(1), json!(true)), "{b}");
+    let (s, b) = call("PUT", "/v1/pipelines/p?status=draft".into(), Some(one_task(Some(5), json!({})))).await;
+    assert_eq!((s, b["status"].clone()), (200, json!("draft")));
+    let (s, b) = call("POST", "/v1/pipelines/p/versions/2/activate".into(), None).await;
+    assert_eq!((s, b["status"].clone()), (200, json!("active")));
+    let (s, b) = call("GET", "/v1/pipelines".into(), None).await;
+    assert_eq!((s, b.as_array().unwrap().len()), (200, 2));
+    let (s, b) = call("POST", "/v1/runs".into(), Some(json!({"pipeline": "p", "input": {"a": 1}, "bogus": 1}))).await;
+    assert_eq!(s, 400, "{b}");
+    let (s, b) = call("POST", "/v1/runs".into(), Some(json!({"pipeline": "nope"}))).await;
+    assert_eq!((s, b["code"].clone()), (404, json!("unknown_pipeline")));
+    let (s, b) =
+        call("POST", "/v1/runs".into(), Some(json!({"pipeline": "p", "input": {"a": 1}, "notify_key": "k"}))).await;
+    assert_eq!(s, 201, "{b}");
+    let id = b["run_id"].as_str().unwrap().to_string();
+    let (s, b) = call("GET", format!("/v1/runs/{id}"), None).await;
+    assert_eq!((s, b["version"].clone(), b["status"].clone()), (200, json!(2), json!("running")));
+    let (s, b) = call("POST", format!("/v1/runs/{id}/retry"), None).await;
+    assert_eq!((s, b["code"].clone()), (409, json!("wrong_state")), "a running run is not retried");
+    let (s, b) = call("POST", format!("/v1/runs/{id}/nodes/a/complete"), Some(json!({"result": 1}))).await;
+    assert_eq!((s, b["code"].clone()), (409, json!("wrong_state")));
+    let (s, b) = call("GET", "/v1/runs?pipeline=p&status=running&limit=1".into(), None).await;
+    assert_eq!((s, b["runs"][0]["run_id"].clone(), b["next"].clone()), (200, json!(id), json!(id)));
+    let (s, b) = call("GET", "/v1/runs?status=sideways".into(), None).await;
+    assert_eq!(s, 400, "{b}");
+    let (s, b) = call("POST", format!("/v1/runs/{id}/cancel"), None).await;
+    assert_eq!((s, b["cancelled"].clone()), (200, json!(true)));
+    let (s, b) = call("POST", format!("/v1/runs/{id}/retry"), None).await;
+    assert_eq!((s, b["retry_of"].clone()), (201, json!(id)));
+    let (s, b) = call("POST", format!("/v1/runs/{id}/nodes/a/retry"), None).await;
+    assert_eq!((s, b["code"].clone()), (409, json!("wrong_state")), "{b}");
+    let (s, b) = call("GET", "/v1/runs/r20300101-00000000000000000000000000000000".into(), None).await;
+    assert_eq!((s, b["code"].clone()), (404, json!("unknown_run")));
+    let (s, _) = call("GET", "/v1/runs/..%2F..".into(), None).await;
+    assert_eq!(s, 404);
+}
