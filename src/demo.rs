@@ -5,7 +5,8 @@
 //!
 //! The batch: `media` tasks (probe → transform → publish on generated WAV recordings: real
 //! audio work by the Python function in functions/media), `flaky` tasks that fail twice before
-//! succeeding (retries and back-off), and `echo` tasks.
+//! succeeding (retries and back-off), and `echo` tasks; and workflow runs of
+//! `pipelines/transcode.json` (see [`crate::workflow::demo`]), whose signed callbacks it receives.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
@@ -38,10 +39,16 @@ pub struct DemoArgs {
     /// Where inputs and outputs go.
     #[arg(long, default_value = ".asyncflow/demo")]
     pub work_dir: PathBuf,
+    /// Workflow runs of pipelines/transcode.json to start (0: none).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// The pipelines folder.
+    #[arg(long, default_value = "pipelines")]
+    pub pipelines: PathBuf,
 }
 
 /// Types the demo enqueues; the worker runs only these.
-const DEMO_TYPES: [&str; 3] = ["media", "flaky", "echo"];
+const DEMO_TYPES: [&str; 4] = ["media", "flaky", "echo", "transcode"];
 
 /// Writes a 16-bit stereo WAV: a tone with a slow tremolo, `seconds` long.
 pub fn write_wav(path: &Path, seconds: f64, freq: f64, amplitude: f64) -> std::io::Result<()> {
@@ -78,10 +85,19 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
     if args.tasks == 0 || args.tasks > 10_000 {
         return Err(Error::Config("--tasks must be between 1 and 10000".into()));
     }
+    if args.runs > 100 {
+        return Err(Error::Config("--runs must be between 0 and 100".into()));
+    }
+    // The maintenance services sign the workflow callbacks with this; the demo's receiver checks.
+    let secret = uuid::Uuid::new_v4().simple().to_string();
+    let maintenance = crate::maintenance::MaintenanceConfig {
+        callbacks: crate::workflow::callback::CallbackConfig { secret: Some(secret.clone()), ..Default::default() },
+        ..Default::default()
+    };
     let options = FolderOptions {
         dir: args.functions.clone(),
         types: DEMO_TYPES.iter().map(|s| s.to_string()).collect(),
-        maintenance: Some(crate::maintenance::MaintenanceConfig::default()),
+        maintenance: Some(maintenance),
     };
     // Check the folder first: a clear error before anything is enqueued.
     let specs = folder::load(&options)
@@ -126,6 +142,8 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         flaky.len(),
         echo.len()
     );
+    let pipeline_demo =
+        crate::workflow::demo::start(&pool, &args.pipelines, args.runs, &inputs, &outputs, &secret).await?;
 
     let stop = CancellationToken::new();
     let config = WorkerConfig { concurrency: args.concurrency, ..WorkerConfig::default() };
@@ -133,13 +151,16 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         let (pool, url, options, stop) = (pool.clone(), database_url.to_string(), options.clone(), stop.clone());
         tokio::spawn(async move { folder::run(pool, &url, &options, config, stop).await })
     };
-    let waited = progress(&pool, &ids, &worker).await;
+    let mut waited = progress(&pool, &ids, &worker).await;
+    if waited.is_ok() {
+        waited = pipeline_demo.wait(&pool, Duration::from_secs(300)).await;
+    }
     stop.cancel();
     let summary = worker.await.map_err(|e| Error::Config(format!("worker task: {e}")))??;
     waited?;
     let tasks = api::get_tasks(&pool.get().await?, &ids).await?;
     print_summary(&tasks, started.elapsed(), summary.claimed, &outputs);
-    Ok(())
+    pipeline_demo.print(&pool).await
 }
 
 /// Shows progress until every task has ended (or the worker stopped on its own).

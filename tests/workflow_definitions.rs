@@ -15,9 +15,9 @@ fn se() -> Vec<Value> {
     vec![json!({"name": "start", "type": "start"}), json!({"name": "end", "type": "end"})]
 }
 
-fn with(extra: &[Value]) -> Value {
+fn with(extra: Vec<Value>) -> Value {
     let mut nodes = se();
-    nodes.extend_from_slice(extra);
+    nodes.extend(extra);
     json!(nodes)
 }
 
@@ -33,81 +33,84 @@ async fn invalid_definitions_are_refused_with_the_node_named_and_nothing_stored(
         (json!({"nodes": [], "edges": []}), "nodes must be a non-empty array"),
         (json!({"nodes": se(), "edges": [], "colour": 1}), "unknown field 'colour'"),
         (
-            def(with(&[json!({"name": "start", "type": "task", "function": "wf"})]), json!([])),
+            def(with(vec![json!({"name": "start", "type": "task", "function": "wf"})]), json!([])),
             "node 'start': the name is used twice",
         ),
-        (def(with(&[json!({"name": "x", "type": "teleport"})]), json!([])), "node 'x': type must be one of"),
+        (def(with(vec![json!({"name": "x", "type": "teleport"})]), json!([])), "node 'x': type must be one of"),
         (
-            def(with(&[json!({"name": "Bad", "type": "task", "function": "wf"})]), json!([])),
+            def(with(vec![json!({"name": "Bad", "type": "task", "function": "wf"})]), json!([])),
             "node 'Bad': a node name must match",
         ),
         (
             def(
-                with(&[json!({"name": "a", "type": "task", "function": "nope"})]),
+                with(vec![json!({"name": "a", "type": "task", "function": "nope"})]),
                 json!([["start", "a"], ["a", "end"]]),
             ),
             "node 'a': unknown function \"nope\"",
         ),
         (
-            def(with(&[json!({"name": "a", "type": "task"})]), json!([["start", "a"], ["a", "end"]])),
+            def(with(vec![json!({"name": "a", "type": "task"})]), json!([["start", "a"], ["a", "end"]])),
             "node 'a': a task node needs a function",
         ),
         (
-            def(with(&[json!({"name": "a", "type": "task", "function": "wf", "colour": 1})]), json!([])),
+            def(with(vec![json!({"name": "a", "type": "task", "function": "wf", "colour": 1})]), json!([])),
             "node 'a': unknown field 'colour' for a task node",
         ),
         (
-            def(with(&[json!({"name": "d", "type": "dynamic", "function": "wf", "items": "$$$"})]), json!([])),
+            def(with(vec![json!({"name": "d", "type": "dynamic", "function": "wf", "items": "$$$"})]), json!([])),
             "node 'd': items must be a jsonpath",
         ),
         (
-            def(with(&[json!({"name": "p", "type": "pipeline", "pipeline": "nope"})]), json!([])),
+            def(with(vec![json!({"name": "p", "type": "pipeline", "pipeline": "nope"})]), json!([])),
             "node 'p': unknown pipeline",
         ),
         (
-            def(with(&[json!({"name": "p", "type": "pipeline", "pipeline": "bad"})]), json!([])),
+            def(with(vec![json!({"name": "p", "type": "pipeline", "pipeline": "bad"})]), json!([])),
             "node 'p': a pipeline cannot run itself",
         ),
         (def(json!([{"name": "end", "type": "end"}]), json!([])), "no start node"),
         (
-            def(with(&[json!({"name": "start2", "type": "start"})]), json!([])),
+            def(with(vec![json!({"name": "start2", "type": "start"})]), json!([])),
             "node 'start2': a pipeline has exactly one start node",
         ),
-        (def(with(&[a.clone()]), json!([["start", "a"], ["a", "zz"]])), "edge a -> zz: unknown node 'zz'"),
+        (def(with(vec![a.clone()]), json!([["start", "a"], ["a", "zz"]])), "edge a -> zz: unknown node 'zz'"),
         (
-            def(with(&[a.clone(), b.clone()]), json!([["start", "a"], ["a", "b"], ["b", "a"], ["b", "end"]])),
+            def(with(vec![a.clone(), b.clone()]), json!([["start", "a"], ["a", "b"], ["b", "a"], ["b", "end"]])),
             "node 'a': it is on a cycle (a, b)",
         ),
         (
-            def(with(&[a.clone()]), json!([["start", "a"], ["a", "a"], ["a", "end"]])),
+            def(with(vec![a.clone()]), json!([["start", "a"], ["a", "a"], ["a", "end"]])),
             "node 'a': an edge from the node to itself is a cycle",
         ),
         (
-            def(with(&[a.clone(), b.clone()]), json!([["start", "a"], ["a", "end"], ["b", "end"]])),
+            def(with(vec![a.clone(), b.clone()]), json!([["start", "a"], ["a", "end"], ["b", "end"]])),
             "node 'b': unreachable from the start node",
         ),
         (
-            def(with(&[a.clone(), b.clone()]), json!([["start", "a"], ["a", "end"], ["a", "b"]])),
+            def(with(vec![a.clone(), b.clone()]), json!([["start", "a"], ["a", "end"], ["a", "b"]])),
             "node 'b': no path from it to the end node",
         ),
-        (def(with(&[a.clone()]), json!([["start", "a"], ["a", "end"], ["a", "end"]])), "edge a -> end: listed twice"),
         (
-            def(with(&[a.clone()]), json!([["start", "a"], {"from": "a", "to": "end", "when": "$.x"}])),
+            def(with(vec![a.clone()]), json!([["start", "a"], ["a", "end"], ["a", "end"]])),
+            "edge a -> end: listed twice",
+        ),
+        (
+            def(with(vec![a.clone()]), json!([["start", "a"], {"from": "a", "to": "end", "when": "$.x"}])),
             "edge a -> end: only a router's edges have a condition",
         ),
         (
             def(
-                with(&[json!({"name": "r", "type": "router"})]),
+                with(vec![json!({"name": "r", "type": "router"})]),
                 json!([["start", "r"], {"from": "r", "to": "end", "when": "(("}]),
             ),
             "edge r -> end: when must be a jsonpath predicate",
         ),
         (
-            def(with(&[a.clone()]), json!([["start", "a"], ["a", "end"], ["end", "a"]])),
+            def(with(vec![a.clone()]), json!([["start", "a"], ["a", "end"], ["end", "a"]])),
             "node 'end' is the end node and has no out-edges",
         ),
         (
-            def(with(&[json!({"name": "cb", "type": "callback", "url": "javascript:alert(1)"})]), json!([])),
+            def(with(vec![json!({"name": "cb", "type": "callback", "url": "javascript:alert(1)"})]), json!([])),
             "node 'cb': url must be an http(s) URL",
         ),
         (json!({"nodes": se(), "edges": [["start", "end"]], "timeout": -1}), "timeout must be seconds"),
@@ -136,7 +139,7 @@ async fn versions_are_drafted_activated_and_retired_and_the_plan_prunes_what_can
     let c = db.raw().await;
     register(&c, "wf", json!({})).await;
     let routed = def(
-        with(&[
+        with(vec![
             json!({"name": "r", "type": "router"}),
             json!({"name": "yes", "type": "task", "function": "wf"}),
             json!({"name": "no", "type": "task", "function": "wf"}),
