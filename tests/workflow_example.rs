@@ -5,7 +5,6 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::TestDb;
@@ -38,22 +37,10 @@ async fn the_transcode_pipeline_runs_end_to_end_through_the_cli_and_the_worker_a
     let again = cli(&db, &["pipeline", "apply", "pipelines/transcode.json"]);
     assert_eq!(again[0]["created"], false, "applying an unchanged file twice stores nothing new");
 
-    let received: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
-    let record = received.clone();
-    let app = axum::Router::new().route(
-        "/done",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-            let record = record.clone();
-            async move {
-                let sig = headers.get("x-asyncflow-signature").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-                record.lock().unwrap().push((sig, body.to_vec()));
-                axum::http::StatusCode::OK
-            }
-        }),
-    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/done?order=77", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("http://{}/hook?order=77", listener.local_addr().unwrap());
+    let receiver = common::workflow::receiver(listener, 200).await;
+    let received = receiver.seen.clone();
 
     let input = json!({"source": source, "out_dir": work, "segment_seconds": 1.0}).to_string();
     let started =
@@ -91,13 +78,15 @@ async fn the_transcode_pipeline_runs_end_to_end_through_the_cli_and_the_worker_a
     assert!(std::path::Path::new(archive).is_file());
     assert_eq!(run["traces"].as_array().unwrap().len(), 9, "one function call per task node and segment");
 
-    let (signature, body) = received.lock().unwrap()[0].clone();
-    assert!(asyncflow::function::http::verify(b"example-secret", &body, &signature), "signed with the worker's secret");
+    let (headers, body) = received.lock().unwrap()[0].clone();
+    let signature = headers.get("x-asyncflow-signature").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert!(asyncflow::function::http::verify(b"example-secret", &body, signature), "signed with the worker's secret");
     let payload: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!((payload["run_id"].clone(), payload["status"].clone()), (json!(run_id), json!("succeeded")));
     assert_eq!(payload["notify_key"], "order-77");
     assert_eq!(payload["result"]["publish"]["archive"], json!(archive));
     let listed = cli(&db, &["run", "list", "--pipeline", "transcode"]);
     assert_eq!(listed["runs"][0]["run_id"], json!(run_id));
+    let _ = receiver.stop.send(());
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -3,14 +3,13 @@
 //! callback nodes), run retention; and the HTTP routes.
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use asyncflow::maintenance::Service;
 use asyncflow::workflow::callback::{CallbackConfig, CallbackSender};
 use asyncflow::workflow::checker::{RunChecker, RunRetention};
 use common::sql::{register, secs, t0};
-use common::workflow::{claim, event, node, ok, pipeline, report, run, start, work_all};
+use common::workflow::{claim, event, node, ok, pipeline, receiver, report, run, start, work_all};
 use common::{request, TestDb};
 use serde_json::{json, Value};
 
@@ -120,36 +119,6 @@ async fn a_timed_out_run_is_retried_as_a_new_run_with_the_same_notify_key_while_
     assert_eq!(new["status"], "timed_out", "out of retries");
     assert_eq!(new["callbacks"][0]["payload"]["notify_key"], "order-7");
     assert!(new["retried_by"].is_null());
-}
-
-/// A callback receiver on a given port: records every request, answers `status`.
-struct Receiver {
-    seen: Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>,
-    stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn receiver(listener: tokio::net::TcpListener, status: u16) -> Receiver {
-    let seen: Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>> = Arc::default();
-    let record = seen.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-            let record = record.clone();
-            async move {
-                record.lock().unwrap().push((headers, body.to_vec()));
-                axum::http::StatusCode::from_u16(status).unwrap()
-            }
-        }),
-    );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    Receiver { seen, stop }
 }
 
 #[tokio::test]

@@ -1,5 +1,7 @@
 //! Helpers shared by the workflow tests: pipelines, runs, and a test worker that claims and
 //! reports through the SQL API with an injected clock.
+use std::sync::{Arc, Mutex};
+
 use serde_json::{json, Value};
 use tokio_postgres::GenericClient;
 
@@ -128,4 +130,37 @@ where
 /// The node a task works for (from its context).
 pub fn node(t: &Claimed) -> &str {
     t.context["node"].as_str().unwrap_or_default()
+}
+
+/// What a callback receiver got: each request's headers and body.
+pub type Seen = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
+
+/// A callback receiver on a given port: records every request, answers `status`.
+pub struct Receiver {
+    pub seen: Seen,
+    pub stop: tokio::sync::oneshot::Sender<()>,
+}
+
+pub async fn receiver(listener: tokio::net::TcpListener, status: u16) -> Receiver {
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let record = record.clone();
+            async move {
+                record.lock().unwrap().push((headers, body.to_vec()));
+                axum::http::StatusCode::from_u16(status).unwrap()
+            }
+        }),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    Receiver { seen, stop }
 }
