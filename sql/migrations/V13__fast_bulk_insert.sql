@@ -1,0 +1,166 @@
+-- The one insertion path (create_task with an idempotency key and create_tasks come here).
+-- Set-based: one INSERT for the whole array, one NOTIFY for the call. Any bad element raises and
+-- nothing is written.
+--
+-- Two paths (V13; the bulk rate had been bounded by per-element SQL work, not by the insert):
+-- - Validation: one jsonpath scan of the whole array (in C) looks for anything that could be
+--   wrong; only when it finds something (or a run_at to parse, or an array larger than the
+--   context limit) does the element-by-element check run, to name the element and the problem.
+-- - Insert: an array without idempotency keys is read once by jsonb_to_recordset (typed, in C)
+--   and inserted in one statement, ids taken in input order; the general path below handles
+--   idempotency keys (first creator wins, repeats return the existing id).
+create or replace function asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamptz, p_single boolean)
+returns text[]
+language plpgsql as $$
+declare
+  v_type asyncflow.task_types;
+  v_now timestamptz := coalesce(p_now, now());
+  v_max_bytes integer;
+  v_pos integer;
+  v_bad record;
+  v_ids text[];
+  v_keys text[];
+  v_found text;
+  v_i integer;
+begin
+  select * into v_type from asyncflow.task_types where task_type = p_task_type;
+  if not found then
+    perform asyncflow.check_type_name(p_task_type);
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  if p_tasks is null or jsonb_typeof(p_tasks) <> 'array' then
+    perform asyncflow.raise_error('AF006', 'tasks must be a JSON array of objects');
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+
+  -- Anything that could be wrong? One scan of the elements (an error in it counts as "maybe").
+  if pg_column_size(p_tasks) > v_max_bytes
+    or coalesce(jsonb_path_exists(p_tasks, '$[*] ? (@.type() != "object"
+          || (@.context.type() != "object" && @.context.type() != "null")
+          || (@.priority.type() != "null" && (@.priority.type() != "number" || @.priority < 0
+              || @.priority > 31104000 || @.priority != @.priority.floor()))
+          || @.run_at.type() != "null"
+          || (@.stage.type() != "null" && (@.stage.type() != "string"
+              || !(@.stage like_regex "^[A-Za-z0-9_.:/-]{1,64}$")))
+          || (@.idempotency_key.type() != "null" && (@.idempotency_key.type() != "string"
+              || !(@.idempotency_key like_regex "^.{1,255}$" flag "s")))
+          || (@.user_id.type() != "null" && (@.user_id.type() != "string"
+              || !(@.user_id like_regex "^.{0,255}$" flag "s")))
+          || exists(@.keyvalue() ? (@.key != "context" && @.key != "priority" && @.key != "run_at"
+              && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id")))', silent => true), true)
+  then
+    select n, left(problem, 5) as code, substr(problem, 6) as why into v_bad from (
+      select n, case
+        when jsonb_typeof(e) <> 'object' then 'AF006must be a JSON object'
+        when exists (select 1 from jsonb_object_keys(e) k
+                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id'))
+          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id)',
+            (select k from jsonb_object_keys(e) k
+             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id') limit 1))
+        when jsonb_typeof(e -> 'context') not in ('object', 'null') then 'AF006context must be a JSON object'
+        when jsonb_typeof(e -> 'priority') not in ('number', 'null')
+          or (jsonb_typeof(e -> 'priority') = 'number'
+              and ((e ->> 'priority')::numeric <> trunc((e ->> 'priority')::numeric)
+                   or (e ->> 'priority')::numeric not between 0 and 31104000))
+          then 'AF004' || format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', e -> 'priority')
+        when pg_column_size(e -> 'context') > v_max_bytes
+          then 'AF005' || format('context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
+            pg_column_size(e -> 'context'), v_max_bytes)
+        when jsonb_typeof(e -> 'run_at') not in ('string', 'null') or (jsonb_typeof(e -> 'run_at') = 'string'
+          and not asyncflow.is_timestamptz(e ->> 'run_at'))
+          then 'AF006' || format('run_at must be a finite timestamp, got %s', e -> 'run_at')
+        when jsonb_typeof(e -> 'stage') not in ('string', 'null') or (e ->> 'stage') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+          then 'AF006' || format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', e -> 'stage')
+        when jsonb_typeof(e -> 'idempotency_key') not in ('string', 'null') or length(e ->> 'idempotency_key') not between 1 and 255
+          then 'AF006' || format('idempotency_key must be a string of 1 to 255 characters, got %s', e -> 'idempotency_key')
+        when jsonb_typeof(e -> 'user_id') not in ('string', 'null') or length(e ->> 'user_id') > 255
+          then 'AF006' || format('user_id must be a string of at most 255 characters, got %s', e -> 'user_id')
+      end as problem
+      from jsonb_array_elements(p_tasks) with ordinality x(e, n)
+    ) checked where problem is not null order by n limit 1;
+    if found then
+      perform asyncflow.raise_error(v_bad.code,
+        case when p_single then v_bad.why else format('tasks[%s]: %s', v_bad.n - 1, v_bad.why) end);
+    end if;
+  end if;
+
+  select end_pos into v_pos from asyncflow.positions where task_type = p_task_type;
+  if not coalesce(jsonb_path_exists(p_tasks, '$[*].idempotency_key ? (@.type() != "null")', silent => true), true) then
+    with input as (
+      select x.n, nextval(v_type.id_seq) as id, x.context, coalesce(x.priority, 0)::integer as priority, x.run_at,
+        x.stage, x.user_id
+      from rows from (jsonb_to_recordset(p_tasks) as (context jsonb, priority numeric, run_at timestamptz, stage text,
+        user_id text)) with ordinality as x(context, priority, run_at, stage, user_id, n)
+    ), inserted as (
+      insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+        max_retry_interval, order_time, user_id, context, created_at, updated_at)
+      select p_task_type, v_pos, i.id, coalesce(i.stage, v_type.initial_stage), 'pending', i.priority,
+        v_type.max_retry_num, v_type.max_retry_interval, coalesce(i.run_at, v_now) - i.priority * interval '1 second',
+        i.user_id, coalesce(nullif(i.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
+      from input i
+    )
+    select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.n) into v_ids from input i;
+    perform asyncflow.wake(p_task_type);
+    return coalesce(v_ids, '{}');
+  end if;
+
+  -- An insert racing a roll may land in the shard just closed; begin_pos is recomputed on every
+  -- maintenance pass (advance_begin_pos), so such a task is found again (v_pos read above).
+
+  with numbered as materialized (
+    -- ids in input order
+    select n, e, nextval(v_type.id_seq) as id
+    from jsonb_array_elements(p_tasks) with ordinality x(e, n)
+    order by n
+  ), input as materialized (
+    select n, e, id, e ->> 'idempotency_key' as ikey,
+      row_number() over (partition by e ->> 'idempotency_key' order by n) as dup_rank,
+      coalesce((e ->> 'priority')::integer, 0) as priority
+    from numbered
+  ), fresh_keys as (
+    insert into asyncflow.idempotency_keys (task_type, idempotency_key, shard, id, created_at)
+    select p_task_type, ikey, v_pos, id, v_now from input where ikey is not null and dup_rank = 1
+    on conflict (task_type, idempotency_key) do nothing
+    returning idempotency_key, id
+  ), inserted as (
+    insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+      max_retry_interval, order_time, user_id, idempotency_key, context, created_at, updated_at)
+    select p_task_type, v_pos, i.id, coalesce(i.e ->> 'stage', v_type.initial_stage), 'pending', i.priority,
+      v_type.max_retry_num, v_type.max_retry_interval,
+      coalesce((i.e ->> 'run_at')::timestamptz, v_now) - make_interval(secs => i.priority),
+      i.e ->> 'user_id', i.ikey, coalesce(nullif(i.e -> 'context', 'null'::jsonb), '{}'::jsonb), v_now, v_now
+    from input i
+    where i.ikey is null or i.id in (select id from fresh_keys)
+    returning id
+  )
+  select array_agg(case
+      when i.ikey is null or f.id is not null then asyncflow.format_task_id(p_task_type, v_pos, i.id)
+      else (select asyncflow.format_task_id(p_task_type, k.shard, k.id) from asyncflow.idempotency_keys k
+            where k.task_type = p_task_type and k.idempotency_key = i.ikey)
+    end order by i.n),
+    array_agg(i.ikey order by i.n)
+  into v_ids, v_keys
+  from input i
+  left join fresh_keys f on f.id = i.id;
+
+  -- A key repeated inside this call, or created by a transaction that committed while this
+  -- statement waited on it, is not visible in the statement's snapshot: look again.
+  if v_ids is not null and array_position(v_ids, null) is not null then
+    for v_i in 1 .. array_length(v_ids, 1) loop
+      if v_ids[v_i] is null then
+        select asyncflow.format_task_id(p_task_type, k.shard, k.id) into v_found
+        from asyncflow.idempotency_keys k where k.task_type = p_task_type and k.idempotency_key = v_keys[v_i];
+        v_ids[v_i] := v_found;
+        if v_found is null then
+          raise exception using errcode = '40001',
+            message = format('idempotency key %L is being created by a concurrent transaction; try again', v_keys[v_i]);
+        end if;
+      end if;
+    end loop;
+  end if;
+
+  perform asyncflow.wake(p_task_type);
+  return coalesce(v_ids, '{}');
+end
+$$;
+
