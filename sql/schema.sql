@@ -1021,43 +1021,79 @@ begin
   end if;
   select max_context_bytes into v_max_bytes from asyncflow.config;
 
-  select n, left(problem, 5) as code, substr(problem, 6) as why into v_bad from (
-    select n, case
-      when jsonb_typeof(e) <> 'object' then 'AF006must be a JSON object'
-      when exists (select 1 from jsonb_object_keys(e) k
-                   where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id'))
-        then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id)',
-          (select k from jsonb_object_keys(e) k
-           where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id') limit 1))
-      when jsonb_typeof(e -> 'context') not in ('object', 'null') then 'AF006context must be a JSON object'
-      when jsonb_typeof(e -> 'priority') not in ('number', 'null')
-        or (jsonb_typeof(e -> 'priority') = 'number'
-            and ((e ->> 'priority')::numeric <> trunc((e ->> 'priority')::numeric)
-                 or (e ->> 'priority')::numeric not between 0 and 31104000))
-        then 'AF004' || format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', e -> 'priority')
-      when pg_column_size(e -> 'context') > v_max_bytes
-        then 'AF005' || format('context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
-          pg_column_size(e -> 'context'), v_max_bytes)
-      when jsonb_typeof(e -> 'run_at') not in ('string', 'null') or (jsonb_typeof(e -> 'run_at') = 'string'
-        and not asyncflow.is_timestamptz(e ->> 'run_at'))
-        then 'AF006' || format('run_at must be a finite timestamp, got %s', e -> 'run_at')
-      when jsonb_typeof(e -> 'stage') not in ('string', 'null') or (e ->> 'stage') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
-        then 'AF006' || format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', e -> 'stage')
-      when jsonb_typeof(e -> 'idempotency_key') not in ('string', 'null') or length(e ->> 'idempotency_key') not between 1 and 255
-        then 'AF006' || format('idempotency_key must be a string of 1 to 255 characters, got %s', e -> 'idempotency_key')
-      when jsonb_typeof(e -> 'user_id') not in ('string', 'null') or length(e ->> 'user_id') > 255
-        then 'AF006' || format('user_id must be a string of at most 255 characters, got %s', e -> 'user_id')
-    end as problem
-    from jsonb_array_elements(p_tasks) with ordinality x(e, n)
-  ) checked where problem is not null order by n limit 1;
-  if found then
-    perform asyncflow.raise_error(v_bad.code,
-      case when p_single then v_bad.why else format('tasks[%s]: %s', v_bad.n - 1, v_bad.why) end);
+  -- Anything that could be wrong? One scan of the elements (an error in it counts as "maybe").
+  if pg_column_size(p_tasks) > v_max_bytes
+    or coalesce(jsonb_path_exists(p_tasks, '$[*] ? (@.type() != "object"
+          || (@.context.type() != "object" && @.context.type() != "null")
+          || (@.priority.type() != "null" && (@.priority.type() != "number" || @.priority < 0
+              || @.priority > 31104000 || @.priority != @.priority.floor()))
+          || @.run_at.type() != "null"
+          || (@.stage.type() != "null" && (@.stage.type() != "string"
+              || !(@.stage like_regex "^[A-Za-z0-9_.:/-]{1,64}$")))
+          || (@.idempotency_key.type() != "null" && (@.idempotency_key.type() != "string"
+              || !(@.idempotency_key like_regex "^.{1,255}$" flag "s")))
+          || (@.user_id.type() != "null" && (@.user_id.type() != "string"
+              || !(@.user_id like_regex "^.{0,255}$" flag "s")))
+          || exists(@.keyvalue() ? (@.key != "context" && @.key != "priority" && @.key != "run_at"
+              && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id")))', silent => true), true)
+  then
+    select n, left(problem, 5) as code, substr(problem, 6) as why into v_bad from (
+      select n, case
+        when jsonb_typeof(e) <> 'object' then 'AF006must be a JSON object'
+        when exists (select 1 from jsonb_object_keys(e) k
+                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id'))
+          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id)',
+            (select k from jsonb_object_keys(e) k
+             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id') limit 1))
+        when jsonb_typeof(e -> 'context') not in ('object', 'null') then 'AF006context must be a JSON object'
+        when jsonb_typeof(e -> 'priority') not in ('number', 'null')
+          or (jsonb_typeof(e -> 'priority') = 'number'
+              and ((e ->> 'priority')::numeric <> trunc((e ->> 'priority')::numeric)
+                   or (e ->> 'priority')::numeric not between 0 and 31104000))
+          then 'AF004' || format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', e -> 'priority')
+        when pg_column_size(e -> 'context') > v_max_bytes
+          then 'AF005' || format('context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
+            pg_column_size(e -> 'context'), v_max_bytes)
+        when jsonb_typeof(e -> 'run_at') not in ('string', 'null') or (jsonb_typeof(e -> 'run_at') = 'string'
+          and not asyncflow.is_timestamptz(e ->> 'run_at'))
+          then 'AF006' || format('run_at must be a finite timestamp, got %s', e -> 'run_at')
+        when jsonb_typeof(e -> 'stage') not in ('string', 'null') or (e ->> 'stage') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+          then 'AF006' || format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', e -> 'stage')
+        when jsonb_typeof(e -> 'idempotency_key') not in ('string', 'null') or length(e ->> 'idempotency_key') not between 1 and 255
+          then 'AF006' || format('idempotency_key must be a string of 1 to 255 characters, got %s', e -> 'idempotency_key')
+        when jsonb_typeof(e -> 'user_id') not in ('string', 'null') or length(e ->> 'user_id') > 255
+          then 'AF006' || format('user_id must be a string of at most 255 characters, got %s', e -> 'user_id')
+      end as problem
+      from jsonb_array_elements(p_tasks) with ordinality x(e, n)
+    ) checked where problem is not null order by n limit 1;
+    if found then
+      perform asyncflow.raise_error(v_bad.code,
+        case when p_single then v_bad.why else format('tasks[%s]: %s', v_bad.n - 1, v_bad.why) end);
+    end if;
+  end if;
+
+  select end_pos into v_pos from asyncflow.positions where task_type = p_task_type;
+  if not coalesce(jsonb_path_exists(p_tasks, '$[*].idempotency_key ? (@.type() != "null")', silent => true), true) then
+    with input as (
+      select x.n, nextval(v_type.id_seq) as id, x.context, coalesce(x.priority, 0)::integer as priority, x.run_at,
+        x.stage, x.user_id
+      from rows from (jsonb_to_recordset(p_tasks) as (context jsonb, priority numeric, run_at timestamptz, stage text,
+        user_id text)) with ordinality as x(context, priority, run_at, stage, user_id, n)
+    ), inserted as (
+      insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+        max_retry_interval, order_time, user_id, context, created_at, updated_at)
+      select p_task_type, v_pos, i.id, coalesce(i.stage, v_type.initial_stage), 'pending', i.priority,
+        v_type.max_retry_num, v_type.max_retry_interval, coalesce(i.run_at, v_now) - i.priority * interval '1 second',
+        i.user_id, coalesce(nullif(i.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
+      from input i
+    )
+    select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.n) into v_ids from input i;
+    perform asyncflow.wake(p_task_type);
+    return coalesce(v_ids, '{}');
   end if;
 
   -- An insert racing a roll may land in the shard just closed; begin_pos is recomputed on every
-  -- maintenance pass (advance_begin_pos), so such a task is found again.
-  select end_pos into v_pos from asyncflow.positions where task_type = p_task_type;
+  -- maintenance pass (advance_begin_pos), so such a task is found again (v_pos read above).
 
   with numbered as materialized (
     -- ids in input order
@@ -1273,6 +1309,9 @@ begin
   end if;
   v_plan := asyncflow.compile_pipeline(p_name, p_definition);
   perform pg_advisory_xact_lock(16714, hashtext(p_name));
+  -- the engine hears of the tasks of these functions (see wf_watch_type)
+  perform asyncflow.wf_watch_type(f) from (
+    select distinct v ->> 'function' as f from jsonb_each(v_plan -> 'nodes') x(k, v) where v ? 'function') fs;
   select * into v_latest from asyncflow.pipelines p where p.name = p_name order by p.version desc limit 1;
   if found and v_latest.definition = p_definition then
     v_created := false;
@@ -2519,6 +2558,20 @@ begin
 end
 $$;
 
+CREATE FUNCTION asyncflow.wf_watch_type(p_task_type text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  if not exists (select 1 from pg_trigger g where g.tgname = 'tg_tasks__workflow' and not g.tgisinternal
+      and g.tgrelid = format('asyncflow.%I', 'tasks_' || p_task_type)::regclass) then
+    execute format('create trigger tg_tasks__workflow after update on asyncflow.%I for each row '
+      'when (new.run_ref is not null and old.status is distinct from new.status) '
+      'execute function asyncflow.tg_tasks__workflow()', 'tasks_' || p_task_type);
+  end if;
+end
+$$;
+
 CREATE SEQUENCE asyncflow.callback_seq
     START WITH 1
     INCREMENT BY 1
@@ -2750,8 +2803,6 @@ CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
 
-CREATE TRIGGER tg_tasks__workflow AFTER UPDATE ON asyncflow.tasks FOR EACH ROW WHEN (((new.run_ref IS NOT NULL) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION asyncflow.tg_tasks__workflow();
-
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
@@ -2932,6 +2983,8 @@ REVOKE ALL ON FUNCTION asyncflow.wf_run_for_update(p_run_id text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_watch_type(p_task_type text) FROM PUBLIC;
 
 GRANT SELECT ON TABLE asyncflow.queue_depth TO asyncflow_client;
 

@@ -150,7 +150,20 @@ async fn versions_are_drafted_activated_and_retired_and_the_plan_prunes_what_can
             {"from": "r", "to": "never", "when": "$.input.x > 1"}, ["never", "after_never"], ["after_never", "end"],
             ["yes", "end"], ["no", "end"]]),
     );
+    register(&c, "plain", json!({})).await;
     let v1 = pipeline(&c, "p", routed.clone()).await;
+    let watched: Vec<String> = c
+        .query("select tgrelid::regclass::text from pg_trigger where tgname = 'tg_tasks__workflow' order by 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        watched,
+        ["asyncflow.tasks_wf", "asyncflow.tasks_wf_1"],
+        "only the types a pipeline names carry the trigger"
+    );
     let pruned: Vec<String> = v1["plan"]["pruned"].as_array().unwrap().iter().map(|p| p.to_string()).collect();
     assert_eq!(pruned.len(), 3, "{pruned:?}");
     assert!(pruned[0].contains("never") && pruned[0].contains("default edge"), "{pruned:?}");

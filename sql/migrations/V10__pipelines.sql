@@ -394,6 +394,9 @@ begin
   end if;
   v_plan := asyncflow.compile_pipeline(p_name, p_definition);
   perform pg_advisory_xact_lock(16714, hashtext(p_name));
+  -- the engine hears of the tasks of these functions (see wf_watch_type)
+  perform asyncflow.wf_watch_type(f) from (
+    select distinct v ->> 'function' as f from jsonb_each(v_plan -> 'nodes') x(k, v) where v ? 'function') fs;
   select * into v_latest from asyncflow.pipelines p where p.name = p_name order by p.version desc limit 1;
   if found and v_latest.definition = p_definition then
     v_created := false;

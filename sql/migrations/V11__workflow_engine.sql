@@ -502,6 +502,20 @@ begin
 end
 $$;
 
-create trigger tg_tasks__workflow after update on asyncflow.tasks
-for each row when (new.run_ref is not null and old.status is distinct from new.status)
-execute function asyncflow.tg_tasks__workflow();
+-- The trigger is created per task type, on asyncflow.tasks_<type> (and so on each of its shards,
+-- present and future), by put_pipeline for the functions a pipeline names: a type no pipeline
+-- uses has no trigger at all, so its claims and reports pay nothing for workflows (a row trigger,
+-- even one whose WHEN is false, makes every UPDATE fetch the old row again for it). Creating it
+-- takes a SHARE ROW EXCLUSIVE lock on the type's tasks for a moment, once.
+create function asyncflow.wf_watch_type(p_task_type text) returns void
+language plpgsql as $$
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  if not exists (select 1 from pg_trigger g where g.tgname = 'tg_tasks__workflow' and not g.tgisinternal
+      and g.tgrelid = format('asyncflow.%I', 'tasks_' || p_task_type)::regclass) then
+    execute format('create trigger tg_tasks__workflow after update on asyncflow.%I for each row '
+      'when (new.run_ref is not null and old.status is distinct from new.status) '
+      'execute function asyncflow.tg_tasks__workflow()', 'tasks_' || p_task_type);
+  end if;
+end
+$$;

@@ -2,8 +2,9 @@
 //!
 //! The engine lives in SQL (`sql/migrations/V9`..`V12`), next to the task engine it drives:
 //! every node's work is an ordinary task of its function's type, so claims, leases, retries and
-//! fencing are the task engine's own. A trigger on the tasks table moves a run on in the very
-//! transaction that ends a node's task, so no step is ever lost between the two.
+//! fencing are the task engine's own. A trigger on the tasks of the types pipelines name moves a
+//! run on in the very transaction that ends a node's task, so no step is ever lost between the
+//! two (types no pipeline names carry no trigger and pay nothing).
 //!
 //! ```text
 //!   start_run ──> start ──┬──> probe ─┐                          (parallel fan-out)
