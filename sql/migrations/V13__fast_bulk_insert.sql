@@ -86,20 +86,19 @@ begin
 
   select end_pos into v_pos from asyncflow.positions where task_type = p_task_type;
   if not coalesce(jsonb_path_exists(p_tasks, '$[*].idempotency_key ? (@.type() != "null")', silent => true), true) then
-    with input as (
-      select x.n, nextval(v_type.id_seq) as id, x.context, coalesce(x.priority, 0)::integer as priority, x.run_at,
-        x.stage, x.user_id
-      from rows from (jsonb_to_recordset(p_tasks) as (context jsonb, priority numeric, run_at timestamptz, stage text,
-        user_id text)) with ordinality as x(context, priority, run_at, stage, user_id, n)
-    ), inserted as (
+    -- rows come out of jsonb_to_recordset in array order and take their ids in that order, so
+    -- ordering the ids orders them as the input
+    with inserted as (
       insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
         max_retry_interval, order_time, user_id, context, created_at, updated_at)
-      select p_task_type, v_pos, i.id, coalesce(i.stage, v_type.initial_stage), 'pending', i.priority,
-        v_type.max_retry_num, v_type.max_retry_interval, coalesce(i.run_at, v_now) - i.priority * interval '1 second',
-        i.user_id, coalesce(nullif(i.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
-      from input i
+      select p_task_type, v_pos, nextval(v_type.id_seq), coalesce(x.stage, v_type.initial_stage), 'pending',
+        coalesce(x.priority, 0)::integer, v_type.max_retry_num, v_type.max_retry_interval,
+        coalesce(x.run_at, v_now) - coalesce(x.priority, 0) * interval '1 second',
+        x.user_id, coalesce(nullif(x.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
+      from jsonb_to_recordset(p_tasks) as x(context jsonb, priority numeric, run_at timestamptz, stage text, user_id text)
+      returning id
     )
-    select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.n) into v_ids from input i;
+    select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.id) into v_ids from inserted i;
     perform asyncflow.wake(p_task_type);
     return coalesce(v_ids, '{}');
   end if;
