@@ -88,6 +88,11 @@ async fn creating_in_a_rolled_back_transaction_leaves_nothing_and_wakes_nobody()
     assert_eq!(ids.len(), 100);
     t.commit().await.unwrap();
     assert_eq!(task_count(&c).await, 100);
+    // the ids come back in input order, each naming its own element's task
+    for (i, row) in ids.iter().enumerate() {
+        let id: String = row.get(0);
+        assert_eq!(task(&c, &id).await["context"]["n"], i + 1, "{id}");
+    }
 
     // A round trip on the listener guarantees the notification (if any) has arrived.
     listener.batch_execute("select 1").await.unwrap();
