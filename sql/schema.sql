@@ -1715,10 +1715,19 @@ declare
   p_task_id alias for $1;
   v_key record;
   v_now timestamptz := coalesce(p_now, now());
+  v_ref text;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
   if v_key.task_type is null then
     perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
+  end if;
+  select run_ref into v_ref from asyncflow.tasks
+  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
+  if v_ref is not null then
+    raise exception using errcode = 'AF013', message = format(
+      'task %s works for node %s of workflow run %s: retry the node (asyncflow.retry_node(%L, %L)) to resume the run',
+      p_task_id, substr(split_part(v_ref, '#', 1), 44), left(v_ref, 42), left(v_ref, 42),
+      substr(split_part(v_ref, '#', 1), 44));
   end if;
   update asyncflow.tasks set status = 'pending', attempt = 0, owner = null, lease_until = null, result = null,
     finished_at = null, order_time = v_now - make_interval(secs => priority), updated_at = v_now,

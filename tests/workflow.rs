@@ -346,6 +346,10 @@ async fn a_final_failure_fails_the_run_cancels_its_other_work_and_still_calls_ba
     assert_eq!(event(&r, "d")["status"], "cancelled");
     let c_task: Value = c.query_one("select asyncflow.get_task($1)", &[&other.task_id]).await.unwrap().get(0);
     assert_eq!(c_task["status"], "cancelled", "the other branch's task is cancelled");
+    let err = c.query_one("select asyncflow.retry_task($1)", &[&b.task_id]).await.unwrap_err();
+    assert_eq!(common::sqlstate(&err), "AF013", "a node's task is retried through its node");
+    let message = err.as_db_error().unwrap().message().to_string();
+    assert!(message.contains(&format!("retry_node('{id}', 'b')")), "{message}");
     assert_eq!(report(&c, vec![(other, ok(json!("late")))], None).await, [false], "its late report is refused");
     let callbacks = r["callbacks"].as_array().unwrap();
     assert_eq!(callbacks.len(), 1, "a failed run calls back");
