@@ -2282,6 +2282,9 @@ begin
   if not found then
     return;
   end if;
+  insert into asyncflow.pipeline_counters as k (pipeline, status, slot, runs)
+  values (v_run.pipeline, p_status, pg_backend_pid() % 16, 1)
+  on conflict (pipeline, status, slot) do update set runs = k.runs + 1;
   -- open events first (so that the tasks' own ends find them closed), then their work
   for v_open in
     with closed as (
@@ -2580,6 +2583,19 @@ begin
 end
 $$;
 
+CREATE FUNCTION asyncflow.workflow_figures() RETURNS TABLE(pipeline text, kind text, status text, n bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select r.pipeline, 'open', r.status::text, count(*) from asyncflow.runs r
+  where r.status in ('scheduled', 'running') group by r.pipeline, r.status
+  union all
+  select k.pipeline, 'ended', k.status::text, sum(k.runs)::bigint from asyncflow.pipeline_counters k
+  group by k.pipeline, k.status
+  union all
+  select '', 'callbacks', 'pending', count(*) from asyncflow.callbacks c where c.status = 'pending'
+$$;
+
 CREATE SEQUENCE asyncflow.callback_seq
     START WITH 1
     INCREMENT BY 1
@@ -2630,6 +2646,13 @@ CREATE TABLE asyncflow.idempotency_keys (
     shard integer NOT NULL,
     id bigint NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE asyncflow.pipeline_counters (
+    pipeline text NOT NULL,
+    status asyncflow.run_status NOT NULL,
+    slot smallint NOT NULL,
+    runs bigint DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE asyncflow.positions (
@@ -2748,6 +2771,9 @@ ALTER TABLE ONLY asyncflow.config
 
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (task_type, idempotency_key);
+
+ALTER TABLE ONLY asyncflow.pipeline_counters
+    ADD CONSTRAINT pipeline_counters_pkey PRIMARY KEY (pipeline, status, slot);
 
 ALTER TABLE ONLY asyncflow.pipelines
     ADD CONSTRAINT pipelines_pkey PRIMARY KEY (name, version);
@@ -2993,6 +3019,8 @@ REVOKE ALL ON FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node 
 REVOKE ALL ON FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_watch_type(p_task_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.workflow_figures() FROM PUBLIC;
 
 GRANT SELECT ON TABLE asyncflow.queue_depth TO asyncflow_client;
 

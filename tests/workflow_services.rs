@@ -314,4 +314,16 @@ async fn pipelines_and_runs_over_http() {
     assert_eq!((s, b["code"].clone()), (404, json!("unknown_run")));
     let (s, _) = call("GET", "/v1/runs/..%2F..".into(), None).await;
     assert_eq!(s, 404);
+
+    // monitoring: the retried run is running, the cancelled one counted as ended
+    let (status, _, bytes) = request(&app, "GET", "/metrics", None, None, None).await;
+    assert_eq!(status.as_u16(), 200);
+    let text = String::from_utf8(bytes).unwrap();
+    for line in [
+        "asyncflow_runs{pipeline=\"p\",status=\"running\"} 1",
+        "asyncflow_runs_ended_total{pipeline=\"p\",status=\"cancelled\"} 1",
+        "asyncflow_callbacks_pending 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+    }
 }

@@ -115,6 +115,9 @@ begin
   if not found then
     return;
   end if;
+  insert into asyncflow.pipeline_counters as k (pipeline, status, slot, runs)
+  values (v_run.pipeline, p_status, pg_backend_pid() % 16, 1)
+  on conflict (pipeline, status, slot) do update set runs = k.runs + 1;
   -- open events first (so that the tasks' own ends find them closed), then their work
   for v_open in
     with closed as (

@@ -549,6 +549,21 @@ begin
 end
 $$;
 
+-- workflow_figures: for monitoring. Open runs per pipeline and status (scheduled, running: read
+-- through the partial index of open runs), runs ended per pipeline and status (counters, kept
+-- past retention), and callbacks waiting for delivery (pipeline '').
+create function asyncflow.workflow_figures()
+returns table (pipeline text, kind text, status text, n bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select r.pipeline, 'open', r.status::text, count(*) from asyncflow.runs r
+  where r.status in ('scheduled', 'running') group by r.pipeline, r.status
+  union all
+  select k.pipeline, 'ended', k.status::text, sum(k.runs)::bigint from asyncflow.pipeline_counters k
+  group by k.pipeline, k.status
+  union all
+  select '', 'callbacks', 'pending', count(*) from asyncflow.callbacks c where c.status = 'pending'
+$$;
+
 revoke all on all tables in schema asyncflow from public;
 revoke all on all functions in schema asyncflow from public;
 grant execute on function

@@ -194,6 +194,16 @@ create table asyncflow.callbacks (
 create index callbacks_due on asyncflow.callbacks (next_attempt_at) where status = 'pending';
 create index callbacks_run on asyncflow.callbacks (run_id);
 
+-- Runs ended per pipeline and status, for monitoring (GET /metrics): monotonic, they survive
+-- retention dropping the run records. Sharded by slot (backend pid mod 16) like type_counters.
+create table asyncflow.pipeline_counters (
+  pipeline text not null,
+  status asyncflow.run_status not null,
+  slot smallint not null,
+  runs bigint not null default 0,
+  primary key (pipeline, status, slot)
+);
+
 -- The link from a task to the run record it works for: an event id, or for a segment
 -- event_id || '#' || n. Null for every task that is not a workflow's (no cost to them: the
 -- trigger below is filtered on it).

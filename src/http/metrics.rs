@@ -39,6 +39,10 @@
 //!   reports' schedule-log entries give them (claim to report), from `asyncflow.stage_times`.
 //!
 //! From this process (since it started):
+//! - `asyncflow_runs{pipeline, status}` (gauge): workflow runs scheduled or running.
+//! - `asyncflow_runs_ended_total{pipeline, status}` (counter): workflow runs ended, by outcome
+//!   (kept in counter rows, so retention does not lower them).
+//! - `asyncflow_callbacks_pending` (gauge): workflow callbacks waiting for delivery.
 //! - `asyncflow_http_requests_total{method, route, status}` (counter): requests answered, by
 //!   route template (`/v1/tasks/:id`; `unmatched` for unknown paths) and status.
 //! - `asyncflow_http_request_duration_seconds{method, route, status}` (histogram): time to the
@@ -240,11 +244,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             api::queue_depth(&c).await?,
             api::type_counters(&c).await?,
             api::stage_times(&c).await?,
+            api::workflow_figures(&c).await?,
         ))
     }
     .await;
     out.family("asyncflow_database_up", "gauge", "1 when the database answered this scrape, else 0.");
-    let (figures, depth, counters, stages) = match figures {
+    let (figures, depth, counters, stages, workflows) = match figures {
         Ok(f) => {
             out.sample("asyncflow_database_up", &[], 1);
             f
@@ -257,6 +262,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     };
     database_families(&mut out, &figures, &depth);
     activity_families(&mut out, &counters, &stages);
+    workflow_families(&mut out, &workflows);
     process_families(&mut out, &state.metrics);
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], out.text).into_response()
 }
@@ -352,6 +358,24 @@ fn activity_families(out: &mut Exposition, counters: &[api::TypeCounters], stage
         out.sample(&format!("{name}_sum"), &labels, s.seconds);
         out.sample(&format!("{name}_count"), &labels, s.calls);
     }
+}
+
+fn workflow_families(out: &mut Exposition, figures: &[(String, String, String, i64)]) {
+    let of = |kind: &'static str| figures.iter().filter(move |f| f.1 == kind);
+    out.family("asyncflow_runs", "gauge", "Workflow runs scheduled or running, per pipeline.");
+    for (pipeline, _, status, n) in of("open") {
+        out.sample("asyncflow_runs", &[("pipeline", pipeline), ("status", status)], n);
+    }
+    out.family(
+        "asyncflow_runs_ended_total",
+        "counter",
+        "Workflow runs ended, per pipeline and outcome (succeeded, failed, timed_out, cancelled).",
+    );
+    for (pipeline, _, status, n) in of("ended") {
+        out.sample("asyncflow_runs_ended_total", &[("pipeline", pipeline), ("status", status)], n);
+    }
+    out.family("asyncflow_callbacks_pending", "gauge", "Workflow callbacks waiting for delivery.");
+    out.sample("asyncflow_callbacks_pending", &[], of("callbacks").map(|f| f.3).sum::<i64>());
 }
 
 fn process_families(out: &mut Exposition, metrics: &Metrics) {

@@ -163,3 +163,10 @@ pub async fn drop_expired_runs<C: GenericClient>(c: &C, now: Option<DateTime<Utc
     let rows = query(c, "select d from asyncflow.drop_expired_runs($1) d", &[&now]).await?;
     rows.iter().map(|r| get(r, "d")).collect()
 }
+
+/// `asyncflow.workflow_figures`: (pipeline, kind, status, count) with kind `open` (scheduled and
+/// running runs), `ended` (runs ended, a counter) or `callbacks` (pending deliveries).
+pub async fn workflow_figures<C: GenericClient>(c: &C) -> Result<Vec<(String, String, String, i64)>> {
+    let rows = query(c, "select pipeline, kind, status, n from asyncflow.workflow_figures()", &[]).await?;
+    rows.iter().map(|r| Ok((get(r, "pipeline")?, get(r, "kind")?, get(r, "status")?, get(r, "n")?))).collect()
+}
