@@ -70,7 +70,7 @@ end
 $$;
 
 CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $_$
   -- each argument appears once (p_log is a column, cheap to repeat): otherwise the planner
   -- refuses to inline a call whose argument is an expression
@@ -1543,9 +1543,11 @@ begin
     on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
       failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
   ), durations as (
-    -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds))
+    -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds)):
+    -- width_bucket counts the bounds <= secs (a binary search, in C), less one when secs is a
+    -- bound itself (a bucket includes its upper bound, as Prometheus' "le")
     select c.task_type, c.entry ->> 'stage' as stage, d.secs,
-      (select count(*) from unnest(asyncflow.stage_time_bounds()) b where b < d.secs)::integer as k
+      width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
     from changed c cross join lateral (select (c.entry ->> 'cost_ms')::double precision / 1000 as secs) d
     where c.outcome not in ('heartbeat', 'release')
   ), per_bucket as (
