@@ -168,6 +168,20 @@ async fn scene(db: &TestDb) -> String {
     bad.to_string()
 }
 
+/// A workflow run waiting at its first task node (of its own type, so the type row above keeps
+/// its counts); its id.
+async fn run_scene(db: &TestDb) -> String {
+    let c = db.conn().await;
+    api::register_task_type(&c, &TypeName::new("dash_step").unwrap(), &TaskTypeUpdate::default()).await.unwrap();
+    let definition = json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "step", "type": "task", "function": "dash_step"}, {"name": "end", "type": "end"}],
+        "edges": [["start", "step"], ["step", "end"]]});
+    api::put_pipeline(&c, "dash", &definition, "active").await.unwrap();
+    let start =
+        asyncflow::workflow::StartRun { pipeline: "dash".into(), notify_key: Some("k-1".into()), ..Default::default() };
+    api::start_run(&c, &start, None).await.unwrap()
+}
+
 /// What the page and its assets answer without a token, and the JSON route with and without.
 async fn check_http(base: &str) {
     let client = reqwest::Client::new();
@@ -203,7 +217,7 @@ async fn check_http(base: &str) {
 }
 
 /// Runs tests/dashboard/browser.mjs; what it saw.
-async fn browse(base: &str, task_id: &str, chromium: &Path, dir: &Path) -> Value {
+async fn browse(base: &str, task_id: &str, run_id: &str, chromium: &Path, dir: &Path) -> Value {
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
     let child = tokio::process::Command::new("node")
         .arg(dir.join("browser.mjs"))
@@ -212,6 +226,7 @@ async fn browse(base: &str, task_id: &str, chromium: &Path, dir: &Path) -> Value
         .env("DASHBOARD_TOKEN", TOKEN)
         .env("DASHBOARD_TYPE", TYPE)
         .env("DASHBOARD_TASK_ID", task_id)
+        .env("DASHBOARD_RUN_ID", run_id)
         .env("CHROMIUM", chromium)
         .env("DASHBOARD_SCREENSHOTS", &shots)
         .stdin(Stdio::null())
@@ -236,11 +251,12 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
     let (chromium, dir) = tokio::task::spawn_blocking(|| (chromium(), playwright())).await.unwrap();
     let db = TestDb::new().await;
     let failed_id = scene(&db).await;
+    let run_id = run_scene(&db).await;
     let positions = api::positions_of(&db.conn().await, TYPE).await.unwrap().expect("positions row");
     let server = Server::start(&db).await;
     check_http(&server.base).await;
 
-    let seen = browse(&server.base, &failed_id, &chromium, &dir).await;
+    let seen = browse(&server.base, &failed_id, &run_id, &chromium, &dir).await;
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
 
     // The page loads without a token, then asks for one; with it the data shows.
@@ -315,6 +331,21 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
     );
     let after: Vec<String> = ["ready", "failed"].iter().map(|c| s(&seen["row_after_retry"][*c])).collect();
     assert_eq!(after, ["2", "0"], "{}", seen["row_after_retry"]);
+
+    // The workflow run: listed, then opened with its nodes; Cancel run ends it.
+    assert_eq!(seen["run_listed"], true, "{seen}");
+    assert_eq!((s(&seen["run_row"]["pipeline"]), s(&seen["run_row"]["status"])), ("dash v1".into(), "running".into()));
+    assert_eq!(s(&seen["run_title"]), format!("Run {run_id}"));
+    let nodes: Vec<(String, String)> =
+        seen["run_events"].as_array().expect("node rows").iter().map(|e| (s(&e["node"]), s(&e["status"]))).collect();
+    assert_eq!(
+        nodes,
+        [("start".into(), "succeeded".into()), ("step".into(), "pending".into()), ("end".into(), "waiting".into())],
+        "{seen}"
+    );
+    assert_eq!(seen["run_cancelled_shown"], true, "{seen}");
+    let run = api::get_run(&db.conn().await, &run_id).await.unwrap().unwrap();
+    assert_eq!(run["status"], "cancelled", "cancelled in the database");
 
     // Nothing went wrong in the page; the only console errors are the refused calls before the
     // token was saved.

@@ -5,6 +5,7 @@
 //
 // Environment: DASHBOARD_URL (the server's base URL), DASHBOARD_TOKEN, DASHBOARD_TYPE (the task
 // type whose row is read), DASHBOARD_TASK_ID (the failed task to search, show and retry),
+// DASHBOARD_RUN_ID (the workflow run to find in the runs list, open and cancel),
 // CHROMIUM (the browser binary), DASHBOARD_SCREENSHOTS (optional: a folder for screenshots).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -25,6 +26,7 @@ const base = need('DASHBOARD_URL');
 const token = need('DASHBOARD_TOKEN');
 const type = need('DASHBOARD_TYPE');
 const taskId = need('DASHBOARD_TASK_ID');
+const runId = need('DASHBOARD_RUN_ID');
 const executablePath = need('CHROMIUM');
 const shots = process.env.DASHBOARD_SCREENSHOTS || null;
 if (shots) mkdirSync(shots, { recursive: true });
@@ -138,6 +140,24 @@ try {
   out.row_after_retry = await cells(row);
   out.pwned = out.pwned || (await page.evaluate(() => window.__pwned === true));
   await shot('after-retry.png');
+
+  log(`opening run ${runId}`);
+  const runRow = page.locator(`#run-list tr[data-run="${runId}"]`);
+  out.run_listed = await waitFor((id) => !!document.querySelector(`#run-list tr[data-run="${id}"]`), runId);
+  if (out.run_listed) {
+    out.run_row = await cells(runRow);
+    await runRow.locator('a').click();
+    await waitFor(() => document.querySelectorAll('#events tbody tr').length > 0);
+    out.run_title = await text('#run-title');
+    out.run_events = await page.$$eval('#events tbody tr', (rows) =>
+      rows.map((tr) => Object.fromEntries([...tr.querySelectorAll('td[data-col]')].map((td) => [td.dataset.col, td.textContent.trim()]))));
+    await shot('run.png');
+    log('pressing Cancel run');
+    page.once('dialog', (d) => d.accept());
+    await page.click('#run-cancel');
+    out.run_cancelled_shown = await waitFor(
+      () => document.querySelector('#run-fields [data-field="status"]')?.textContent === 'cancelled');
+  }
 
   process.stdout.write(`${JSON.stringify(out)}\n`);
 } finally {

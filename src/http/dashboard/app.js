@@ -9,7 +9,9 @@
   const INTERVAL_KEY = 'asyncflow.interval';
   // Throughput is averaged over the polls of about the last minute.
   const WINDOW_MS = 60_000;
-  const STATUSES = ['pending', 'running', 'succeeded', 'failed', 'cancelled'];
+  // task statuses, then those of workflow runs, their nodes and callbacks
+  const STATUSES = ['pending', 'running', 'succeeded', 'failed', 'cancelled',
+    'scheduled', 'timed_out', 'waiting', 'external', 'skipped', 'delivered'];
 
   const $ = (selector) => document.querySelector(selector);
 
@@ -20,6 +22,8 @@
     samples: new Map(),
     // the task shown in the detail view
     taskId: null,
+    // the workflow run shown in the run view
+    runId: null,
     // the list view: {type, status, next}
     list: null,
     // where the message on screen came from ('poll' or 'action'), so a good poll clears only its own
@@ -341,6 +345,95 @@
     });
   }
 
+  // ---- workflow runs: the newest, and one with its nodes --------------------------------------
+
+  function runLink(id) {
+    return el('a', { href: `#run=${encodeURIComponent(id)}` }, id);
+  }
+
+  async function refreshRuns() {
+    const page = await api('GET', '/v1/runs?limit=20');
+    const rows = (page && Array.isArray(page.runs) ? page.runs : []).map((r) => el('tr', { 'data-run': r.run_id },
+      el('td', { 'data-col': 'run' }, runLink(r.run_id)),
+      el('td', { 'data-col': 'pipeline' }, `${r.pipeline} v${r.version}`),
+      el('td', { 'data-col': 'status' }, statusBadge(r.status)),
+      el('td', { 'data-col': 'started', title: r.started_at || '' }, r.started_at ? fmtTime(r.started_at) : '—'),
+      el('td', { class: 'num', 'data-col': 'cost' }, r.total_cost_ms ?? ''),
+      el('td', { 'data-col': 'error', class: 'error-text' }, r.error || ''),
+    ));
+    $('#run-list tbody').replaceChildren(...rows);
+    $('#no-runs').hidden = rows.length > 0;
+  }
+
+  function renderRun(run) {
+    $('#run-title').textContent = `Run ${run.run_id}`;
+    const dl = el('dl', { id: 'run-fields' });
+    const put = (label, key, value) =>
+      dl.append(el('dt', {}, label), el('dd', { 'data-field': key }, value === undefined || value === null ? '—' : value));
+    put('Pipeline', 'pipeline', `${run.pipeline} v${run.version}`);
+    put('Status', 'status', statusBadge(run.status));
+    put('Attempt', 'attempt', run.attempt);
+    put('Notify key', 'notify_key', run.notify_key);
+    put('Started', 'started_at', run.started_at ? fmtTime(run.started_at) : null);
+    put('Finished', 'finished_at', run.finished_at ? fmtTime(run.finished_at) : null);
+    put('Deadline', 'deadline', run.deadline ? fmtTime(run.deadline) : null);
+    put('Error', 'error', run.error ? el('span', { class: 'error-text' }, run.error) : null);
+    $('#run-fields').replaceWith(dl);
+    const events = Array.isArray(run.events) ? run.events : [];
+    $('#events tbody').replaceChildren(...events.map((e) => el('tr', { 'data-node': e.node },
+      el('td', { 'data-col': 'node' }, e.node),
+      el('td', { 'data-col': 'type' }, e.type),
+      el('td', { 'data-col': 'status' }, statusBadge(e.status)),
+      el('td', { class: 'num', 'data-col': 'exec_cnt' }, e.exec_cnt),
+      el('td', { class: 'num', 'data-col': 'segments' }, Array.isArray(e.segments) ? e.segments.length : ''),
+      el('td', { 'data-col': 'task' }, e.task_id ? taskLink(e.task_id) : ''),
+      el('td', { class: 'num', 'data-col': 'cost' }, e.total_cost_ms ?? ''),
+      el('td', { 'data-col': 'error', class: 'error-text' }, e.error || ''),
+    )));
+    const callbacks = Array.isArray(run.callbacks) ? run.callbacks : [];
+    $('#callbacks tbody').replaceChildren(...callbacks.map((c) => el('tr', {},
+      el('td', { 'data-col': 'kind' }, c.kind),
+      el('td', { 'data-col': 'status' }, statusBadge(c.status)),
+      el('td', { class: 'num', 'data-col': 'attempts' }, c.attempts),
+      el('td', { 'data-col': 'url' }, c.url),
+      el('td', { 'data-col': 'error', class: 'error-text' }, c.last_error || ''),
+    )));
+    $('#run-cancel').disabled = !(run.status === 'scheduled' || run.status === 'running');
+    $('#run').hidden = false;
+  }
+
+  async function showRun(id) {
+    state.runId = id;
+    let found;
+    try {
+      found = await api('GET', `/v1/runs/${encodeURIComponent(id)}`);
+    } catch (e) {
+      if (e.status === 404) {
+        if (state.runId === id) {
+          state.runId = null;
+          $('#run').hidden = true;
+        }
+        showMessage(`No run with id "${id}".`, 'error', 'action');
+        return;
+      }
+      throw e;
+    }
+    if (state.runId === id) renderRun(found);
+  }
+
+  async function cancelRun() {
+    const id = state.runId;
+    if (!id || !window.confirm(`Cancel run ${id}?`)) return;
+    $('#run-cancel').disabled = true;
+    await run(async () => {
+      const answer = await api('POST', `/v1/runs/${encodeURIComponent(id)}/cancel`);
+      showMessage(answer.cancelled ? `Run ${id} is cancelled.` : `Run ${id} was not cancelled: it had ended.`,
+        answer.cancelled ? 'info' : 'error', 'action');
+      await showRun(id);
+      await refreshRuns();
+    });
+  }
+
   // ---- routing, polling, wiring --------------------------------------------------------------
 
   /** Runs a user action, showing its error instead of throwing. */
@@ -353,6 +446,21 @@
   }
 
   function route() {
+    const runMatch = /^#run=(.+)$/.exec(window.location.hash);
+    if (runMatch) {
+      state.taskId = null;
+      $('#detail').hidden = true;
+      let id;
+      try {
+        id = decodeURIComponent(runMatch[1]);
+      } catch {
+        id = runMatch[1];
+      }
+      run(() => showRun(id));
+      return;
+    }
+    state.runId = null;
+    $('#run').hidden = true;
     const match = /^#task=(.+)$/.exec(window.location.hash);
     if (!match) {
       state.taskId = null;
@@ -381,7 +489,9 @@
     state.polling = true;
     try {
       await refreshOverview();
+      await refreshRuns();
       if (state.taskId) await showTask(state.taskId);
+      if (state.runId) await showRun(state.runId);
       clearMessage('poll');
     } catch (e) {
       showMessage(e.message || String(e), 'error', 'poll');
@@ -438,6 +548,10 @@
       $('#list').hidden = true;
     });
     $('#list-more').addEventListener('click', () => run(() => loadList(true)));
+    $('#run-cancel').addEventListener('click', cancelRun);
+    $('#run-close').addEventListener('click', () => {
+      window.location.hash = '';
+    });
     window.addEventListener('hashchange', route);
     document.addEventListener('visibilitychange', () => (document.hidden ? schedule() : tick()));
     tokenSaved();
