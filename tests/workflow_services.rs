@@ -327,3 +327,73 @@ async fn pipelines_and_runs_over_http() {
         assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
     }
 }
+
+#[tokio::test]
+async fn a_failed_node_is_retried_and_an_async_node_completed_over_http_and_the_cli() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_retry_num": 0})).await;
+    pipeline(
+        &c,
+        "two",
+        json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "a", "type": "task", "function": "wf"}, {"name": "approve", "type": "task", "async": true},
+        {"name": "end", "type": "end"}], "edges": [["start", "a"], ["a", "approve"], ["approve", "end"]]}),
+    )
+    .await;
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&[], 64 * 1024));
+    let post = |uri: String, body: Option<Value>| {
+        let app = app.clone();
+        async move {
+            let (status, _, bytes) =
+                request(&app, "POST", &uri, body.map(|b| b.to_string()), Some("application/json"), None).await;
+            (status.as_u16(), serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let cli = |args: Vec<String>| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+            .args(&args)
+            .env("DATABASE_URL", &db.url)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+
+    // over HTTP: the node fails, is retried, then the async node is completed
+    let id = start(&c, "two", json!({}), None, None).await;
+    let a = claim(&c, "wf", None).await;
+    report(&c, vec![(&a[0], json!({"outcome": "fail", "error": "no disk", "retry": false}))], None).await;
+    assert_eq!(run(&c, &id).await["status"], "failed");
+    let (s, b) = post(format!("/v1/runs/{id}/nodes/a/retry"), None).await;
+    assert_eq!((s, b["retried"].clone()), (200, json!(true)), "{b}");
+    let a = claim(&c, "wf", None).await;
+    report(&c, vec![(&a[0], ok(json!("A")))], None).await;
+    let (s, b) = post(format!("/v1/runs/{id}/nodes/approve/complete"), Some(json!({"result": {"by": "alice"}}))).await;
+    assert_eq!((s, b["status"].clone()), (200, json!("succeeded")), "{b}");
+    assert_eq!(b["result"], json!({"approve": {"by": "alice"}}));
+
+    // with the CLI: the same, and an external failure
+    let id = start(&c, "two", json!({}), None, None).await;
+    let a = claim(&c, "wf", None).await;
+    report(&c, vec![(&a[0], json!({"outcome": "fail", "error": "no disk", "retry": false}))], None).await;
+    let (okay, out, err) = cli(vec!["run".into(), "retry-node".into(), id.clone(), "a".into()]);
+    assert!(okay && out.contains("\"retried\": true"), "{out}{err}");
+    let a = claim(&c, "wf", None).await;
+    report(&c, vec![(&a[0], ok(json!("A")))], None).await;
+    let (okay, out, err) = cli(vec![
+        "run".into(),
+        "complete-node".into(),
+        id.clone(),
+        "approve".into(),
+        "--error".into(),
+        "rejected".into(),
+    ]);
+    assert!(okay && out.contains("\"status\": \"failed\""), "{out}{err}");
+    assert_eq!(run(&c, &id).await["error"], "node approve failed: rejected");
+    let (okay, _, err) = cli(vec!["run".into(), "retry-node".into(), id.clone(), "nope".into()]);
+    assert!(!okay && err.contains("has no node"), "{err}");
+}
