@@ -104,10 +104,17 @@ impl CallbackSender {
         }
         match request.body(body).send().await {
             Ok(response) if response.status().is_success() => (Some(response.status().as_u16() as i32), None),
-            Ok(response) => {
+            Ok(mut response) => {
                 let status = response.status();
-                let text = response.text().await.unwrap_or_default();
-                let text: String = text.chars().take(200).collect();
+                // the start of the answer only: an endpoint may answer anything, of any size
+                let mut head = Vec::new();
+                while head.len() < 1024 {
+                    match response.chunk().await {
+                        Ok(Some(chunk)) => head.extend_from_slice(&chunk),
+                        _ => break,
+                    }
+                }
+                let text: String = String::from_utf8_lossy(&head).chars().take(200).collect();
                 (Some(status.as_u16() as i32), Some(format!("HTTP {status}: {text}")))
             }
             Err(e) => (None, Some(with_causes(&e))),
