@@ -179,8 +179,8 @@ begin
     if v_seg.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
       update asyncflow.run_segments set task_id = null where day = v_seg.day and segment_id = v_seg.segment_id;
       perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
-      perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, array[v_seg.n], array[v_seg.item],
-        v_event.segment_cnt, v_now);
+      perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, asyncflow.wf_inputs(v_run, v_def), array[v_seg.n],
+        array[v_seg.item], v_event.segment_cnt, v_now);
       action := 'segment restarted';
       detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_seg.exec_cnt + 1);
     else
@@ -2051,7 +2051,7 @@ begin
       elsif jsonb_array_length(v_items) = 0 then
         perform asyncflow.wf_complete_event(v_event_id, '[]'::jsonb, p_now);
       else
-        perform asyncflow.wf_start_segments(p_run, p_node, v_def,
+        perform asyncflow.wf_start_segments(p_run, p_node, v_def, v_inputs,
           array(select generate_series(0, jsonb_array_length(v_items) - 1)),
           array(select e from jsonb_array_elements(v_items) e), jsonb_array_length(v_items), p_now);
       end if;
@@ -2178,16 +2178,12 @@ CREATE FUNCTION asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_n
     LANGUAGE plpgsql
     AS $$
 declare
-  v_event asyncflow.run_events;
+  v_event asyncflow.run_events := asyncflow.wf_end_event(p_event_id, 'succeeded', p_result, null, p_now);
   v_run asyncflow.runs;
   v_plan jsonb;
   v_edge jsonb;
 begin
-  update asyncflow.run_events set status = 'succeeded', result = p_result, error = null, finished_at = p_now,
-    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
-  where day = asyncflow.run_day(p_event_id) and event_id = p_event_id and status in ('pending', 'running', 'external')
-  returning * into v_event;
-  if not found then
+  if v_event.event_id is null then
     return;
   end if;
   v_run := asyncflow.wf_get_run(v_event.run_id);
@@ -2235,6 +2231,51 @@ CREATE FUNCTION asyncflow.wf_data(p_run asyncflow.runs) RETURNS jsonb
     where e.day = p_run.day and e.run_id = p_run.run_id and e.status = 'succeeded'), '{}'::jsonb))
 $$;
 
+CREATE TABLE asyncflow.run_events (
+    day date NOT NULL,
+    event_id text NOT NULL,
+    run_id text NOT NULL,
+    node text NOT NULL,
+    node_type text NOT NULL,
+    status text DEFAULT 'waiting'::text NOT NULL,
+    cancelled_from text,
+    in_degree integer NOT NULL,
+    latch_cnt integer DEFAULT 0 NOT NULL,
+    live_cnt integer DEFAULT 0 NOT NULL,
+    exec_cnt integer DEFAULT 0 NOT NULL,
+    segment_cnt integer DEFAULT 0 NOT NULL,
+    segments_done integer DEFAULT 0 NOT NULL,
+    task_id text,
+    child_run text,
+    result jsonb,
+    error text,
+    deadline timestamp with time zone,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    total_cost_ms bigint,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT run_events_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'external'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text])))
+)
+PARTITION BY RANGE (day);
+
+CREATE FUNCTION asyncflow.wf_end_event(p_event_id text, p_status text, p_result jsonb, p_error text, p_now timestamp with time zone) RETURNS asyncflow.run_events
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_event asyncflow.run_events;
+begin
+  -- a failed event keeps what it had (an async node's function result, say)
+  update asyncflow.run_events set status = p_status,
+    result = case when p_status = 'failed' then result else p_result end, error = left(p_error, 2000),
+    finished_at = p_now,
+    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
+  where day = asyncflow.run_day(p_event_id) and event_id = p_event_id and status in ('pending', 'running', 'external')
+  returning * into v_event;
+  return v_event;
+end
+$$;
+
 CREATE FUNCTION asyncflow.wf_enqueue_callback(p_run asyncflow.runs, p_kind text, p_event_id text, p_url text, p_payload jsonb, p_now timestamp with time zone) RETURNS text
     LANGUAGE plpgsql
     AS $$
@@ -2254,13 +2295,9 @@ CREATE FUNCTION asyncflow.wf_fail_event(p_event_id text, p_error text, p_now tim
     LANGUAGE plpgsql
     AS $$
 declare
-  v_event asyncflow.run_events;
+  v_event asyncflow.run_events := asyncflow.wf_end_event(p_event_id, 'failed', null, p_error, p_now);
 begin
-  update asyncflow.run_events set status = 'failed', error = left(p_error, 2000), finished_at = p_now,
-    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
-  where day = asyncflow.run_day(p_event_id) and event_id = p_event_id and status in ('pending', 'running', 'external')
-  returning * into v_event;
-  if not found then
+  if v_event.event_id is null then
     return;
   end if;
   perform asyncflow.wf_close_event_work(v_event.day, v_event.event_id, v_event.task_id, v_event.child_run,
@@ -2399,34 +2436,6 @@ CREATE FUNCTION asyncflow.wf_plan(p_run asyncflow.runs) RETURNS jsonb
   select plan from asyncflow.pipelines where name = p_run.pipeline and version = p_run.version
 $$;
 
-CREATE TABLE asyncflow.run_events (
-    day date NOT NULL,
-    event_id text NOT NULL,
-    run_id text NOT NULL,
-    node text NOT NULL,
-    node_type text NOT NULL,
-    status text DEFAULT 'waiting'::text NOT NULL,
-    cancelled_from text,
-    in_degree integer NOT NULL,
-    latch_cnt integer DEFAULT 0 NOT NULL,
-    live_cnt integer DEFAULT 0 NOT NULL,
-    exec_cnt integer DEFAULT 0 NOT NULL,
-    segment_cnt integer DEFAULT 0 NOT NULL,
-    segments_done integer DEFAULT 0 NOT NULL,
-    task_id text,
-    child_run text,
-    result jsonb,
-    error text,
-    deadline timestamp with time zone,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    total_cost_ms bigint,
-    created_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL,
-    CONSTRAINT run_events_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'pending'::text, 'running'::text, 'external'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text])))
-)
-PARTITION BY RANGE (day);
-
 CREATE FUNCTION asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow.run_events, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -2446,7 +2455,8 @@ begin
       perform asyncflow.wf_complete_event(p_event.event_id, (select jsonb_agg(coalesce(s.result, 'null'::jsonb) order by s.n)
         from asyncflow.run_segments s where s.day = p_event.day and s.event_id = p_event.event_id), p_now);
     else
-      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, v_ns, v_items, p_event.segment_cnt, p_now);
+      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, asyncflow.wf_inputs(p_run, v_def), v_ns, v_items,
+        p_event.segment_cnt, p_now);
     end if;
   else
     perform asyncflow.wf_activate(p_run, p_event.node, p_now);
@@ -2476,12 +2486,12 @@ begin
 end
 $$;
 
-CREATE FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) RETURNS void
+CREATE FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
     AS $$
 declare
   v_event_id text := p_run.run_id || '_' || p_node;
-  v_ctx jsonb := asyncflow.wf_node_context(p_run, p_node, asyncflow.wf_inputs(p_run, p_def));
+  v_ctx jsonb := asyncflow.wf_node_context(p_run, p_node, p_inputs);
   v_ids text[];
 begin
   v_ids := asyncflow.wf_create_tasks(p_def,
@@ -2994,6 +3004,8 @@ REVOKE ALL ON FUNCTION asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb,
 
 REVOKE ALL ON FUNCTION asyncflow.wf_data(p_run asyncflow.runs) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.wf_end_event(p_event_id text, p_status text, p_result jsonb, p_error text, p_now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.wf_enqueue_callback(p_run asyncflow.runs, p_kind text, p_event_id text, p_url text, p_payload jsonb, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_fail_event(p_event_id text, p_error text, p_now timestamp with time zone) FROM PUBLIC;
@@ -3016,7 +3028,7 @@ REVOKE ALL ON FUNCTION asyncflow.wf_run_error(p_code text, p_message text) FROM 
 
 REVOKE ALL ON FUNCTION asyncflow.wf_run_for_update(p_run_id text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) FROM PUBLIC;
 

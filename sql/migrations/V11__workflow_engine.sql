@@ -164,17 +164,32 @@ begin
 end
 $$;
 
--- An event failed: the run fails with it.
-create function asyncflow.wf_fail_event(p_event_id text, p_error text, p_now timestamptz) returns void
+-- Ends an open event (pending, running or external) as succeeded or failed; the event as it is
+-- now, or a row of nulls when it was not open (already ended, or its run ended first).
+create function asyncflow.wf_end_event(p_event_id text, p_status text, p_result jsonb, p_error text,
+  p_now timestamptz) returns asyncflow.run_events
 language plpgsql as $$
 declare
   v_event asyncflow.run_events;
 begin
-  update asyncflow.run_events set status = 'failed', error = left(p_error, 2000), finished_at = p_now,
+  -- a failed event keeps what it had (an async node's function result, say)
+  update asyncflow.run_events set status = p_status,
+    result = case when p_status = 'failed' then result else p_result end, error = left(p_error, 2000),
+    finished_at = p_now,
     total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
   where day = asyncflow.run_day(p_event_id) and event_id = p_event_id and status in ('pending', 'running', 'external')
   returning * into v_event;
-  if not found then
+  return v_event;
+end
+$$;
+
+-- An event failed: the run fails with it.
+create function asyncflow.wf_fail_event(p_event_id text, p_error text, p_now timestamptz) returns void
+language plpgsql as $$
+declare
+  v_event asyncflow.run_events := asyncflow.wf_end_event(p_event_id, 'failed', null, p_error, p_now);
+begin
+  if v_event.event_id is null then
     return;
   end if;
   perform asyncflow.wf_close_event_work(v_event.day, v_event.event_id, v_event.task_id, v_event.child_run,
@@ -188,16 +203,12 @@ $$;
 create function asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_now timestamptz) returns void
 language plpgsql as $$
 declare
-  v_event asyncflow.run_events;
+  v_event asyncflow.run_events := asyncflow.wf_end_event(p_event_id, 'succeeded', p_result, null, p_now);
   v_run asyncflow.runs;
   v_plan jsonb;
   v_edge jsonb;
 begin
-  update asyncflow.run_events set status = 'succeeded', result = p_result, error = null, finished_at = p_now,
-    total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
-  where day = asyncflow.run_day(p_event_id) and event_id = p_event_id and status in ('pending', 'running', 'external')
-  returning * into v_event;
-  if not found then
+  if v_event.event_id is null then
     return;
   end if;
   v_run := asyncflow.wf_get_run(v_event.run_id);
@@ -339,7 +350,7 @@ begin
       elsif jsonb_array_length(v_items) = 0 then
         perform asyncflow.wf_complete_event(v_event_id, '[]'::jsonb, p_now);
       else
-        perform asyncflow.wf_start_segments(p_run, p_node, v_def,
+        perform asyncflow.wf_start_segments(p_run, p_node, v_def, v_inputs,
           array(select generate_series(0, jsonb_array_length(v_items) - 1)),
           array(select e from jsonb_array_elements(v_items) e), jsonb_array_length(v_items), p_now);
       end if;
@@ -372,13 +383,14 @@ begin
 end
 $$;
 
--- Starts (again) segments of a dynamic node: the items p_items (numbered p_ns) out of p_count.
-create function asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_ns integer[],
-  p_items jsonb[], p_count integer, p_now timestamptz) returns void
+-- Starts (again) segments of a dynamic node: the items p_items (numbered p_ns) out of p_count,
+-- each given the node's inputs (p_inputs, the predecessors' results).
+create function asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb,
+  p_ns integer[], p_items jsonb[], p_count integer, p_now timestamptz) returns void
 language plpgsql as $$
 declare
   v_event_id text := p_run.run_id || '_' || p_node;
-  v_ctx jsonb := asyncflow.wf_node_context(p_run, p_node, asyncflow.wf_inputs(p_run, p_def));
+  v_ctx jsonb := asyncflow.wf_node_context(p_run, p_node, p_inputs);
   v_ids text[];
 begin
   v_ids := asyncflow.wf_create_tasks(p_def,

@@ -251,7 +251,8 @@ begin
       perform asyncflow.wf_complete_event(p_event.event_id, (select jsonb_agg(coalesce(s.result, 'null'::jsonb) order by s.n)
         from asyncflow.run_segments s where s.day = p_event.day and s.event_id = p_event.event_id), p_now);
     else
-      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, v_ns, v_items, p_event.segment_cnt, p_now);
+      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, asyncflow.wf_inputs(p_run, v_def), v_ns, v_items,
+        p_event.segment_cnt, p_now);
     end if;
   else
     perform asyncflow.wf_activate(p_run, p_event.node, p_now);
@@ -406,8 +407,8 @@ begin
     if v_seg.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
       update asyncflow.run_segments set task_id = null where day = v_seg.day and segment_id = v_seg.segment_id;
       perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
-      perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, array[v_seg.n], array[v_seg.item],
-        v_event.segment_cnt, v_now);
+      perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, asyncflow.wf_inputs(v_run, v_def), array[v_seg.n],
+        array[v_seg.item], v_event.segment_cnt, v_now);
       action := 'segment restarted';
       detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_seg.exec_cnt + 1);
     else
