@@ -67,13 +67,23 @@ pub(super) async fn enqueue_rate(pool: &DbPool, connections: usize, duration: Du
     .await
 }
 
-/// `create_tasks` with 1,000 tasks per call, `tasks` in all.
-pub(super) async fn bulk_rate(pool: &DbPool, tasks: usize) -> Result<f64> {
+/// `create_tasks` with 1,000 tasks per call, `tasks` in all, from `connections` connections at
+/// once (bulk loaders run side by side; one call keeps one database core busy).
+pub(super) async fn bulk_rate(pool: &DbPool, tasks: usize, connections: usize) -> Result<f64> {
     register(pool, "bench_bulk", None).await?;
     // like the burn-downs: not paying for a checkpoint of the single-task phase's WAL
     api::bench_checkpoint(&pool.get().await?).await?;
+    let connections = connections.clamp(1, tasks.max(1));
     let start = Instant::now();
-    queue(pool, "bench_bulk", tasks, None).await?;
+    let mut loaders = Vec::with_capacity(connections);
+    for k in 0..connections {
+        let share = tasks / connections + usize::from(k < tasks % connections);
+        let pool = pool.clone();
+        loaders.push(tokio::spawn(async move { fill(&pool, "bench_bulk", share).await }));
+    }
+    for loader in loaders {
+        loader.await.map_err(|e| Error::Config(format!("bench task: {e}")))??;
+    }
     Ok(tasks as f64 / start.elapsed().as_secs_f64())
 }
 
@@ -90,6 +100,11 @@ fn settings(interval: Option<f64>) -> TaskTypeUpdate {
 /// Queues `tasks` empty tasks of `name`, 1,000 per call.
 pub(super) async fn queue(pool: &DbPool, name: &str, tasks: usize, interval: Option<f64>) -> Result<()> {
     register(pool, name, interval).await?;
+    fill(pool, name, tasks).await
+}
+
+/// Inserts `tasks` empty tasks of the registered type `name` on one connection, 1,000 per call.
+async fn fill(pool: &DbPool, name: &str, tasks: usize) -> Result<()> {
     let c = pool.get().await?;
     let batch = vec![NewTask::default(); 1000];
     let mut made = 0;

@@ -9,6 +9,7 @@
 //! ```text
 //!   update, insert   baselines: 8 connections, a one-row UPDATE / INSERT in autocommit
 //!   enqueue, bulk    create_task one per transaction (8 connections); create_tasks 1,000 per call
+//!                    from 2 connections at once
 //!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function)
 //!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
 //!   aging            the burn-down again beside 10 M finished tasks in the same shard
@@ -44,6 +45,9 @@ pub struct BenchArgs {
     /// Connections for the baselines and the single-task enqueue.
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
+    /// Connections loading at once in the bulk phase (create_tasks, 1,000 per call).
+    #[arg(long, default_value_t = 2)]
+    pub bulk_connections: usize,
     /// Worker concurrency for the burn-downs (no-op calls: slots only bound tasks in flight).
     #[arg(long, default_value_t = 2000)]
     pub concurrency: usize,
@@ -152,8 +156,12 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
     if !(args.seconds > 0.0 && args.seconds <= 3600.0) {
         return Err(Error::Config("--seconds must be between 0 and 3600".into()));
     }
-    if args.tasks == 0 || args.connections == 0 || args.concurrency == 0 || args.concurrency > 10_000 {
-        return Err(Error::Config("--tasks, --connections must be positive, --concurrency 1..=10000".into()));
+    if args.tasks == 0 || args.connections == 0 || args.concurrency == 0 || args.concurrency > 10_000
+        || args.bulk_connections == 0 || args.bulk_connections > 64
+    {
+        return Err(Error::Config(
+            "--tasks, --connections must be positive, --concurrency 1..=10000, --bulk-connections 1..=64".into(),
+        ));
     }
     if !(args.wake_rate > 0.0 && args.wake_rate <= 1000.0) || args.aged_rows < 0 || args.drop_rows < 1000 {
         return Err(Error::Config("--wake-rate must be in (0, 1000], --aged-rows >= 0, --drop-rows >= 1000".into()));
@@ -229,9 +237,10 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     }
     if wants(args, "bulk") {
         progress.phase("enqueue: create_tasks bulk");
-        let rate = load::bulk_rate(pool, args.tasks).await?;
+        let rate = load::bulk_rate(pool, args.tasks, args.bulk_connections).await?;
+        let name = format!("enqueue: create_tasks, 1,000 per call, {} conn", args.bulk_connections);
         figures.push(
-            Figure::new("bulk", "enqueue: create_tasks, 1,000 per call", rate, "tasks/s")
+            Figure::new("bulk", &name, rate, "tasks/s")
                 .ratio(update, "UPDATE")
                 .bar(">= 100,000 tasks/s", Some(rate >= 100_000.0)),
         );

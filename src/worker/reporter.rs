@@ -11,7 +11,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::Backend;
@@ -22,6 +23,14 @@ use crate::task::{Report, ReportResult, TaskStatus};
 
 /// Most reports in one statement.
 const BATCH_MAX: usize = 1000;
+
+/// Report statements in flight at once. One statement runs on one database core; with two, a
+/// busy worker keeps a second core writing while the first batch commits, and the claims run
+/// beside them. Batches in flight together lock their tasks in (type, shard, id) order, so they
+/// never deadlock on tasks; the only report of a task that can race another is a heartbeat
+/// beside the call's final reply, and a heartbeat refused because the reply won changes nothing
+/// (the call has ended).
+const WRITERS: usize = 2;
 
 type Pending = (Report, oneshot::Sender<ReportResult>);
 
@@ -78,13 +87,18 @@ async fn run(
     stop: CancellationToken,
     own_wakes: Option<OwnWakes>,
 ) {
+    // A writer is taken before the batch is gathered: while every writer is busy, replies pile
+    // up in the channel and the next batch takes them all.
+    let writers = Arc::new(Semaphore::new(WRITERS));
+    let mut in_flight = JoinSet::new();
     loop {
+        let Ok(permit) = writers.clone().acquire_owned().await else { break };
         let first = tokio::select! {
             biased;
             item = rx.recv() => item,
             _ = stop.cancelled() => rx.try_recv().ok(),
         };
-        let Some(first) = first else { return };
+        let Some(first) = first else { break };
         let mut batch = vec![first];
         while batch.len() < BATCH_MAX {
             match rx.try_recv() {
@@ -92,8 +106,14 @@ async fn run(
                 Err(_) => break,
             }
         }
-        write(&backend, &worker, batch, &stop, own_wakes.as_ref()).await;
+        let (backend, worker, stop, own_wakes) = (backend.clone(), worker.clone(), stop.clone(), own_wakes.clone());
+        in_flight.spawn(async move {
+            write(&backend, &worker, batch, &stop, own_wakes.as_ref()).await;
+            drop(permit);
+        });
+        while in_flight.try_join_next().is_some() {}
     }
+    while in_flight.join_next().await.is_some() {}
 }
 
 /// How one chunk of reports ended.
