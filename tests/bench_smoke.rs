@@ -38,7 +38,18 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     let written: Value = serde_json::from_str(&std::fs::read_to_string(out.0.join("results.json")).unwrap()).unwrap();
     assert_eq!(printed, written);
     let keys: Vec<&str> = written["figures"].as_array().unwrap().iter().filter_map(|f| f["key"].as_str()).collect();
-    for key in ["update", "insert", "enqueue", "bulk", "burndown", "burndown3", "commit_p50", "wake_p50", "wake_p99"] {
+    for key in [
+        "update",
+        "insert",
+        "enqueue",
+        "bulk",
+        "burndown",
+        "burndown3",
+        "commit_p50",
+        "paced_insert_p50",
+        "wake_p50",
+        "wake_p99",
+    ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for key in ["aging", "drop", "drop_dead"] {

@@ -1,5 +1,5 @@
 //! Aging: a queue that has run for a long time keeps millions of finished tasks until retention
-//! drops their shard. These phases fill a shard with finished tasks by a set-based insert (what
+//! drops their shard. These phases fill shards with finished tasks by set-based inserts (what
 //! years of traffic would leave, minus the wait), and time retention dropping one.
 
 use std::time::Instant;
@@ -18,6 +18,29 @@ const FILL_BATCH: i64 = 1_000_000;
 /// Adds `rows` finished tasks to the newest shard of `task_type` (ids continue its sequence),
 /// then analyzes the shard so the planner sees it as it is.
 pub(super) async fn fill_finished(pool: &DbPool, task_type: &str, rows: i64, progress: &mut Progress) -> Result<()> {
+    fill(pool, task_type, rows, false, progress).await?;
+    api::bench_analyze(&pool.get().await?, task_type).await
+}
+
+/// Adds `rows` finished tasks to `task_type` where a long-running queue of the type keeps them:
+/// in shards of the type's `shard_max_rows` (5 M by default), rolled by `roll_shard` as each one
+/// fills, with begin_pos moved past them, so the tasks queued afterwards go to a fresh live shard
+/// beside closed ones full of finished tasks. A closed shard no longer changes, and autovacuum
+/// would have visited it long ago: it is vacuumed and analyzed once here, rather than in the
+/// middle of the timed burn-down.
+pub(super) async fn fill_finished_rolling(
+    pool: &DbPool,
+    task_type: &str,
+    rows: i64,
+    progress: &mut Progress,
+) -> Result<()> {
+    fill(pool, task_type, rows, true, progress).await?;
+    let c = pool.get().await?;
+    api::advance_begin_pos(&c, task_type, None).await?;
+    api::bench_vacuum_analyze(&c, task_type).await
+}
+
+async fn fill(pool: &DbPool, task_type: &str, rows: i64, roll: bool, progress: &mut Progress) -> Result<()> {
     let c = pool.get().await?;
     let finished_at = Utc::now() - ChronoDuration::days(1);
     let mut done = 0;
@@ -25,9 +48,12 @@ pub(super) async fn fill_finished(pool: &DbPool, task_type: &str, rows: i64, pro
         let n = FILL_BATCH.min(rows - done);
         api::bench_fill_finished(&c, task_type, n, finished_at).await?;
         done += n;
+        if roll {
+            api::roll_shard(&c, task_type, None).await?;
+        }
         progress.detail(&format!("{:.1} of {:.1} M rows", done as f64 / 1e6, rows as f64 / 1e6));
     }
-    api::bench_analyze(&c, task_type).await
+    Ok(())
 }
 
 /// Drops the benchmark type's shards' rows (the aged table would otherwise slow later phases).

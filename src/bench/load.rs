@@ -184,6 +184,25 @@ pub(super) async fn commit_latency(pool: &DbPool) -> Result<f64> {
     Ok(percentile(&samples, 0.5))
 }
 
+/// Median time of a one-row INSERT in autocommit (ms), one every 1/`rate` s on one connection
+/// for `duration`: the commit floor at the wake phase's pace. Between calls the server and its
+/// disk go idle, and a commit from idle is slower than one in a busy stream.
+pub(super) async fn paced_insert_latency(pool: &DbPool, duration: Duration, rate: f64) -> Result<f64> {
+    let c = pool.get().await?;
+    let count = (duration.as_secs_f64() * rate).ceil().max(1.0) as usize;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut samples = Vec::with_capacity(count);
+    for i in 0..count {
+        tick.tick().await;
+        let start = Instant::now();
+        api::bench_insert(&c, i as i32).await?;
+        samples.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(percentile(&samples, 0.5))
+}
+
 /// An idle worker; tasks created one per transaction at `rate` per second for `duration`; the
 /// time from calling create_task to the function starting.
 pub(super) async fn wake_latency(pool: &DbPool, url: &str, duration: Duration, rate: f64) -> Result<Latency> {

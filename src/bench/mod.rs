@@ -12,7 +12,8 @@
 //!                    from 2 connections at once
 //!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function)
 //!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
-//!   aging            the burn-down again beside 10 M finished tasks in the same shard
+//!   aging            the burn-down again beside 10 M finished tasks, in closed shards as the type's
+//!                    own roll leaves them (5 M rows each by default)
 //!   drop             retention dropping an expired 1 M-row shard
 //! ```
 //!
@@ -156,8 +157,12 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
     if !(args.seconds > 0.0 && args.seconds <= 3600.0) {
         return Err(Error::Config("--seconds must be between 0 and 3600".into()));
     }
-    if args.tasks == 0 || args.connections == 0 || args.concurrency == 0 || args.concurrency > 10_000
-        || args.bulk_connections == 0 || args.bulk_connections > 64
+    if args.tasks == 0
+        || args.connections == 0
+        || args.concurrency == 0
+        || args.concurrency > 10_000
+        || args.bulk_connections == 0
+        || args.bulk_connections > 64
     {
         return Err(Error::Config(
             "--tasks, --connections must be positive, --concurrency 1..=10000, --bulk-connections 1..=64".into(),
@@ -266,10 +271,24 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     if wants(args, "wake") {
         progress.phase("wake latency");
         let commit = load::commit_latency(pool).await?;
+        // a third of the phase, at the same pace as the tasks
+        let paced = load::paced_insert_latency(pool, seconds / 3, args.wake_rate).await?;
         let wake = load::wake_latency(pool, url, seconds, args.wake_rate).await?;
-        let base = Some(commit);
-        let to = "one-row UPDATE commit p50";
-        figures.push(Figure::new("commit_p50", "baseline: one-row UPDATE commit, p50", commit, "ms").ratio(base, to));
+        let base = Some(paced);
+        let to = "paced one-row INSERT p50";
+        figures.push(
+            Figure::new("commit_p50", "baseline: one-row UPDATE commit, back to back, p50", commit, "ms")
+                .ratio(base, to),
+        );
+        figures.push(
+            Figure::new(
+                "paced_insert_p50",
+                &format!("baseline: one-row INSERT at {}/s, p50", args.wake_rate),
+                paced,
+                "ms",
+            )
+            .ratio(base, to),
+        );
         figures.push(
             Figure::new("wake_p50", "wake latency: insert -> start, p50", wake.p50, "ms")
                 .ratio(base, to)
@@ -295,7 +314,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         progress.phase("aging: fill finished tasks");
         let ty = "bench_aged";
         load::register(pool, ty, None).await?;
-        aging::fill_finished(pool, ty, args.aged_rows, &mut progress).await?;
+        aging::fill_finished_rolling(pool, ty, args.aged_rows, &mut progress).await?;
         progress.phase_note("aging: burn-down beside the finished tasks");
         load::queue(pool, ty, args.tasks, None).await?;
         let rate = load::burn_down(pool, url, ty, args.tasks, 1, args.concurrency).await?;

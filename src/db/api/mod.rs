@@ -489,6 +489,12 @@ pub async fn bench_analyze<C: GenericClient>(c: &C, task_type: &str) -> Result<(
     c.batch_execute(&format!("analyze asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
 }
 
+/// VACUUM ANALYZE of every shard of a type (the benchmark's closed aged shards).
+pub async fn bench_vacuum_analyze<C: GenericClient>(c: &C, task_type: &str) -> Result<()> {
+    let ty = TypeName::new(task_type)?;
+    c.batch_execute(&format!("vacuum analyze asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
+}
+
 /// Empties a type's partition set.
 pub async fn bench_truncate<C: GenericClient>(c: &C, task_type: &str) -> Result<()> {
     let ty = TypeName::new(task_type)?;
