@@ -203,6 +203,19 @@ pub(super) async fn paced_insert_latency(pool: &DbPool, duration: Duration, rate
     Ok(percentile(&samples, 0.5))
 }
 
+/// Lets the server settle after the load phases: a checkpoint, then a wait (at most 30 s) until
+/// no autovacuum worker is busy in the benchmark's database, so the latency phase measures an
+/// idle worker on an idle server rather than the clean-up of the burn-downs before it.
+pub(super) async fn settle(pool: &DbPool) -> Result<()> {
+    let c = pool.get().await?;
+    api::bench_checkpoint(&c).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api::bench_autovacuum_workers(&c).await? > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 /// An idle worker; tasks created one per transaction at `rate` per second for `duration`; the
 /// time from calling create_task to the function starting.
 pub(super) async fn wake_latency(pool: &DbPool, url: &str, duration: Duration, rate: f64) -> Result<Latency> {

@@ -270,6 +270,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     }
     if wants(args, "wake") {
         progress.phase("wake latency");
+        load::settle(pool).await?;
         let commit = load::commit_latency(pool).await?;
         // a third of the phase, at the same pace as the tasks
         let paced = load::paced_insert_latency(pool, seconds / 3, args.wake_rate).await?;

@@ -516,6 +516,18 @@ pub async fn bench_dead_tuples<C: GenericClient>(c: &C, task_type: &str) -> Resu
 
 /// CHECKPOINT, so that a timed phase does not inherit the previous phase's WAL debt (full-page
 /// images after a checkpoint that the previous phase's volume triggered). Needs superuser or
+/// Autovacuum workers busy in the current database.
+pub async fn bench_autovacuum_workers<C: GenericClient>(c: &C) -> Result<i64> {
+    let row = query_one(
+        c,
+        "select count(*) as n from pg_stat_activity \
+         where backend_type = 'autovacuum worker' and datname = current_database()",
+        &[],
+    )
+    .await?;
+    get(&row, "n")
+}
+
 /// pg_checkpoint; false when not allowed.
 pub async fn bench_checkpoint<C: GenericClient>(c: &C) -> Result<bool> {
     match c.batch_execute("checkpoint").await {
