@@ -1427,7 +1427,7 @@ begin
 end
 $_$;
 
-CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
+CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
@@ -1436,44 +1436,52 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
 #variable_conflict use_column
 declare
   v_now timestamptz := coalesce(p_now, now());
+  v_n integer := coalesce(cardinality(p_task_ids), 0);
   v_bad record;
   v_max_bytes integer;
 begin
-  if p_reports is null or jsonb_typeof(p_reports) <> 'array' then
-    perform asyncflow.raise_error('AF006', 'reports must be a JSON array of objects');
+  if p_task_ids is null or p_claim_seqs is null or p_outcomes is null then
+    perform asyncflow.raise_error('AF006', 'task ids, claim_seqs and outcomes are required');
+  end if;
+  -- unnest pads a short array with nulls and flattens a multi-dimensional one: both refused
+  if cardinality(p_claim_seqs) <> v_n or cardinality(p_outcomes) <> v_n
+    or coalesce(cardinality(p_stages), v_n) <> v_n or coalesce(cardinality(p_contexts), v_n) <> v_n
+    or coalesce(cardinality(p_results), v_n) <> v_n or coalesce(cardinality(p_errors), v_n) <> v_n
+    or coalesce(cardinality(p_retries), v_n) <> v_n or coalesce(cardinality(p_delays), v_n) <> v_n
+    or coalesce(array_ndims(p_task_ids), 1) <> 1 or coalesce(array_ndims(p_claim_seqs), 1) <> 1
+    or coalesce(array_ndims(p_outcomes), 1) <> 1 or coalesce(array_ndims(p_stages), 1) <> 1
+    or coalesce(array_ndims(p_contexts), 1) <> 1 or coalesce(array_ndims(p_results), 1) <> 1
+    or coalesce(array_ndims(p_errors), 1) <> 1 or coalesce(array_ndims(p_retries), 1) <> 1
+    or coalesce(array_ndims(p_delays), 1) <> 1 then
+    perform asyncflow.raise_error('AF006', format(
+      'the report arrays must be one-dimensional with one element per report (%s task ids)', v_n));
   end if;
   select max_context_bytes into v_max_bytes from asyncflow.config;
   select n, problem into v_bad from (
     select n, case
-      when jsonb_typeof(e) <> 'object' then 'must be a JSON object'
-      when jsonb_typeof(e -> 'task_id') is distinct from 'string' then 'task_id must be a string'
       -- the same rule as parse_task_id, written as an unbounded pattern plus lengths (several
       -- times cheaper per row than bounded repetitions)
-      when (e ->> 'task_id') !~ '^[a-z][a-z0-9_]*-[1-9][0-9]*-[1-9][0-9]*$'
-        or length(split_part(e ->> 'task_id', '-', 1)) > 40 or length(split_part(e ->> 'task_id', '-', 2)) > 9
-        or length(split_part(e ->> 'task_id', '-', 3)) > 18
-        then format('task_id must be a task id (<type>-<shard>-<n>), got %s', e -> 'task_id')
-      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,9}$'
-        then format('claim_seq must be an integer, got %s', e -> 'claim_seq')
-      when e ->> 'outcome' is null or e ->> 'outcome' not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
-        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
-      when e ->> 'outcome' = 'advance' and coalesce(e ->> 'stage', '') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
-        then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', e -> 'stage')
-      when e ->> 'outcome' in ('advance', 'later') and jsonb_typeof(e -> 'context') not in ('object', 'null')
+      when x.task_id is null or x.task_id !~ '^[a-z][a-z0-9_]*-[1-9][0-9]*-[1-9][0-9]*$'
+        or length(split_part(x.task_id, '-', 1)) > 40 or length(split_part(x.task_id, '-', 2)) > 9
+        or length(split_part(x.task_id, '-', 3)) > 18
+        then format('task_id must be a task id (<type>-<shard>-<n>), got %s', coalesce(to_jsonb(x.task_id), 'null'))
+      when x.claim_seq is null then 'claim_seq must be an integer, got null'
+      when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
+        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s',
+          coalesce(to_jsonb(x.outcome), 'null'))
+      when x.outcome = 'advance' and coalesce(x.stage, '') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+        then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
+      when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
         then 'context must be a JSON object'
-      when pg_column_size(e -> 'context') > v_max_bytes
-        then format('context is too large: %s bytes, the limit is %s', pg_column_size(e -> 'context'), v_max_bytes)
-      when pg_column_size(e -> 'result') > v_max_bytes
-        then format('result is too large: %s bytes, the limit is %s', pg_column_size(e -> 'result'), v_max_bytes)
-      when jsonb_typeof(e -> 'delay') not in ('number', 'null') then 'delay must be a number of seconds'
-      when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
-      when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
-      when e ->> 'outcome' = 'later' and (jsonb_typeof(e -> 'delay') is distinct from 'number'
-        or (e ->> 'delay')::numeric not between 0 and 31536000)
-        then format('delay must be a number of seconds between 0 and 31536000, got %s', e -> 'delay')
-      when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
+      when pg_column_size(x.context) > v_max_bytes
+        then format('context is too large: %s bytes, the limit is %s', pg_column_size(x.context), v_max_bytes)
+      when pg_column_size(x.result) > v_max_bytes
+        then format('result is too large: %s bytes, the limit is %s', pg_column_size(x.result), v_max_bytes)
+      when x.outcome = 'later' and (x.delay is null or x.delay = 'NaN' or x.delay not between 0 and 31536000)
+        then format('delay must be a number of seconds between 0 and 31536000, got %s', coalesce(x.delay::text, 'null'))
     end as problem
-    from jsonb_array_elements(p_reports) with ordinality x(e, n)
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_delays)
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, n)
   ) checked where problem is not null order by n limit 1;
   if found then
     perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
@@ -1481,14 +1489,13 @@ begin
 
   return query
   with r as (
-    -- one pass of jsonb_to_recordset (typed, in C) over the validated reports; ids are split
-    -- inline (a lateral call to parse_task_id is not inlined and cost more than the update)
+    -- one pass of unnest over the typed arrays; ids are split inline (a lateral call to
+    -- parse_task_id is not inlined and cost more than the update)
     select x.n, x.task_id, split_part(x.task_id, '-', 1) as task_type,
       split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
       x.claim_seq, x.outcome, x.stage, nullif(x.context, 'null'::jsonb) as context, x.result,
       left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay
-    from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq integer, outcome text, stage text,
-      context jsonb, result jsonb, error text, retry boolean, delay double precision))
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries, p_delays)
       with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n)
   ), changed as (
     update asyncflow.tasks t set
@@ -1575,9 +1582,59 @@ begin
 
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY per type).
   perform asyncflow.wake(y.task_type)
-  from (select distinct split_part(e ->> 'task_id', '-', 1) as task_type
-        from jsonb_array_elements(p_reports) e
-        where e ->> 'outcome' in ('advance', 'release', 'fail', 'later')) y;
+  from (select distinct split_part(u.task_id, '-', 1) as task_type
+        from unnest(p_task_ids, p_outcomes) u(task_id, outcome)
+        where u.outcome in ('advance', 'release', 'fail', 'later')) y;
+end
+$_$;
+
+CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS $_$
+#variable_conflict use_column
+declare
+  v_bad record;
+  v record;
+begin
+  if p_reports is null or jsonb_typeof(p_reports) <> 'array' then
+    perform asyncflow.raise_error('AF006', 'reports must be a JSON array of objects');
+  end if;
+  -- Only what the typed fields need here (each field of its JSON type, claim_seq an integer);
+  -- report_task_arrays checks the values, with the same messages.
+  select n, problem into v_bad from (
+    select n, case
+      when jsonb_typeof(e) <> 'object' then 'must be a JSON object'
+      when jsonb_typeof(e -> 'task_id') is distinct from 'string' then 'task_id must be a string'
+      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,9}$'
+        then format('claim_seq must be an integer, got %s', e -> 'claim_seq')
+      when jsonb_typeof(e -> 'outcome') is distinct from 'string'
+        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
+      when jsonb_typeof(e -> 'delay') not in ('number', 'null') then 'delay must be a number of seconds'
+      when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
+      when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
+      when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
+    end as problem
+    from jsonb_array_elements(p_reports) with ordinality x(e, n)
+  ) checked where problem is not null order by n limit 1;
+  if found then
+    perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
+  end if;
+
+  -- one plain aggregate over the ordered scan: the arrays keep the reports' order
+  select array_agg(x.task_id) as task_ids, array_agg(x.claim_seq) as claim_seqs,
+    array_agg(x.outcome) as outcomes, array_agg(x.stage) as stages,
+    array_agg(x.context) as contexts, array_agg(x.result) as results,
+    array_agg(x.error) as errors, array_agg(x.retry) as retries,
+    array_agg(x.delay) as delays
+  into v
+  from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq integer, outcome text, stage text,
+    context jsonb, result jsonb, error text, retry boolean, delay double precision))
+    with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n);
+  return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
+    coalesce(v.claim_seqs, '{}'), coalesce(v.outcomes, '{}'), v.stages, v.contexts, v.results, v.errors, v.retries,
+    v.delays, p_now);
 end
 $_$;
 
@@ -2947,6 +3004,9 @@ REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt i
 
 REVOKE ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) TO asyncflow_worker;

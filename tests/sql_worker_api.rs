@@ -470,3 +470,62 @@ async fn malformed_reports_are_refused_whole_naming_the_report_and_field() {
         assert_eq!(task(&c, &id).await["status"], "running");
     }
 }
+
+#[tokio::test]
+async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "clip", json!({})).await;
+    let id: String = c.query_one("select asyncflow.create_task('clip')", &[]).await.unwrap().get(0);
+    let claimed = c.query("select claim_seq from asyncflow.claim_tasks('clip', 'w1', 1)", &[]).await.unwrap();
+    let seq: i32 = claimed[0].get(0);
+    let call = "select * from asyncflow.report_task_arrays('w1', $1::text[], $2::integer[], $3::text[], $4::text[], \
+                null, null, null, null, $5::float8[])";
+    let no_stage: Vec<Option<&str>> = vec![None, None];
+    let no_delay: Vec<Option<f64>> = vec![None, None];
+    let bad_ids: Vec<Option<&str>> = vec![Some(&id), Some("Clip-1-1")];
+    let null_outcome: Vec<Option<&str>> = vec![Some("succeed"), None];
+    let later_delay: Vec<Option<f64>> = vec![None, Some(-1.0)];
+    let cases: Vec<(Vec<Option<&str>>, Vec<i32>, Vec<Option<&str>>, Vec<Option<&str>>, Vec<Option<f64>>, &str)> = vec![
+        (vec![Some(&id)], vec![seq, seq], vec![Some("succeed")], vec![None], vec![None], "one element per report"),
+        (bad_ids, vec![seq, seq], vec![Some("succeed"); 2], no_stage.clone(), no_delay.clone(), "reports[1]: task_id"),
+        (vec![Some(&id); 2], vec![seq, seq], null_outcome, no_stage.clone(), no_delay.clone(), "reports[1]: outcome"),
+        (
+            vec![Some(&id); 2],
+            vec![seq, seq],
+            vec![Some("succeed"), Some("advance")],
+            vec![None, Some("bad stage!")],
+            no_delay,
+            "reports[1]: stage must match",
+        ),
+        (vec![Some(&id); 2], vec![seq, seq], vec![Some("succeed"), Some("later")], no_stage, later_delay, "delay"),
+    ];
+    for (ids, seqs, outcomes, stages, delays, says) in cases {
+        let err = c.query(call, &[&ids, &seqs, &outcomes, &stages, &delays]).await.expect_err("refused");
+        assert_eq!(sqlstate(&err), "AF006", "{err}");
+        let text = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(text.contains(says), "{text:?} should say {says:?}");
+        // nothing applied: the good report in the same batch did not land
+        assert_eq!(task(&c, &id).await["status"], "running");
+    }
+    // a two-dimensional array is refused, not flattened
+    let err = c
+        .query(
+            "select * from asyncflow.report_task_arrays('w1', array[[$1::text]], array[[$2::integer]], array[['succeed']])",
+            &[&id, &seq],
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(sqlstate(&err), "AF006", "{err}");
+    // and the good report alone lands
+    let rows = c
+        .query(
+            "select accepted, status::text from asyncflow.report_task_arrays('w1', $1, $2, $3)",
+            &[&vec![id.as_str()], &vec![seq], &vec!["succeed"]],
+        )
+        .await
+        .unwrap();
+    assert!(rows[0].get::<_, bool>(0));
+    assert_eq!(rows[0].get::<_, String>(1), "succeeded");
+    assert_eq!(task(&c, &id).await["status"], "succeeded");
+}

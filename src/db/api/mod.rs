@@ -14,7 +14,7 @@ pub use workflow::*;
 use super::GenericClient;
 use crate::error::{Error, Result};
 use crate::ids::{TaskId, TypeName, WorkerId};
-use crate::task::{ClaimedTask, NewTask, QueueDepth, Report, ReportResult, Task, TaskStatus};
+use crate::task::{ClaimedTask, NewTask, QueueDepth, Report, ReportKind, ReportResult, Task, TaskStatus};
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
 async fn query<C: GenericClient>(
@@ -132,19 +132,63 @@ pub async fn claim_tasks<C: GenericClient>(
         .collect()
 }
 
-/// `asyncflow.report_tasks`: a batch of fenced reports in one statement; one result per report,
-/// in order.
+/// `asyncflow.report_task_arrays`: a batch of fenced reports in one statement, sent as one typed
+/// array per field (no JSON to build, parse and check key by key); one result per report, in
+/// order.
 pub async fn report_tasks<C: GenericClient>(
     c: &C,
     owner: &WorkerId,
     reports: &[Report],
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<ReportResult>> {
-    let reports = serde_json::to_value(reports).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let n = reports.len();
+    let mut task_ids: Vec<&str> = Vec::with_capacity(n);
+    let mut claim_seqs: Vec<i32> = Vec::with_capacity(n);
+    let mut outcomes: Vec<&str> = Vec::with_capacity(n);
+    let mut stages: Vec<Option<&str>> = Vec::with_capacity(n);
+    let mut contexts: Vec<Option<&Value>> = Vec::with_capacity(n);
+    let mut results: Vec<Option<&Value>> = Vec::with_capacity(n);
+    let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
+    let mut retries: Vec<Option<bool>> = Vec::with_capacity(n);
+    let mut delays: Vec<Option<f64>> = Vec::with_capacity(n);
+    for r in reports {
+        task_ids.push(r.task_id.as_str());
+        claim_seqs.push(r.claim_seq);
+        let (outcome, stage, context, result, error, retry, delay) = match &r.kind {
+            ReportKind::Advance { stage, context } => {
+                ("advance", Some(stage.as_str()), context.as_ref(), None, None, None, None)
+            }
+            ReportKind::Succeed { result } => ("succeed", None, None, Some(result), None, None, None),
+            ReportKind::Fail { error, retry } => ("fail", None, None, None, Some(error.as_str()), Some(*retry), None),
+            ReportKind::Later { delay, context } => ("later", None, context.as_ref(), None, None, None, Some(*delay)),
+            ReportKind::Release => ("release", None, None, None, None, None, None),
+            ReportKind::Heartbeat => ("heartbeat", None, None, None, None, None, None),
+        };
+        outcomes.push(outcome);
+        stages.push(stage);
+        contexts.push(context);
+        results.push(result);
+        errors.push(error);
+        retries.push(retry);
+        delays.push(delay);
+    }
     let rows = query(
         c,
-        "select task_id, accepted, status::text as status, lease_until from asyncflow.report_tasks($1, $2, $3)",
-        &[&owner.as_str(), &reports, &now],
+        "select task_id, accepted, status::text as status, lease_until \
+         from asyncflow.report_task_arrays($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        &[
+            &owner.as_str(),
+            &task_ids,
+            &claim_seqs,
+            &outcomes,
+            &stages,
+            &contexts,
+            &results,
+            &errors,
+            &retries,
+            &delays,
+            &now,
+        ],
     )
     .await?;
     rows.iter()
