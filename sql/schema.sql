@@ -321,6 +321,7 @@ CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit in
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 declare
   v_type asyncflow.task_types;
@@ -1432,6 +1433,7 @@ CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 #variable_conflict use_column
 declare
@@ -2041,9 +2043,13 @@ end
 $$;
 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-  select pg_notify('asyncflow', p_task_type) where pg_try_advisory_xact_lock(16712, hashtext(p_task_type))
+begin
+  if pg_try_advisory_xact_lock(16712, hashtext(p_task_type)) then
+    perform pg_notify('asyncflow', p_task_type);
+  end if;
+end
 $$;
 
 CREATE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
