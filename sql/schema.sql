@@ -320,9 +320,11 @@ CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit in
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
     SET enable_sort TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 declare
   v_type asyncflow.task_types;
   v_now timestamptz := coalesce(p_now, now());
@@ -351,27 +353,12 @@ begin
     end if;
   end if;
   select begin_pos into v_begin from asyncflow.positions where task_type = p_task_type;
-  -- A claim need not wait for its WAL flush: a claim lost in a server crash leaves the task
-  -- pending, the worker's report is then refused by the fence, and the task runs again (what a
-  -- crash means anyway: at least once). This takes an fsync off the wake-to-start path. Applies
-  -- to the rest of the calling transaction (normally just this call, in autocommit).
+  -- asynchronous commit of the claim: see V5
   perform set_config('synchronous_commit', 'off', true);
 
-  return query
-  with picked as (
-    select shard, id from asyncflow.tasks
-    where task_type = p_task_type and shard >= v_begin and status = 'pending' and order_time <= v_now
-    order by order_time
-    limit v_limit
-    for update skip locked
-  )
-  update asyncflow.tasks t set
-    status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
-    claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time), updated_at = v_now
-  from picked
-  where t.task_type = p_task_type and t.shard = picked.shard and t.id = picked.id
-  returning asyncflow.format_task_id(t.task_type, t.shard, t.id), t.task_type, t.stage, t.context, t.priority,
-    t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
+  -- the type name passed check_type_name when the type was registered (it is a task_types key)
+  return query execute format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6)', 'type_claim__' || p_task_type)
+    using p_task_type, p_owner, v_limit, v_now, v_begin, v_type.max_processing_time;
   get diagnostics v_claimed = row_count;
   if v_claimed > 0 then
     insert into asyncflow.type_counters as k (task_type, slot, claimed)
@@ -379,7 +366,7 @@ begin
     on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed;
   end if;
 end
-$$;
+$_$;
 
 CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
@@ -726,6 +713,42 @@ begin
     perform asyncflow.wf_fail_event(v_event.event_id, $4, v_now);
   end if;
   return asyncflow.run_json(asyncflow.wf_get_run(v_run.run_id));
+end
+$_$;
+
+CREATE FUNCTION asyncflow.create_claim_function(p_task_type text) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+declare
+  v_name text := 'type_claim__' || p_task_type;
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  execute format($f$
+    create or replace function asyncflow.%1$I(p_task_type text, p_owner text, p_limit integer,
+      p_now timestamptz, p_begin integer, p_lease integer)
+    returns setof asyncflow.claimed_task
+    language plpgsql as $body$
+    begin
+      return query
+      with picked as (
+        select shard, id from asyncflow.%2$I
+        where shard >= p_begin and status = 'pending' and order_time <= p_now
+        order by order_time
+        limit p_limit
+        for update skip locked
+      )
+      update asyncflow.%2$I t set
+        status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
+        claimed_at = p_now, lease_until = p_now + make_interval(secs => p_lease), updated_at = p_now
+      from picked
+      where t.shard = picked.shard and t.id = picked.id
+      returning asyncflow.format_task_id(p_task_type, t.shard, t.id), p_task_type, t.stage, t.context,
+        t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
+    end
+    $body$
+    $f$, v_name, 'tasks_' || p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, text, integer, timestamptz, integer, integer) from public',
+    v_name);
 end
 $_$;
 
@@ -1433,7 +1456,7 @@ CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
-    SET plan_cache_mode TO 'force_generic_plan'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $_$
 #variable_conflict use_column
 declare
@@ -1441,6 +1464,7 @@ declare
   v_n integer := coalesce(cardinality(p_task_ids), 0);
   v_bad record;
   v_max_bytes integer;
+  v_types text[];
 begin
   if p_task_ids is null or p_claim_seqs is null or p_outcomes is null then
     perform asyncflow.raise_error('AF006', 'task ids, claim_seqs and outcomes are required');
@@ -1488,6 +1512,9 @@ begin
   if found then
     perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
   end if;
+
+  -- the types named in the batch, a constant for the planner: it prunes every other type's leaves
+  v_types := array(select distinct split_part(u.task_id, '-', 1) from unnest(p_task_ids) u(task_id));
 
   return query
   with r as (
@@ -1542,6 +1569,7 @@ begin
     where t.task_type = r.task_type and t.shard = r.shard and t.id = r.id
       -- status compared as text: the partial index on running tasks must not look like a way
       -- in (the planner would walk every running task for each report)
+      and t.task_type = any (v_types)
       and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
     returning r.n, t.status, t.lease_until, t.task_type, r.outcome, t.schedule_log -> -1 as entry
   ), counted as (
@@ -1576,7 +1604,8 @@ begin
   select r.task_id, c.n is not null,
     -- the current status is looked up only for refused reports
     case when c.n is null then (select s.status from asyncflow.tasks s
-      where s.task_type = r.task_type and s.shard = r.shard and s.id = r.id) else c.status end,
+      where s.task_type = any (v_types) and s.task_type = r.task_type and s.shard = r.shard and s.id = r.id)
+      else c.status end,
     c.lease_until
   from r
   left join changed c on c.n = r.n
@@ -2006,6 +2035,15 @@ CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     'max_retry_interval', p.max_retry_interval, 'shard_max_rows', p.shard_max_rows, 'retention', p.retention,
     'concurrency', p.concurrency, 'paused', p.paused, 'initial_stage', p.initial_stage,
     'created_at', p.created_at, 'updated_at', p.updated_at)
+$$;
+
+CREATE FUNCTION asyncflow.tg_task_types__claim() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  perform asyncflow.create_claim_function(new.task_type);
+  return null;
+end
 $$;
 
 CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
@@ -2911,6 +2949,8 @@ CREATE INDEX runs_open ON ONLY asyncflow.runs USING btree (status, deadline) WHE
 CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created_at);
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
+
+CREATE TRIGGER tg_task_types__claim AFTER INSERT ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_task_types__claim();
 
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;

@@ -378,6 +378,47 @@ async fn the_claim_reads_only_pending_rows_through_the_partial_index() {
 }
 
 #[tokio::test]
+async fn claims_and_reports_probe_only_their_rows_however_many_types_there_are() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    // A plan made for every leaf of every type at once (the type a parameter) once read the whole
+    // primary key of the type to claim one task, from a few dozen types on.
+    for k in 0..40 {
+        register(&c, &format!("other{k}"), json!({})).await;
+    }
+    register(&c, "video", json!({})).await;
+    c.query("select asyncflow.create_tasks('video', (select jsonb_agg('{}'::jsonb) from generate_series(1, 5000)))", &[])
+        .await
+        .unwrap();
+    c.batch_execute("analyze asyncflow.tasks").await.unwrap();
+    // rows read from the type's leaf and its indexes, as the statistics count them
+    async fn reads(c: &tokio_postgres::Client) -> i64 {
+        c.batch_execute("select pg_stat_force_next_flush()").await.unwrap();
+        c.query_one(
+            "select ((select coalesce(sum(idx_tup_read), 0) from pg_stat_user_indexes where relname = 'tasks_video_1') \
+             + (select coalesce(sum(seq_tup_read), 0) from pg_stat_user_tables where relname = 'tasks_video_1'))::bigint",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    }
+    let w = worker("w");
+    let p = db.conn().await;
+    let before = reads(&p).await;
+    // more calls than PostgreSQL's five custom plans before it may settle on a generic one
+    for _ in 0..10 {
+        let claimed = api::claim_tasks(&p, "video", &w, 1, None).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        let done = rep(claimed[0].task_id.as_str(), claimed[0].claim_seq, ReportKind::Succeed { result: json!({}) });
+        let r = api::report_tasks(&p, &w, &[done], None).await.unwrap();
+        assert!(r[0].accepted);
+    }
+    let read = reads(&p).await - before;
+    assert!(read < 500, "10 claims and 10 reports of one task read {read} rows of a type holding 5,000");
+}
+
+#[tokio::test]
 async fn eight_concurrent_claimers_never_hold_the_same_task_and_finish_all_10000() {
     let db = TestDb::new().await;
     register(&db.raw().await, "bulk", json!({"schedule_limit": 50})).await;
