@@ -329,9 +329,7 @@ declare
   v_type asyncflow.task_types;
   v_now timestamptz := coalesce(p_now, now());
   v_limit integer;
-  v_begin integer;
   v_running bigint;
-  v_claimed bigint;
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -352,19 +350,14 @@ begin
       return;
     end if;
   end if;
-  select begin_pos into v_begin from asyncflow.positions where task_type = p_task_type;
   -- asynchronous commit of the claim: see V5
   perform set_config('synchronous_commit', 'off', true);
 
-  -- the type name passed check_type_name when the type was registered (it is a task_types key)
-  return query execute format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6)', 'type_claim__' || p_task_type)
-    using p_task_type, p_owner, v_limit, v_now, v_begin, v_type.max_processing_time;
-  get diagnostics v_claimed = row_count;
-  if v_claimed > 0 then
-    insert into asyncflow.type_counters as k (task_type, slot, claimed)
-    values (p_task_type, pg_backend_pid() % 16, v_claimed)
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed;
-  end if;
+  -- one statement, kept with its plan in the type's claim function: the claim, from the shards
+  -- at or after begin_pos, and the type's claimed counter (the type name passed check_type_name
+  -- when the type was registered: it is a task_types key)
+  return query execute format('select * from asyncflow.%I($1, $2, $3, $4, $5)', 'type_claim__' || p_task_type)
+    using p_task_type, p_owner, v_limit, v_now, v_type.max_processing_time;
 end
 $_$;
 
@@ -725,29 +718,36 @@ begin
   perform asyncflow.check_type_name(p_task_type);
   execute format($f$
     create or replace function asyncflow.%1$I(p_task_type text, p_owner text, p_limit integer,
-      p_now timestamptz, p_begin integer, p_lease integer)
+      p_now timestamptz, p_lease integer)
     returns setof asyncflow.claimed_task
     language plpgsql as $body$
     begin
       return query
       with picked as (
         select shard, id from asyncflow.%2$I
-        where shard >= p_begin and status = 'pending' and order_time <= p_now
+        where shard >= (select begin_pos from asyncflow.positions where task_type = p_task_type)
+          and status = 'pending' and order_time <= p_now
         order by order_time
         limit p_limit
         for update skip locked
+      ), claimed as (
+        update asyncflow.%2$I t set
+          status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
+          claimed_at = p_now, lease_until = p_now + make_interval(secs => p_lease), updated_at = p_now
+        from picked
+        where t.shard = picked.shard and t.id = picked.id
+        returning asyncflow.format_task_id(p_task_type, t.shard, t.id) as task_id, p_task_type as task_type,
+          t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at
+      ), counted as (
+        insert into asyncflow.type_counters as k (task_type, slot, claimed)
+        select p_task_type, pg_backend_pid() %% 16, count(*) from claimed having count(*) > 0
+        on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed
       )
-      update asyncflow.%2$I t set
-        status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
-        claimed_at = p_now, lease_until = p_now + make_interval(secs => p_lease), updated_at = p_now
-      from picked
-      where t.shard = picked.shard and t.id = picked.id
-      returning asyncflow.format_task_id(p_task_type, t.shard, t.id), p_task_type, t.stage, t.context,
-        t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
+      select * from claimed;
     end
     $body$
     $f$, v_name, 'tasks_' || p_task_type);
-  execute format('revoke all on function asyncflow.%I(text, text, integer, timestamptz, integer, integer) from public',
+  execute format('revoke all on function asyncflow.%I(text, text, integer, timestamptz, integer) from public',
     v_name);
 end
 $_$;
