@@ -317,47 +317,18 @@ $$;
 CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF asyncflow.claimed_task
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    SET enable_bitmapscan TO 'off'
-    SET enable_sort TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
-    SET jit TO 'off'
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
-declare
-  v_type asyncflow.task_types;
-  v_now timestamptz := coalesce(p_now, now());
-  v_limit integer;
-  v_running bigint;
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
   end if;
-  select * into v_type from asyncflow.task_types where task_type = p_task_type;
+  perform 1 from asyncflow.task_types where task_type = p_task_type;
   if not found then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
-  if v_type.paused or coalesce(p_limit, 0) <= 0 then
-    return;
-  end if;
-  v_limit := least(p_limit, v_type.schedule_limit);
-  if v_type.concurrency is not null then
-    perform 1 from asyncflow.task_types where task_type = p_task_type for update;
-    select count(*) into v_running from asyncflow.tasks where task_type = p_task_type and status = 'running';
-    v_limit := least(v_limit, v_type.concurrency - v_running);
-    if v_limit <= 0 then
-      return;
-    end if;
-  end if;
-  -- asynchronous commit of the claim: see V5
-  perform set_config('synchronous_commit', 'off', true);
-
-  -- one statement, kept with its plan in the type's claim function: the claim, from the shards
-  -- at or after begin_pos, and the type's claimed counter (the type name passed check_type_name
-  -- when the type was registered: it is a task_types key)
-  return query execute format('select * from asyncflow.%I($1, $2, $3, $4, $5)', 'type_claim__' || p_task_type)
-    using p_task_type, p_owner, v_limit, v_now, v_type.max_processing_time;
+  -- a task_types key passed check_type_name when the type was registered
+  return query execute format('select * from asyncflow.%I($1, $2, $3)', 'type_claim__' || p_task_type)
+    using p_owner, p_limit, p_now;
 end
 $_$;
 
@@ -717,38 +688,67 @@ declare
 begin
   perform asyncflow.check_type_name(p_task_type);
   execute format($f$
-    create or replace function asyncflow.%1$I(p_task_type text, p_owner text, p_limit integer,
-      p_now timestamptz, p_lease integer)
+    create or replace function asyncflow.%1$I(p_owner text, p_limit integer, p_now timestamptz default null)
     returns setof asyncflow.claimed_task
-    language plpgsql as $body$
+    language plpgsql security definer set search_path = pg_catalog, pg_temp
+    set enable_seqscan = off set enable_bitmapscan = off set enable_sort = off set enable_hashjoin = off
+    set enable_mergejoin = off set jit = off set plan_cache_mode = force_generic_plan as $body$
+    declare
+      v_task_type constant text := %3$L;
+      v_type asyncflow.task_types;
+      v_now timestamptz := coalesce(p_now, now());
+      v_limit integer;
+      v_running bigint;
     begin
+      if p_owner is null or length(p_owner) not between 1 and 200 then
+        perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
+      end if;
+      select * into v_type from asyncflow.task_types where task_type = v_task_type;
+      if not found then
+        perform asyncflow.raise_error('AF001', format('unknown task type %%L', v_task_type));
+      end if;
+      if v_type.paused or coalesce(p_limit, 0) <= 0 then
+        return;
+      end if;
+      v_limit := least(p_limit, v_type.schedule_limit);
+      if v_type.concurrency is not null then
+        perform 1 from asyncflow.task_types where task_type = v_task_type for update;
+        select count(*) into v_running from asyncflow.%2$I where status = 'running';
+        v_limit := least(v_limit, v_type.concurrency - v_running);
+        if v_limit <= 0 then
+          return;
+        end if;
+      end if;
+      perform set_config('synchronous_commit', 'off', true);
+
       return query
       with picked as (
         select shard, id from asyncflow.%2$I
-        where shard >= (select begin_pos from asyncflow.positions where task_type = p_task_type)
-          and status = 'pending' and order_time <= p_now
+        where shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
+          and status = 'pending' and order_time <= v_now
         order by order_time
-        limit p_limit
+        limit v_limit
         for update skip locked
       ), claimed as (
         update asyncflow.%2$I t set
           status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
-          claimed_at = p_now, lease_until = p_now + make_interval(secs => p_lease), updated_at = p_now
+          claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
+          updated_at = v_now
         from picked
         where t.shard = picked.shard and t.id = picked.id
-        returning asyncflow.format_task_id(p_task_type, t.shard, t.id) as task_id, p_task_type as task_type,
+        returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
           t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at
       ), counted as (
         insert into asyncflow.type_counters as k (task_type, slot, claimed)
-        select p_task_type, pg_backend_pid() %% 16, count(*) from claimed having count(*) > 0
+        select v_task_type, pg_backend_pid() %% 16, count(*) from claimed having count(*) > 0
         on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed
       )
       select * from claimed;
     end
     $body$
-    $f$, v_name, 'tasks_' || p_task_type);
-  execute format('revoke all on function asyncflow.%I(text, text, integer, timestamptz, integer) from public',
-    v_name);
+    $f$, v_name, 'tasks_' || p_task_type, p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, integer, timestamptz) from public', v_name);
+  execute format('grant execute on function asyncflow.%I(text, integer, timestamptz) to asyncflow_worker', v_name);
 end
 $_$;
 

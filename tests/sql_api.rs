@@ -383,6 +383,12 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     let worker = connect(wrk.clone()).await;
     let claimed = worker.query("select * from asyncflow.claim_tasks('video', 'w', 1)", &[]).await.unwrap();
     assert_eq!(claimed.len(), 1, "workers claim");
+    // the type's own claim function (what the worker calls): workers only
+    client.query_one("select asyncflow.create_task('video', '{}')", &[]).await.unwrap();
+    let denied = client.query("select * from asyncflow.type_claim__video('w', 1)", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&denied), "42501", "clients cannot claim through the type's function either");
+    let claimed = worker.query("select * from asyncflow.type_claim__video('w', 1)", &[]).await.unwrap();
+    assert_eq!(claimed.len(), 1, "workers claim through the type's function");
     drop((client, worker));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let _ = admin.batch_execute(&format!("drop owned by {app}, {wrk}; drop role {app}; drop role {wrk}")).await;

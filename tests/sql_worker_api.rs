@@ -407,10 +407,20 @@ async fn claims_and_reports_probe_only_their_rows_however_many_types_there_are()
     let p = db.conn().await;
     let before = reads(&p).await;
     // more calls than PostgreSQL's five custom plans before it may settle on a generic one
-    for _ in 0..10 {
-        let claimed = api::claim_tasks(&p, "video", &w, 1, None).await.unwrap();
-        assert_eq!(claimed.len(), 1);
-        let done = rep(claimed[0].task_id.as_str(), claimed[0].claim_seq, ReportKind::Succeed { result: json!({}) });
+    for k in 0..10 {
+        // the worker's way (the type's own claim function) and the SQL API's (claim_tasks)
+        let (id, claim_seq): (String, i32) = if k % 2 == 0 {
+            let claimed = api::claim_tasks(&p, "video", &w, 1, None).await.unwrap();
+            assert_eq!(claimed.len(), 1);
+            (claimed[0].task_id.to_string(), claimed[0].claim_seq)
+        } else {
+            let row = p
+                .query_one("select task_id, claim_seq from asyncflow.claim_tasks('video', $1, 1)", &[&w.as_str()])
+                .await
+                .unwrap();
+            (row.get(0), row.get(1))
+        };
+        let done = rep(&id, claim_seq, ReportKind::Succeed { result: json!({}) });
         let r = api::report_tasks(&p, &w, &[done], None).await.unwrap();
         assert!(r[0].accepted);
     }

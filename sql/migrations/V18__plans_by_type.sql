@@ -10,16 +10,19 @@
 -- planning itself (about 0.7 ms for a claim on an idle server) sits on the path from an insert to
 -- the function's start.
 --
--- So the claim's statement is kept once per type: each type has its own claim function,
--- asyncflow.type_claim__<type>, whose statement names the type's own table (asyncflow.tasks_<type>,
--- its shards only) and keeps its generic plan for the session. claim_tasks checks and limits as
--- before and calls it. The report's statement is planned at each call (a batch of up to 1,000
--- pays well under a millisecond for it), for the leaves of the batch's types only.
+-- So a claim is kept once per type: each type has its own claim function,
+-- asyncflow.type_claim__<type>, whose statement names the type's own table
+-- (asyncflow.tasks_<type>, its shards only) and keeps its generic plan for the session. The
+-- worker calls it directly; claim_tasks (the SQL API, for any type) calls it by name. The
+-- report's statement is planned at each call (a batch of up to 1,000 pays well under a
+-- millisecond for it), for the leaves of the batch's types only.
 
--- The claim statement of one type (see claim_tasks for the plan it must have: an ordered walk
--- of the ready index, then one primary-key probe per claimed row; the settings that force it
--- are claim_tasks', in effect while this runs). Identifiers come from a checked type name and
--- are quoted with %I. Not for direct calls: it checks nothing.
+-- Creates (or replaces) the claim function of a type: claim_tasks' contract for that one type
+-- (see V5 for the checks, the locks, the asynchronous commit and the plan it must have: an
+-- ordered walk of the ready index, then one primary-key probe per claimed row, forced by the
+-- settings below whatever the statistics say, hash and merge joins included). Its one statement
+-- also reads begin_pos and counts the claim. Identifiers come from a checked type name and are
+-- quoted with %I, the name as a value with %L. EXECUTE for asyncflow_worker only.
 create function asyncflow.create_claim_function(p_task_type text) returns void
 language plpgsql as $fn$
 declare
@@ -27,38 +30,67 @@ declare
 begin
   perform asyncflow.check_type_name(p_task_type);
   execute format($f$
-    create or replace function asyncflow.%1$I(p_task_type text, p_owner text, p_limit integer,
-      p_now timestamptz, p_lease integer)
+    create or replace function asyncflow.%1$I(p_owner text, p_limit integer, p_now timestamptz default null)
     returns setof asyncflow.claimed_task
-    language plpgsql as $body$
+    language plpgsql security definer set search_path = pg_catalog, pg_temp
+    set enable_seqscan = off set enable_bitmapscan = off set enable_sort = off set enable_hashjoin = off
+    set enable_mergejoin = off set jit = off set plan_cache_mode = force_generic_plan as $body$
+    declare
+      v_task_type constant text := %3$L;
+      v_type asyncflow.task_types;
+      v_now timestamptz := coalesce(p_now, now());
+      v_limit integer;
+      v_running bigint;
     begin
+      if p_owner is null or length(p_owner) not between 1 and 200 then
+        perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
+      end if;
+      select * into v_type from asyncflow.task_types where task_type = v_task_type;
+      if not found then
+        perform asyncflow.raise_error('AF001', format('unknown task type %%L', v_task_type));
+      end if;
+      if v_type.paused or coalesce(p_limit, 0) <= 0 then
+        return;
+      end if;
+      v_limit := least(p_limit, v_type.schedule_limit);
+      if v_type.concurrency is not null then
+        perform 1 from asyncflow.task_types where task_type = v_task_type for update;
+        select count(*) into v_running from asyncflow.%2$I where status = 'running';
+        v_limit := least(v_limit, v_type.concurrency - v_running);
+        if v_limit <= 0 then
+          return;
+        end if;
+      end if;
+      perform set_config('synchronous_commit', 'off', true);
+
       return query
       with picked as (
         select shard, id from asyncflow.%2$I
-        where shard >= (select begin_pos from asyncflow.positions where task_type = p_task_type)
-          and status = 'pending' and order_time <= p_now
+        where shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
+          and status = 'pending' and order_time <= v_now
         order by order_time
-        limit p_limit
+        limit v_limit
         for update skip locked
       ), claimed as (
         update asyncflow.%2$I t set
           status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
-          claimed_at = p_now, lease_until = p_now + make_interval(secs => p_lease), updated_at = p_now
+          claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
+          updated_at = v_now
         from picked
         where t.shard = picked.shard and t.id = picked.id
-        returning asyncflow.format_task_id(p_task_type, t.shard, t.id) as task_id, p_task_type as task_type,
+        returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
           t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at
       ), counted as (
         insert into asyncflow.type_counters as k (task_type, slot, claimed)
-        select p_task_type, pg_backend_pid() %% 16, count(*) from claimed having count(*) > 0
+        select v_task_type, pg_backend_pid() %% 16, count(*) from claimed having count(*) > 0
         on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed
       )
       select * from claimed;
     end
     $body$
-    $f$, v_name, 'tasks_' || p_task_type);
-  execute format('revoke all on function asyncflow.%I(text, text, integer, timestamptz, integer) from public',
-    v_name);
+    $f$, v_name, 'tasks_' || p_task_type, p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, integer, timestamptz) from public', v_name);
+  execute format('grant execute on function asyncflow.%I(text, integer, timestamptz) to asyncflow_worker', v_name);
 end
 $fn$;
 
@@ -77,47 +109,21 @@ for each row execute function asyncflow.tg_task_types__claim();
 
 select asyncflow.create_claim_function(task_type) from asyncflow.task_types;
 
--- claim_tasks: as in V5 and V17, the statement now in the type's claim function. Its own
--- statements (the task_types, positions and counters rows) keep generic plans; the settings
--- below hold for the claim function's statement too, when its generic plan is made.
+-- claim_tasks: the same contract (V5), for any type: the type's claim function does the work.
 create or replace function asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamptz default null)
 returns setof asyncflow.claimed_task
-language plpgsql security definer set search_path = pg_catalog, pg_temp
-set enable_seqscan = off set enable_bitmapscan = off set enable_sort = off set enable_hashjoin = off
-set enable_mergejoin = off set jit = off set plan_cache_mode = force_generic_plan as $$
-declare
-  v_type asyncflow.task_types;
-  v_now timestamptz := coalesce(p_now, now());
-  v_limit integer;
-  v_running bigint;
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
   end if;
-  select * into v_type from asyncflow.task_types where task_type = p_task_type;
+  perform 1 from asyncflow.task_types where task_type = p_task_type;
   if not found then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
-  if v_type.paused or coalesce(p_limit, 0) <= 0 then
-    return;
-  end if;
-  v_limit := least(p_limit, v_type.schedule_limit);
-  if v_type.concurrency is not null then
-    perform 1 from asyncflow.task_types where task_type = p_task_type for update;
-    select count(*) into v_running from asyncflow.tasks where task_type = p_task_type and status = 'running';
-    v_limit := least(v_limit, v_type.concurrency - v_running);
-    if v_limit <= 0 then
-      return;
-    end if;
-  end if;
-  -- asynchronous commit of the claim: see V5
-  perform set_config('synchronous_commit', 'off', true);
-
-  -- one statement, kept with its plan in the type's claim function: the claim, from the shards
-  -- at or after begin_pos, and the type's claimed counter (the type name passed check_type_name
-  -- when the type was registered: it is a task_types key)
-  return query execute format('select * from asyncflow.%I($1, $2, $3, $4, $5)', 'type_claim__' || p_task_type)
-    using p_task_type, p_owner, v_limit, v_now, v_type.max_processing_time;
+  -- a task_types key passed check_type_name when the type was registered
+  return query execute format('select * from asyncflow.%I($1, $2, $3)', 'type_claim__' || p_task_type)
+    using p_owner, p_limit, p_now;
 end
 $$;
 

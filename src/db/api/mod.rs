@@ -104,6 +104,13 @@ pub async fn retry_task<C: GenericClient>(c: &C, task_id: &str) -> Result<bool> 
 }
 
 /// `asyncflow.claim_tasks` (the worker protocol's "hold"): up to `limit` ready tasks.
+///
+/// Goes straight to the type's own claim function, `asyncflow.type_claim__<type>` (what
+/// claim_tasks calls by a statement built at each call: about 0.25 ms more on an idle server, on
+/// the path from an insert to the function's start). Every registered type has one, so a type
+/// without it is unknown (the error claim_tasks gives, without a second statement that would
+/// fail anyway in the caller's transaction); a name that is not a type name goes through
+/// claim_tasks for its error.
 pub async fn claim_tasks<C: GenericClient>(
     c: &C,
     task_type: &str,
@@ -111,9 +118,27 @@ pub async fn claim_tasks<C: GenericClient>(
     limit: i32,
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<ClaimedTask>> {
-    let rows =
-        query(c, "select * from asyncflow.claim_tasks($1, $2, $3, $4)", &[&task_type, &owner.as_str(), &limit, &now])
-            .await?;
+    let direct = match TypeName::new(task_type) {
+        // the name matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
+        Ok(name) => {
+            let sql = format!("select * from asyncflow.\"type_claim__{}\"($1, $2, $3)", name.as_str());
+            match c.prepare_cached(&sql).await {
+                Ok(stmt) => Some(c.query(&stmt, &[&owner.as_str(), &limit, &now]).await.map_err(Error::from_db)?),
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
+                    return Err(Error::UnknownTaskType(format!("unknown task type '{task_type}'")));
+                }
+                Err(e) => return Err(Error::from_db(e)),
+            }
+        }
+        Err(_) => None,
+    };
+    let rows = match direct {
+        Some(rows) => rows,
+        None => {
+            query(c, "select * from asyncflow.claim_tasks($1, $2, $3, $4)", &[&task_type, &owner.as_str(), &limit, &now])
+                .await?
+        }
+    };
     rows.iter()
         .map(|r| {
             Ok(ClaimedTask {
