@@ -387,9 +387,12 @@ async fn claims_and_reports_probe_only_their_rows_however_many_types_there_are()
         register(&c, &format!("other{k}"), json!({})).await;
     }
     register(&c, "video", json!({})).await;
-    c.query("select asyncflow.create_tasks('video', (select jsonb_agg('{}'::jsonb) from generate_series(1, 5000)))", &[])
-        .await
-        .unwrap();
+    c.query(
+        "select asyncflow.create_tasks('video', (select jsonb_agg('{}'::jsonb) from generate_series(1, 5000)))",
+        &[],
+    )
+    .await
+    .unwrap();
     c.batch_execute("analyze asyncflow.tasks").await.unwrap();
     // rows read from the type's leaf and its indexes, as the statistics count them
     async fn reads(c: &tokio_postgres::Client) -> i64 {

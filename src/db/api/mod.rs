@@ -135,8 +135,12 @@ pub async fn claim_tasks<C: GenericClient>(
     let rows = match direct {
         Some(rows) => rows,
         None => {
-            query(c, "select * from asyncflow.claim_tasks($1, $2, $3, $4)", &[&task_type, &owner.as_str(), &limit, &now])
-                .await?
+            query(
+                c,
+                "select * from asyncflow.claim_tasks($1, $2, $3, $4)",
+                &[&task_type, &owner.as_str(), &limit, &now],
+            )
+            .await?
         }
     };
     rows.iter()
