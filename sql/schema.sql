@@ -752,6 +752,126 @@ begin
 end
 $_$;
 
+CREATE FUNCTION asyncflow.create_report_function(p_task_type text) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+declare
+  v_name text := 'type_report__' || p_task_type;
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  execute format($f$
+    create or replace function asyncflow.%1$I(p_owner text, p_task_ids text[], p_claim_seqs integer[],
+      p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[],
+      p_retries boolean[], p_delays double precision[], p_now timestamptz)
+    returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+    language plpgsql as $body$
+    #variable_conflict use_column
+    declare
+      v_task_type constant text := %3$L;
+      v_now constant timestamptz := p_now;
+    begin
+      return query
+      with r as (
+        -- one pass of unnest over the typed arrays; ids are split inline (a lateral call to
+        -- parse_task_id is not inlined and cost more than the update)
+        select x.n, x.task_id, split_part(x.task_id, '-', 1) as task_type,
+          split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
+          x.claim_seq, x.outcome, x.stage, nullif(x.context, 'null'::jsonb) as context, x.result,
+          left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay
+        from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries, p_delays)
+          with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n)
+        where split_part(x.task_id, '-', 1) = v_task_type
+      ), changed as (
+        update asyncflow.%2$I t set
+          status = case
+            when r.outcome = 'succeed' then 'succeeded'
+            when r.outcome = 'heartbeat' then 'running'
+            when r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num) then 'failed'
+            else 'pending' end::asyncflow.task_status,
+          stage = case when r.outcome = 'advance' then r.stage else t.stage end,
+          context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
+          result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
+          last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed') else t.last_error end,
+          attempt = case
+            when r.outcome = 'advance' then 0
+            when r.outcome in ('later', 'release') then greatest(t.attempt - 1, 0)
+            else t.attempt end,
+          retry_count = case when r.outcome = 'fail' then t.retry_count + 1 else t.retry_count end,
+          order_time = case
+            when r.outcome = 'advance' then v_now - make_interval(secs => t.priority)
+            when r.outcome = 'fail' then v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval)
+            when r.outcome = 'later' then v_now + make_interval(secs => r.delay)
+            else t.order_time end,
+          owner = case when r.outcome = 'heartbeat' then t.owner end,
+          lease_until = case when r.outcome = 'heartbeat'
+            then v_now + make_interval(secs => (select max_processing_time from asyncflow.task_types y where y.task_type = t.task_type)) end,
+          finished_at = case
+            when r.outcome = 'succeed' or (r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num)) then v_now
+            else t.finished_at end,
+          -- the entry is built as cheaply as jsonb allows (a third of the report's cost was here):
+          -- date_part in double precision rather than numeric extract, and the error key added only
+          -- to failures instead of stripping nulls from every entry
+          schedule_log = case when r.outcome = 'heartbeat' then t.schedule_log
+            else asyncflow.append_log(t.schedule_log, case when r.outcome = 'fail'
+              then jsonb_build_object('worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
+                'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome,
+                'error', coalesce(r.error, 'failed'))
+              else jsonb_build_object('worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
+                'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome) end) end,
+          updated_at = v_now
+        -- a task named twice in one batch: its last report wins, the earlier ones are refused
+        from (select distinct on (task_type, shard, id) * from r order by task_type, shard, id, n desc) r
+        where t.shard = r.shard and t.id = r.id
+          -- status compared as text: the partial index on running tasks must not look like a way
+          -- in (the planner would walk every running task for each report)
+          and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
+        returning r.n, t.status, t.lease_until, t.task_type, r.outcome, t.schedule_log -> -1 as entry
+      ), counted as (
+        insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried)
+        select c.task_type, pg_backend_pid() %% 16, count(*) filter (where c.status = 'succeeded'),
+          count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending')
+        from changed c where c.outcome in ('succeed', 'fail') group by c.task_type
+        on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
+          failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
+      ), durations as (
+        -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds)):
+        -- width_bucket counts the bounds <= secs (a binary search, in C), less one when secs is a
+        -- bound itself (a bucket includes its upper bound, as Prometheus' "le")
+        select c.task_type, c.entry ->> 'stage' as stage, d.secs,
+          width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
+        from changed c cross join lateral (select (c.entry ->> 'cost_ms')::double precision / 1000 as secs) d
+        where c.outcome not in ('heartbeat', 'release')
+      ), per_bucket as (
+        select task_type, stage, k, count(*) as n, sum(secs) as secs from durations group by task_type, stage, k
+      ), timed as (
+        insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
+        select t.task_type, t.stage, pg_backend_pid() %% 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
+          array_agg(coalesce(g.n, 0) order by x.k)
+        from (select distinct task_type, stage from per_bucket) t
+        cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
+        left join per_bucket g on g.task_type = t.task_type and g.stage = t.stage and g.k = x.k
+        group by t.task_type, t.stage
+        on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
+          seconds = s.seconds + excluded.seconds,
+          buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
+      )
+      select r.n, r.task_id, c.n is not null,
+        -- the current status is looked up only for refused reports
+        case when c.n is null then (select s.status from asyncflow.%2$I s
+          where s.shard = r.shard and s.id = r.id)
+          else c.status end,
+        c.lease_until
+      from r
+      left join changed c on c.n = r.n
+      order by r.n;
+    end
+    $body$
+    $f$, v_name, 'tasks_' || p_task_type, p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, text[], integer[], text[], text[], jsonb[], jsonb[], '
+    'text[], boolean[], double precision[], timestamptz) from public', v_name);
+end
+$_$;
+
 CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1456,7 +1576,7 @@ CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
-    SET plan_cache_mode TO 'force_custom_plan'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 #variable_conflict use_column
 declare
@@ -1464,6 +1584,7 @@ declare
   v_n integer := coalesce(cardinality(p_task_ids), 0);
   v_bad record;
   v_max_bytes integer;
+  v_names text[];
   v_types text[];
 begin
   if p_task_ids is null or p_claim_seqs is null or p_outcomes is null then
@@ -1513,103 +1634,25 @@ begin
     perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
   end if;
 
-  -- the types named in the batch, a constant for the planner: it prunes every other type's leaves
-  v_types := array(select distinct split_part(u.task_id, '-', 1) from unnest(p_task_ids) u(task_id));
-
-  return query
-  with r as (
-    -- one pass of unnest over the typed arrays; ids are split inline (a lateral call to
-    -- parse_task_id is not inlined and cost more than the update)
-    select x.n, x.task_id, split_part(x.task_id, '-', 1) as task_type,
-      split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
-      x.claim_seq, x.outcome, x.stage, nullif(x.context, 'null'::jsonb) as context, x.result,
-      left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay
-    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries, p_delays)
-      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n)
-  ), changed as (
-    update asyncflow.tasks t set
-      status = case
-        when r.outcome = 'succeed' then 'succeeded'
-        when r.outcome = 'heartbeat' then 'running'
-        when r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num) then 'failed'
-        else 'pending' end::asyncflow.task_status,
-      stage = case when r.outcome = 'advance' then r.stage else t.stage end,
-      context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
-      result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
-      last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed') else t.last_error end,
-      attempt = case
-        when r.outcome = 'advance' then 0
-        when r.outcome in ('later', 'release') then greatest(t.attempt - 1, 0)
-        else t.attempt end,
-      retry_count = case when r.outcome = 'fail' then t.retry_count + 1 else t.retry_count end,
-      order_time = case
-        when r.outcome = 'advance' then v_now - make_interval(secs => t.priority)
-        when r.outcome = 'fail' then v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval)
-        when r.outcome = 'later' then v_now + make_interval(secs => r.delay)
-        else t.order_time end,
-      owner = case when r.outcome = 'heartbeat' then t.owner end,
-      lease_until = case when r.outcome = 'heartbeat'
-        then v_now + make_interval(secs => (select max_processing_time from asyncflow.task_types y where y.task_type = t.task_type)) end,
-      finished_at = case
-        when r.outcome = 'succeed' or (r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num)) then v_now
-        else t.finished_at end,
-      -- the entry is built as cheaply as jsonb allows (a third of the report's cost was here):
-      -- date_part in double precision rather than numeric extract, and the error key added only
-      -- to failures instead of stripping nulls from every entry
-      schedule_log = case when r.outcome = 'heartbeat' then t.schedule_log
-        else asyncflow.append_log(t.schedule_log, case when r.outcome = 'fail'
-          then jsonb_build_object('worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
-            'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome,
-            'error', coalesce(r.error, 'failed'))
-          else jsonb_build_object('worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
-            'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome) end) end,
-      updated_at = v_now
-    -- a task named twice in one batch: its last report wins, the earlier ones are refused
-    from (select distinct on (task_type, shard, id) * from r order by task_type, shard, id, n desc) r
-    where t.task_type = r.task_type and t.shard = r.shard and t.id = r.id
-      -- status compared as text: the partial index on running tasks must not look like a way
-      -- in (the planner would walk every running task for each report)
-      and t.task_type = any (v_types)
-      and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
-    returning r.n, t.status, t.lease_until, t.task_type, r.outcome, t.schedule_log -> -1 as entry
-  ), counted as (
-    insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried)
-    select c.task_type, pg_backend_pid() % 16, count(*) filter (where c.status = 'succeeded'),
-      count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending')
-    from changed c where c.outcome in ('succeed', 'fail') group by c.task_type
-    on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
-      failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
-  ), durations as (
-    -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds)):
-    -- width_bucket counts the bounds <= secs (a binary search, in C), less one when secs is a
-    -- bound itself (a bucket includes its upper bound, as Prometheus' "le")
-    select c.task_type, c.entry ->> 'stage' as stage, d.secs,
-      width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
-    from changed c cross join lateral (select (c.entry ->> 'cost_ms')::double precision / 1000 as secs) d
-    where c.outcome not in ('heartbeat', 'release')
-  ), per_bucket as (
-    select task_type, stage, k, count(*) as n, sum(secs) as secs from durations group by task_type, stage, k
-  ), timed as (
-    insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
-    select t.task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
-      array_agg(coalesce(g.n, 0) order by x.k)
-    from (select distinct task_type, stage from per_bucket) t
-    cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
-    left join per_bucket g on g.task_type = t.task_type and g.stage = t.stage and g.k = x.k
-    group by t.task_type, t.stage
-    on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
-      seconds = s.seconds + excluded.seconds,
-      buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
-  )
-  select r.task_id, c.n is not null,
-    -- the current status is looked up only for refused reports
-    case when c.n is null then (select s.status from asyncflow.tasks s
-      where s.task_type = any (v_types) and s.task_type = r.task_type and s.shard = r.shard and s.id = r.id)
-      else c.status end,
-    c.lease_until
-  from r
-  left join changed c on c.n = r.n
-  order by r.n;
+  -- The batch's known types. Each has its report function (its statement kept with its plan);
+  -- the reports of a type that does not exist are refused (no such task).
+  v_names := array(select distinct split_part(u.task_id, '-', 1) from unnest(p_task_ids) u(task_id));
+  v_types := array(select y.task_type from asyncflow.task_types y where y.task_type = any (v_names));
+  if cardinality(v_names) = 1 and cardinality(v_types) = 1 then
+    -- the usual batch: one type; the function's rows come in report order
+    return query execute format('select task_id, accepted, status, lease_until from asyncflow.%I('
+      '$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)', 'type_report__' || v_types[1])
+      using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
+        p_delays, v_now;
+  else
+    return query execute 'select task_id, accepted, status, lease_until from ('
+      || (select coalesce(string_agg(format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) '
+            'union all ', 'type_report__' || t), ''), '') from unnest(v_types) t)
+      || 'select u.n, u.task_id, false, null::asyncflow.task_status, null::timestamptz '
+      || 'from unnest($2) with ordinality u(task_id, n) where split_part(u.task_id, ''-'', 1) <> all ($12)) x order by n'
+      using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
+        p_delays, v_now, v_types;
+  end if;
 
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY per type).
   perform asyncflow.wake(y.task_type)
@@ -2037,11 +2080,12 @@ CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     'created_at', p.created_at, 'updated_at', p.updated_at)
 $$;
 
-CREATE FUNCTION asyncflow.tg_task_types__claim() RETURNS trigger
+CREATE FUNCTION asyncflow.tg_task_types__functions() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 begin
   perform asyncflow.create_claim_function(new.task_type);
+  perform asyncflow.create_report_function(new.task_type);
   return null;
 end
 $$;
@@ -2950,7 +2994,7 @@ CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
 
-CREATE TRIGGER tg_task_types__claim AFTER INSERT ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_task_types__claim();
+CREATE TRIGGER tg_task_types__functions AFTER INSERT ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_task_types__functions();
 
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;

@@ -432,6 +432,43 @@ async fn claims_and_reports_probe_only_their_rows_however_many_types_there_are()
 }
 
 #[tokio::test]
+async fn a_batch_mixing_types_is_answered_in_report_order() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    for ty in ["video", "audio"] {
+        register(&db.raw().await, ty, json!({})).await;
+        api::create_tasks(&c, ty, &[Default::default(), Default::default()]).await.unwrap();
+    }
+    let w = worker("w");
+    let video = api::claim_tasks(&c, "video", &w, 2, None).await.unwrap();
+    let audio = api::claim_tasks(&c, "audio", &w, 2, None).await.unwrap();
+    let done = |t: &asyncflow::task::ClaimedTask| {
+        rep(t.task_id.as_str(), t.claim_seq, ReportKind::Succeed { result: json!({}) })
+    };
+    let reports = vec![
+        done(&audio[1]),
+        done(&video[0]),
+        rep("nosuchtype-1-1", 1, ReportKind::Succeed { result: json!({}) }),
+        rep(audio[0].task_id.as_str(), audio[0].claim_seq + 1, ReportKind::Succeed { result: json!({}) }),
+        done(&video[1]),
+        rep("video-1-999", 1, ReportKind::Succeed { result: json!({}) }),
+    ];
+    let got = api::report_tasks(&c, &w, &reports, None).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|r| r.task_id.as_str()).collect();
+    let sent: Vec<String> = reports.iter().map(|r| r.task_id.to_string()).collect();
+    assert_eq!(ids, sent.iter().map(String::as_str).collect::<Vec<_>>(), "one answer per report, in order");
+    let accepted: Vec<bool> = got.iter().map(|r| r.accepted).collect();
+    assert_eq!(accepted, vec![true, true, false, false, true, false]);
+    assert_eq!(got[0].status, Some(TaskStatus::Succeeded));
+    assert_eq!(got[2].status, None, "a type that does not exist: no such task");
+    assert_eq!(got[3].status, Some(TaskStatus::Running), "a stale fence: the task's current status");
+    assert_eq!(got[5].status, None, "no such task of a known type");
+    // the refused one is still running and its right report lands
+    let late = api::report_tasks(&c, &w, &[done(&audio[0])], None).await.unwrap();
+    assert!(late[0].accepted);
+}
+
+#[tokio::test]
 async fn eight_concurrent_claimers_never_hold_the_same_task_and_finish_all_10000() {
     let db = TestDb::new().await;
     register(&db.raw().await, "bulk", json!({"schedule_limit": 50})).await;
