@@ -774,7 +774,7 @@ begin
       with r as (
         -- one pass of unnest over the typed arrays; ids are split inline (a lateral call to
         -- parse_task_id is not inlined and cost more than the update)
-        select x.n, x.task_id, split_part(x.task_id, '-', 1) as task_type,
+        select x.n, x.task_id,
           split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
           x.claim_seq, x.outcome, x.stage, nullif(x.context, 'null'::jsonb) as context, x.result,
           left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay
@@ -820,7 +820,7 @@ begin
                 'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome) end) end,
           updated_at = v_now
         -- a task named twice in one batch: its last report wins, the earlier ones are refused
-        from (select distinct on (task_type, shard, id) * from r order by task_type, shard, id, n desc) r
+        from (select distinct on (shard, id) * from r order by shard, id, n desc) r
         where t.shard = r.shard and t.id = r.id
           -- status compared as text: the partial index on running tasks must not look like a way
           -- in (the planner would walk every running task for each report)

@@ -118,23 +118,19 @@ pub async fn claim_tasks<C: GenericClient>(
     limit: i32,
     now: Option<DateTime<Utc>>,
 ) -> Result<Vec<ClaimedTask>> {
-    let direct = match TypeName::new(task_type) {
+    let rows = match TypeName::new(task_type) {
         // the name matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
         Ok(name) => {
             let sql = format!("select * from asyncflow.\"type_claim__{}\"($1, $2, $3)", name.as_str());
             match c.prepare_cached(&sql).await {
-                Ok(stmt) => Some(c.query(&stmt, &[&owner.as_str(), &limit, &now]).await.map_err(Error::from_db)?),
+                Ok(stmt) => c.query(&stmt, &[&owner.as_str(), &limit, &now]).await.map_err(Error::from_db)?,
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
                     return Err(Error::UnknownTaskType(format!("unknown task type '{task_type}'")));
                 }
                 Err(e) => return Err(Error::from_db(e)),
             }
         }
-        Err(_) => None,
-    };
-    let rows = match direct {
-        Some(rows) => rows,
-        None => {
+        Err(_) => {
             query(
                 c,
                 "select * from asyncflow.claim_tasks($1, $2, $3, $4)",
