@@ -802,16 +802,18 @@ begin
             when r.outcome = 'fail' then v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval)
             when r.outcome = 'later' then v_now + make_interval(secs => r.delay)
             else t.order_time end,
-          owner = case when r.outcome = 'heartbeat' then t.owner end,
+          -- a success keeps its worker: the log's last entry is made from the row when read
+          owner = case when r.outcome in ('heartbeat', 'succeed') then t.owner end,
           lease_until = case when r.outcome = 'heartbeat'
             then v_now + make_interval(secs => (select max_processing_time from asyncflow.task_types y where y.task_type = t.task_type)) end,
           finished_at = case
             when r.outcome = 'succeed' or (r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num)) then v_now
             else t.finished_at end,
-          -- the entry is built as cheaply as jsonb allows (a third of the report's cost was here):
-          -- date_part in double precision rather than numeric extract, and the error key added only
-          -- to failures instead of stripping nulls from every entry
-          schedule_log = case when r.outcome = 'heartbeat' then t.schedule_log
+          -- the entry is built as cheaply as jsonb allows: date_part in double precision rather
+          -- than numeric extract, and the error key added only to failures instead of stripping
+          -- nulls from every entry; a success's entry is not written at all (asyncflow.task_log
+          -- makes it from the row: worker, stage, attempt, claimed_at and finished_at are all there)
+          schedule_log = case when r.outcome in ('heartbeat', 'succeed') then t.schedule_log
             else asyncflow.append_log(t.schedule_log, case when r.outcome = 'fail'
               then jsonb_build_object('worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
                 'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome,
@@ -825,7 +827,8 @@ begin
           -- status compared as text: the partial index on running tasks must not look like a way
           -- in (the planner would walk every running task for each report)
           and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
-        returning r.n, t.status, t.lease_until, t.task_type, r.outcome, t.schedule_log -> -1 as entry
+        returning r.n, t.status, t.lease_until, t.task_type, r.outcome,
+          case when r.outcome <> 'succeed' then t.schedule_log -> -1 end as entry, t.stage, t.claimed_at
       ), counted as (
         insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried)
         select c.task_type, pg_backend_pid() %% 16, count(*) filter (where c.status = 'succeeded'),
@@ -837,9 +840,11 @@ begin
         -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds)):
         -- width_bucket counts the bounds <= secs (a binary search, in C), less one when secs is a
         -- bound itself (a bucket includes its upper bound, as Prometheus' "le")
-        select c.task_type, c.entry ->> 'stage' as stage, d.secs,
+        select c.task_type, coalesce(c.entry ->> 'stage', c.stage) as stage, d.secs,
           width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
-        from changed c cross join lateral (select (c.entry ->> 'cost_ms')::double precision / 1000 as secs) d
+        from changed c cross join lateral (select case when c.entry is null
+          then floor(date_part('epoch', v_now - c.claimed_at) * 1000) / 1000
+          else (c.entry ->> 'cost_ms')::double precision / 1000 end as secs) d
         where c.outcome not in ('heartbeat', 'release')
       ), per_bucket as (
         select task_type, stage, k, count(*) as n, sum(secs) as secs from durations group by task_type, stage, k
@@ -2036,10 +2041,21 @@ CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     'id', asyncflow.format_task_id(t.task_type, t.shard, t.id), 'type', t.task_type, 'stage', t.stage,
     'status', t.status, 'priority', t.priority, 'attempt', t.attempt, 'retry_count', t.retry_count,
     'max_retry_num', t.max_retry_num, 'max_retry_interval', t.max_retry_interval, 'claim_seq', t.claim_seq,
-    'owner', t.owner, 'lease_until', t.lease_until, 'order_time', t.order_time, 'user_id', t.user_id,
+    'owner', case when t.status <> 'succeeded' then t.owner end, 'lease_until', t.lease_until,
+    'order_time', t.order_time, 'user_id', t.user_id,
     'idempotency_key', t.idempotency_key, 'context', t.context, 'result', t.result, 'error', t.last_error,
-    'schedule_log', t.schedule_log, 'created_at', t.created_at, 'updated_at', t.updated_at,
+    'schedule_log', asyncflow.task_log(t), 'created_at', t.created_at, 'updated_at', t.updated_at,
     'finished_at', t.finished_at)
+$$;
+
+CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+  select case when t.status = 'succeeded' and t.owner is not null
+    then asyncflow.append_log(t.schedule_log, jsonb_build_object('worker', t.owner, 'stage', t.stage,
+      'attempt', t.attempt, 'start', t.claimed_at,
+      'cost_ms', floor(date_part('epoch', t.finished_at - t.claimed_at) * 1000)::bigint, 'outcome', 'succeed'))
+    else t.schedule_log end
 $$;
 
 CREATE TABLE asyncflow.task_types (
@@ -2103,7 +2119,9 @@ begin
       request, response, error, started_at, cost_ms, created_at)
     values (asyncflow.run_day(new.run_ref), left(new.run_ref, 42), split_part(new.run_ref, '#', 1),
       case when new.run_ref like '%#%' then replace(new.run_ref, '#', '_') end, v_task_id, old.stage, old.attempt,
-      old.owner, coalesce(v_entry ->> 'outcome', v_entry ->> 'event'), old.context,
+      -- a success writes no log entry (V19): its outcome is the status
+      old.owner, coalesce(case when new.status = 'succeeded' then 'succeed' end, v_entry ->> 'outcome',
+        v_entry ->> 'event'), old.context,
       case when new.status = 'succeeded' then new.result when new.stage <> old.stage then new.context end,
       case when new.status in ('pending', 'failed') and new.retry_count > old.retry_count then new.last_error end,
       old.claimed_at, floor(date_part('epoch', new.updated_at - old.claimed_at) * 1000)::bigint, new.updated_at);
@@ -3131,6 +3149,8 @@ REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_ur
 GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.task_log(t asyncflow.tasks) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUBLIC;
 

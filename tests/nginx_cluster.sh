@@ -336,7 +336,7 @@ ids_ok=$(grep -o '"noop-[0-9]*-[0-9]*"' "$TMP/created.json" | tr -d '"' | sort -
 # Each stage finished by exactly one accepted report, in order s1, s2, s3.
 bad_stages=$(sql "select count(*) from asyncflow.tasks t where t.task_type = 'noop' and (
   select array_agg(x ->> 'stage' order by (x ->> 'start')::timestamptz)
-  from jsonb_array_elements(t.schedule_log) x where x ->> 'outcome' in ('advance', 'succeed'))
+  from jsonb_array_elements(asyncflow.task_log(t)) x where x ->> 'outcome' in ('advance', 'succeed'))
   is distinct from array['s1', 's2', 's3']")
 [ "$bad_stages" = 0 ] || fail "$bad_stages tasks did not finish s1, s2, s3 exactly once each, in order"
 
@@ -347,7 +347,7 @@ read -r overlaps attempts retried rescued released min_gap <<<"$(sql "
   with e as (
     select t.id, x ->> 'worker' as worker, x ->> 'outcome' as outcome, (x ->> 'start')::timestamptz as start,
       (x ->> 'start')::timestamptz + (x ->> 'cost_ms')::float8 * interval '1 millisecond' as finish
-    from asyncflow.tasks t cross join lateral jsonb_array_elements(t.schedule_log) x
+    from asyncflow.tasks t cross join lateral jsonb_array_elements(asyncflow.task_log(t)) x
     where t.task_type = 'noop' and x ? 'start'
   ), o as (
     select *, lag(finish) over w as prev_finish from e window w as (partition by id order by start)
@@ -359,7 +359,7 @@ read -r overlaps attempts retried rescued released min_gap <<<"$(sql "
   from o" | tr '|' ' ')"
 [ "$overlaps" = 0 ] || fail "$overlaps attempts started before the previous attempt of the same task ended"
 workers=$(sql "select string_agg(distinct x ->> 'worker', ' ') from asyncflow.tasks t
-  cross join lateral jsonb_array_elements(t.schedule_log) x where t.task_type = 'noop'")
+  cross join lateral jsonb_array_elements(asyncflow.task_log(t)) x where t.task_type = 'noop'")
 say "checked: $TASKS/$TASKS succeeded with their result, each stage finished once, no overlapping attempts"
 echo "    $attempts attempts by $workers; $retried failed tries, $rescued rescued, $released handed back;"
 echo "    smallest gap between a report and the next claim of the same task: $min_gap ms"

@@ -203,6 +203,84 @@ async fn later_is_not_a_failure_and_the_schedule_log_keeps_the_last_20() {
 }
 
 #[tokio::test]
+async fn a_success_writes_no_log_entry_and_reads_as_if_it_had() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    let raw = db.raw().await;
+    register(&raw, "poll", json!({})).await;
+    let id = api::create_task(&c, "poll", &Default::default()).await.unwrap();
+    let w = worker("w-7");
+    // 21 'later' rounds, then a success 1.25 s after its claim.
+    let mut now = t0();
+    for _ in 0..21 {
+        let claimed = api::claim_tasks(&c, "poll", &w, 1, Some(now)).await.unwrap();
+        let later = ReportKind::Later { delay: 1.0, context: None };
+        api::report_tasks(&c, &w, &[rep(id.as_str(), claimed[0].claim_seq, later)], Some(now)).await.unwrap();
+        now += secs(1.0);
+    }
+    let claimed = api::claim_tasks(&c, "poll", &w, 1, Some(now)).await.unwrap();
+    let done = now + secs(1.25);
+    let r = api::report_tasks(
+        &c,
+        &w,
+        &[rep(id.as_str(), claimed[0].claim_seq, ReportKind::Succeed { result: json!({"ok": true}) })],
+        Some(done),
+    )
+    .await
+    .unwrap();
+    assert!(r[0].accepted);
+
+    // The row holds the 20 'later' entries only: the report wrote none.
+    let row = raw
+        .query_one("select jsonb_array_length(schedule_log), schedule_log -> -1 ->> 'outcome', owner from asyncflow.tasks", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 20);
+    assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("later"));
+    assert_eq!(row.get::<_, Option<String>>(2).as_deref(), Some("w-7"), "a success keeps its worker");
+
+    // A reader sees the last 20 entries, the success's last, made from the row.
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.owner, None, "owner shown only while it means something");
+    assert_eq!(t.schedule_log.len(), 20, "bounded log");
+    let last = t.schedule_log.last().unwrap();
+    assert_eq!(last.outcome.as_deref(), Some("succeed"));
+    assert_eq!(last.worker.as_deref(), Some("w-7"));
+    assert_eq!(last.stage.as_deref(), Some("start"));
+    assert_eq!(last.attempt, Some(1));
+    assert_eq!(last.start, Some(now));
+    assert_eq!(last.cost_ms, Some(1250.0));
+    assert_eq!(t.schedule_log[18].outcome.as_deref(), Some("later"));
+    assert_eq!(t.finished_at, Some(done));
+
+    // The histogram counts the success with its duration from the row: 21 'later' calls of 0 s
+    // (claimed and reported at the same instant) and one of 1.25 s.
+    let row = raw
+        .query_one("select sum(calls)::bigint, sum(seconds) from asyncflow.stage_times where task_type = 'poll'", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 22);
+    assert!((row.get::<_, f64>(1) - 1.25).abs() < 1e-9);
+
+    // A task that succeeded before V19 has its entry written and no owner: it reads as written.
+    let old = api::create_task(&c, "poll", &Default::default()).await.unwrap();
+    raw.execute(
+        "update asyncflow.tasks set status = 'succeeded', finished_at = $2, claimed_at = $2, owner = null, \
+           schedule_log = jsonb_build_array(jsonb_build_object('worker', 'old', 'stage', 'start', 'attempt', 1, \
+             'start', $2::timestamptz, 'cost_ms', 3, 'outcome', 'succeed')) \
+         where asyncflow.format_task_id(task_type, shard, id) = $1",
+        &[&old.as_str(), &t0()],
+    )
+    .await
+    .unwrap();
+    let t = api::get_task(&c, old.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.schedule_log.len(), 1, "no second entry");
+    assert_eq!(t.schedule_log[0].worker.as_deref(), Some("old"));
+    assert_eq!(t.schedule_log[0].cost_ms, Some(3.0));
+}
+
+#[tokio::test]
 async fn a_stale_fencing_token_is_refused_after_rescue_and_changes_nothing() {
     let db = TestDb::new().await;
     let c = db.conn().await;
