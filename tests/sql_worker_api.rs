@@ -262,6 +262,58 @@ async fn a_success_writes_no_log_entry_and_reads_as_if_it_had() {
         .unwrap();
     assert_eq!(row.get::<_, i64>(0), 22);
     assert!((row.get::<_, f64>(1) - 1.25).abs() < 1e-9);
+    let succeeded: i64 = raw
+        .query_one("select sum(succeeded)::bigint from asyncflow.type_counters where task_type = 'poll'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(succeeded, 1);
+
+    // A batch of successes only (its own statement) is answered as the general statement answers
+    // it: in report order, the last report of a task named twice applied, a stale fence and a
+    // finished task refused. The same batch plus a hand-back goes through the general statement.
+    let mut answers = Vec::new();
+    for with_release in [false, true] {
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            ids.push(api::create_task(&c, "poll", &Default::default()).await.unwrap());
+        }
+        let claimed = api::claim_tasks(&c, "poll", &w, 4, Some(done)).await.unwrap();
+        assert_eq!(claimed.len(), 4);
+        let seq = |id: &asyncflow::ids::TaskId| claimed.iter().find(|t| t.task_id == *id).unwrap().claim_seq;
+        let ok = |n: i64| ReportKind::Succeed { result: json!({"n": n}) };
+        let mut batch = vec![
+            rep(ids[0].as_str(), seq(&ids[0]), ok(1)),
+            rep(ids[1].as_str(), seq(&ids[1]) + 1, ok(2)),
+            rep(id.as_str(), 22, ok(3)),
+            rep(ids[0].as_str(), seq(&ids[0]), ok(4)),
+            rep(ids[2].as_str(), seq(&ids[2]), ok(5)),
+        ];
+        if with_release {
+            batch.push(rep(ids[3].as_str(), seq(&ids[3]), ReportKind::Release));
+        }
+        let results = api::report_tasks(&c, &w, &batch, Some(done)).await.unwrap();
+        answers.push(results.iter().take(5).map(|r| (r.accepted, r.status, r.lease_until)).collect::<Vec<_>>());
+        let t = api::get_task(&c, ids[0].as_str()).await.unwrap().unwrap();
+        assert_eq!(t.result, Some(json!({"n": 4})), "the last report of a task named twice wins");
+        assert_eq!(t.schedule_log.last().and_then(|e| e.outcome.clone()).as_deref(), Some("succeed"));
+        let t = api::get_task(&c, ids[1].as_str()).await.unwrap().unwrap();
+        assert_eq!(t.status, TaskStatus::Running, "a stale fence changes nothing");
+        if !with_release {
+            // ids[3] is still held: hand it back so the next round claims fresh tasks only
+            let r = ReportKind::Release;
+            api::report_tasks(&c, &w, &[rep(ids[3].as_str(), seq(&ids[3]), r)], Some(done)).await.unwrap();
+        }
+        let stale = ReportKind::Release;
+        api::report_tasks(&c, &w, &[rep(ids[1].as_str(), seq(&ids[1]), stale)], Some(done)).await.unwrap();
+        raw.execute("update asyncflow.tasks set status = 'cancelled', finished_at = $1 where status = 'pending'", &[&done])
+            .await
+            .unwrap();
+    }
+    assert_eq!(answers[0], answers[1], "both statements answer alike");
+    let accepted: Vec<_> = answers[0].iter().map(|a| a.0).collect();
+    assert_eq!(accepted, vec![false, false, false, true, true]);
+    assert_eq!(answers[0][2].1, Some(TaskStatus::Succeeded));
 
     // A task that succeeded before V19 has its entry written and no owner: it reads as written.
     let old = api::create_task(&c, "poll", &Default::default()).await.unwrap();
