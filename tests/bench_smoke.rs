@@ -52,7 +52,7 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    for key in ["aging", "drop", "drop_dead"] {
+    for key in ["aging_empty", "aging", "drop", "drop_dead"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for f in written["figures"].as_array().unwrap() {
