@@ -433,16 +433,30 @@ impl Worker {
     }
 }
 
+/// How often an `exit_when_idle` worker looks at its own state (in memory: cheap), so that it
+/// stops within this of its last report rather than up to a tenth of a second later (a tenth of
+/// a second was 4 % of the benchmark's 100,000-task burn-down).
+const IDLE_TICK: Duration = Duration::from_millis(10);
+/// ... and how often at most it asks the database whether tasks are ready, while they are (a
+/// worker waiting behind another's concurrency limit, say).
+const IDLE_QUERY_EVERY: Duration = Duration::from_millis(100);
+
 /// Returns once nothing is in flight or being claimed, the backend holds nothing unaccounted
 /// for, and no task of `types` is ready.
 async fn wait_until_idle(shared: &Shared, types: &[TypeName]) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(IDLE_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut asked: Option<tokio::time::Instant> = None;
     loop {
         tick.tick().await;
         let before = shared.activity.load(Ordering::SeqCst);
         if shared.active.load(Ordering::SeqCst) != 0 || !shared.backend.settled() {
             continue;
         }
+        if asked.is_some_and(|at| at.elapsed() < IDLE_QUERY_EVERY) {
+            continue;
+        }
+        asked = Some(tokio::time::Instant::now());
         let ready = shared.backend.any_ready(types).await;
         if !ready && shared.active.load(Ordering::SeqCst) == 0 && shared.activity.load(Ordering::SeqCst) == before {
             return;
