@@ -389,6 +389,17 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     assert_eq!(sqlstate(&denied), "42501", "clients cannot claim through the type's function either");
     let claimed = worker.query("select * from asyncflow.type_claim__video('w', 1)", &[]).await.unwrap();
     assert_eq!(claimed.len(), 1, "workers claim through the type's function");
+    // ... and report through the type's report function (which checks the batch itself)
+    let report = "select accepted from asyncflow.type_report__video('w', array[$1], array[$2::int], \
+                  array[$3], null, null, null, null, null, null, null)";
+    let task_id: String = claimed[0].get("task_id");
+    let seq: i32 = claimed[0].get("claim_seq");
+    let denied = client.query(report, &[&task_id, &seq, &"succeed"]).await.unwrap_err();
+    assert_eq!(sqlstate(&denied), "42501", "clients cannot report");
+    let bad = worker.query(report, &[&task_id, &seq, &"finish"]).await.unwrap_err();
+    assert_eq!(sqlstate(&bad), "AF006", "a direct call is checked like report_task_arrays: {bad}");
+    let accepted: bool = worker.query_one(report, &[&task_id, &seq, &"succeed"]).await.unwrap().get(0);
+    assert!(accepted, "workers report through the type's function");
     drop((client, worker));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let _ = admin.batch_execute(&format!("drop owned by {app}, {wrk}; drop role {app}; drop role {wrk}")).await;

@@ -232,7 +232,10 @@ async fn a_success_writes_no_log_entry_and_reads_as_if_it_had() {
 
     // The row holds the 20 'later' entries only: the report wrote none.
     let row = raw
-        .query_one("select jsonb_array_length(schedule_log), schedule_log -> -1 ->> 'outcome', owner from asyncflow.tasks", &[])
+        .query_one(
+            "select jsonb_array_length(schedule_log), schedule_log -> -1 ->> 'outcome', owner from asyncflow.tasks",
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(row.get::<_, i32>(0), 20);
@@ -306,9 +309,12 @@ async fn a_success_writes_no_log_entry_and_reads_as_if_it_had() {
         }
         let stale = ReportKind::Release;
         api::report_tasks(&c, &w, &[rep(ids[1].as_str(), seq(&ids[1]), stale)], Some(done)).await.unwrap();
-        raw.execute("update asyncflow.tasks set status = 'cancelled', finished_at = $1 where status = 'pending'", &[&done])
-            .await
-            .unwrap();
+        raw.execute(
+            "update asyncflow.tasks set status = 'cancelled', finished_at = $1 where status = 'pending'",
+            &[&done],
+        )
+        .await
+        .unwrap();
     }
     assert_eq!(answers[0], answers[1], "both statements answer alike");
     let accepted: Vec<_> = answers[0].iter().map(|a| a.0).collect();

@@ -42,6 +42,70 @@ language sql stable as $$
     'finished_at', t.finished_at)
 $$;
 
+-- The checks of a batch of reports (report_task_arrays' since V16, now shared with each type's
+-- report function, which the worker calls directly): AF006 naming the first bad report and
+-- field, nothing applied.
+create function asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[],
+  p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[],
+  p_delays double precision[]) returns void
+language plpgsql stable as $$
+#variable_conflict use_column
+declare
+  v_n integer := coalesce(cardinality(p_task_ids), 0);
+  v_bad record;
+  v_max_bytes integer;
+begin
+  if p_task_ids is null or p_claim_seqs is null or p_outcomes is null then
+    perform asyncflow.raise_error('AF006', 'task ids, claim_seqs and outcomes are required');
+  end if;
+  -- unnest pads a short array with nulls and flattens a multi-dimensional one: both refused
+  if cardinality(p_claim_seqs) <> v_n or cardinality(p_outcomes) <> v_n
+    or coalesce(cardinality(p_stages), v_n) <> v_n or coalesce(cardinality(p_contexts), v_n) <> v_n
+    or coalesce(cardinality(p_results), v_n) <> v_n or coalesce(cardinality(p_errors), v_n) <> v_n
+    or coalesce(cardinality(p_retries), v_n) <> v_n or coalesce(cardinality(p_delays), v_n) <> v_n
+    or coalesce(array_ndims(p_task_ids), 1) <> 1 or coalesce(array_ndims(p_claim_seqs), 1) <> 1
+    or coalesce(array_ndims(p_outcomes), 1) <> 1 or coalesce(array_ndims(p_stages), 1) <> 1
+    or coalesce(array_ndims(p_contexts), 1) <> 1 or coalesce(array_ndims(p_results), 1) <> 1
+    or coalesce(array_ndims(p_errors), 1) <> 1 or coalesce(array_ndims(p_retries), 1) <> 1
+    or coalesce(array_ndims(p_delays), 1) <> 1 then
+    perform asyncflow.raise_error('AF006', format(
+      'the report arrays must be one-dimensional with one element per report (%s task ids)', v_n));
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  select n, problem into v_bad from (
+    select n, case
+      -- the same rule as parse_task_id, written as an unbounded pattern plus lengths (several
+      -- times cheaper per row than bounded repetitions)
+      when x.task_id is null or x.task_id !~ '^[a-z][a-z0-9_]*-[1-9][0-9]*-[1-9][0-9]*$'
+        or length(split_part(x.task_id, '-', 1)) > 40 or length(split_part(x.task_id, '-', 2)) > 9
+        or length(split_part(x.task_id, '-', 3)) > 18
+        then format('task_id must be a task id (<type>-<shard>-<n>), got %s', coalesce(to_jsonb(x.task_id), 'null'))
+      when x.claim_seq is null then 'claim_seq must be an integer, got null'
+      when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
+        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s',
+          coalesce(to_jsonb(x.outcome), 'null'))
+      when x.outcome = 'advance' and coalesce(x.stage, '') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+        then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
+      when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
+        then 'context must be a JSON object'
+      when pg_column_size(x.context) > v_max_bytes
+        then format('context is too large: %s bytes, the limit is %s', pg_column_size(x.context), v_max_bytes)
+      when pg_column_size(x.result) > v_max_bytes
+        then format('result is too large: %s bytes, the limit is %s', pg_column_size(x.result), v_max_bytes)
+      when x.outcome = 'later' and (x.delay is null or x.delay = 'NaN' or x.delay not between 0 and 31536000)
+        then format('delay must be a number of seconds between 0 and 31536000, got %s', coalesce(x.delay::text, 'null'))
+    end as problem
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_delays)
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, n)
+  ) checked where problem is not null order by n limit 1;
+  if found then
+    perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
+  end if;
+end
+$$;
+revoke all on function asyncflow.check_report_arrays(text[], integer[], text[], text[], jsonb[], jsonb[], text[],
+  boolean[], double precision[]) from public;
+
 -- The report function of each type (V18), writing no entry for a success, with a statement of
 -- its own for a batch of successes only: the general statement chooses between six outcomes
 -- for every column of every report and unnests nine arrays; on 1,000 successes it took about
@@ -83,12 +147,15 @@ begin
       p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[],
       p_retries boolean[], p_delays double precision[], p_now timestamptz)
     returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
-    language plpgsql as $body$
+    language plpgsql security definer set search_path = pg_catalog, pg_temp
+    set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $body$
     #variable_conflict use_column
     declare
       v_task_type constant text := %3$L;
-      v_now constant timestamptz := p_now;
+      v_now constant timestamptz := coalesce(p_now, now());
     begin
+      perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
+        p_errors, p_retries, p_delays);
       if p_outcomes <@ array['succeed'] then
         -- A batch of successes only (every report of a one-stage burn-down, most batches of a
         -- busy worker): the same effects, counters and answers as the general statement below,
@@ -199,15 +266,75 @@ begin
           else (c.entry ->> 'cost_ms')::double precision / 1000 end as secs) d
         where c.outcome not in ('heartbeat', 'release')
       ), %5$s;
+
+      -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY).
+      if exists (select 1 from unnest(p_task_ids, p_outcomes) u(task_id, outcome)
+          where u.outcome in ('advance', 'release', 'fail', 'later') and split_part(u.task_id, '-', 1) = v_task_type) then
+        perform asyncflow.wake(v_task_type);
+      end if;
     end
     $body$
     $f$, v_name, 'tasks_' || p_task_type, p_task_type, format(v_tail, 'null::timestamptz'), format(v_tail, 'c.lease_until'));
   execute format('revoke all on function asyncflow.%I(text, text[], integer[], text[], text[], jsonb[], jsonb[], '
     'text[], boolean[], double precision[], timestamptz) from public', v_name);
+  execute format('grant execute on function asyncflow.%I(text, text[], integer[], text[], text[], jsonb[], jsonb[], '
+    'text[], boolean[], double precision[], timestamptz) to asyncflow_worker', v_name);
 end
 $fn$;
 
 select asyncflow.create_report_function(task_type) from asyncflow.task_types;
+
+-- report_task_arrays (V18): a batch of one type goes straight to the type's report function,
+-- which now checks the batch and wakes the type itself (the worker calls it directly).
+create or replace function asyncflow.report_task_arrays(
+  p_owner text,
+  p_task_ids text[],
+  p_claim_seqs integer[],
+  p_outcomes text[],
+  p_stages text[] default null,
+  p_contexts jsonb[] default null,
+  p_results jsonb[] default null,
+  p_errors text[] default null,
+  p_retries boolean[] default null,
+  p_delays double precision[] default null,
+  p_now timestamptz default null
+)
+returns table (task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+-- one primary-key probe per report, never a scan (see claim_tasks); the type's report function
+-- sets the same for its own statement
+set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_names text[];
+  v_types text[];
+begin
+  -- The batch's known types. Each has its report function (its statement kept with its plan),
+  -- which checks the batch, applies that type's reports and wakes the type; the reports of a type
+  -- that does not exist are refused (no such task).
+  v_names := array(select distinct split_part(u.task_id, '-', 1) from unnest(p_task_ids) u(task_id));
+  v_types := array(select y.task_type from asyncflow.task_types y where y.task_type = any (v_names));
+  if cardinality(v_names) = 1 and cardinality(v_types) = 1 then
+    -- the usual batch: one type; the function's rows come in report order
+    return query execute format('select task_id, accepted, status, lease_until from asyncflow.%I('
+      '$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)', 'type_report__' || v_types[1])
+      using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
+        p_delays, v_now;
+  else
+    -- checked here too: a batch with no known type calls no type function
+    perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
+      p_errors, p_retries, p_delays);
+    return query execute 'select task_id, accepted, status, lease_until from ('
+      || (select coalesce(string_agg(format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) '
+            'union all ', 'type_report__' || t), ''), '') from unnest(v_types) t)
+      || 'select u.n, u.task_id, false, null::asyncflow.task_status, null::timestamptz '
+      || 'from unnest($2) with ordinality u(task_id, n) where split_part(u.task_id, ''-'', 1) <> all ($12)) x order by n'
+      using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
+        p_delays, v_now, v_types;
+  end if;
+end
+$$;
 
 -- The workflow trigger (V11): a success's trace takes its outcome from the status.
 create or replace function asyncflow.tg_tasks__workflow() returns trigger

@@ -197,25 +197,45 @@ pub async fn report_tasks<C: GenericClient>(
         retries.push(retry);
         delays.push(delay);
     }
-    let rows = query(
-        c,
-        "select task_id, accepted, status::text as status, lease_until \
-         from asyncflow.report_task_arrays($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        &[
-            &owner.as_str(),
-            &task_ids,
-            &claim_seqs,
-            &outcomes,
-            &stages,
-            &contexts,
-            &results,
-            &errors,
-            &retries,
-            &delays,
-            &now,
-        ],
-    )
-    .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+        &owner.as_str(),
+        &task_ids,
+        &claim_seqs,
+        &outcomes,
+        &stages,
+        &contexts,
+        &results,
+        &errors,
+        &retries,
+        &delays,
+        &now,
+    ];
+    const ANY_TYPE: &str = "select task_id, accepted, status::text as status, lease_until \
+         from asyncflow.report_task_arrays($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+    // A batch of one type (the worker's, always) goes straight to the type's report function,
+    // which checks it as report_task_arrays does: no statement built per call around it and
+    // no second pass over the answers (about 2 ms of 18 per 1,000 successes). A type without
+    // it does not exist: report_task_arrays refuses its reports (in autocommit, as every caller
+    // here reports; inside a transaction the failed lookup has already failed the transaction).
+    let one_type =
+        reports.first().map(|r| r.task_id.task_type()).filter(|t| reports.iter().all(|r| r.task_id.task_type() == *t));
+    let rows = match one_type {
+        Some(ty) => {
+            // a parsed task id's type matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
+            let sql = format!(
+                "select task_id, accepted, status::text as status, lease_until \
+                 from asyncflow.\"type_report__{ty}\"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            );
+            match c.prepare_cached(&sql).await {
+                Ok(stmt) => c.query(&stmt, &params).await.map_err(Error::from_db)?,
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
+                    query(c, ANY_TYPE, &params).await?
+                }
+                Err(e) => return Err(Error::from_db(e)),
+            }
+        }
+        None => query(c, ANY_TYPE, &params).await?,
+    };
     rows.iter()
         .map(|r| {
             Ok(ReportResult {
