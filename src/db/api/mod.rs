@@ -35,6 +35,21 @@ async fn query_one<C: GenericClient>(
     c.query_one(&stmt, params).await.map_err(Error::from_db)
 }
 
+/// Runs `sql`, a call of a type's own function (`type_claim__<type>`, `type_report__<type>`,
+/// created when the type is registered); None when there is no such function, that is when the
+/// type is not registered.
+async fn query_type_function<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Option<Vec<Row>>> {
+    match c.prepare_cached(sql).await {
+        Ok(stmt) => c.query(&stmt, params).await.map(Some).map_err(Error::from_db),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => Ok(None),
+        Err(e) => Err(Error::from_db(e)),
+    }
+}
+
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, column: &str) -> Result<T> {
     row.try_get(column).map_err(Error::from_db)
 }
@@ -122,13 +137,9 @@ pub async fn claim_tasks<C: GenericClient>(
         // the name matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
         Ok(name) => {
             let sql = format!("select * from asyncflow.\"type_claim__{}\"($1, $2, $3)", name.as_str());
-            match c.prepare_cached(&sql).await {
-                Ok(stmt) => c.query(&stmt, &[&owner.as_str(), &limit, &now]).await.map_err(Error::from_db)?,
-                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
-                    return Err(Error::UnknownTaskType(format!("unknown task type '{task_type}'")));
-                }
-                Err(e) => return Err(Error::from_db(e)),
-            }
+            query_type_function(c, &sql, &[&owner.as_str(), &limit, &now])
+                .await?
+                .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?
         }
         Err(_) => {
             query(
@@ -210,8 +221,8 @@ pub async fn report_tasks<C: GenericClient>(
         &delays,
         &now,
     ];
-    const ANY_TYPE: &str = "select task_id, accepted, status::text as status, lease_until \
-         from asyncflow.report_task_arrays($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+    const ANSWERS: &str = "select task_id, accepted, status::text as status, lease_until from asyncflow.";
+    const ARGS: &str = "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
     // A batch of one type (the worker's, always) goes straight to the type's report function,
     // which checks it as report_task_arrays does: no statement built per call around it and
     // no second pass over the answers (about 2 ms of 18 per 1,000 successes). A type without
@@ -219,22 +230,14 @@ pub async fn report_tasks<C: GenericClient>(
     // here reports; inside a transaction the failed lookup has already failed the transaction).
     let one_type =
         reports.first().map(|r| r.task_id.task_type()).filter(|t| reports.iter().all(|r| r.task_id.task_type() == *t));
-    let rows = match one_type {
-        Some(ty) => {
-            // a parsed task id's type matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
-            let sql = format!(
-                "select task_id, accepted, status::text as status, lease_until \
-                 from asyncflow.\"type_report__{ty}\"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-            );
-            match c.prepare_cached(&sql).await {
-                Ok(stmt) => c.query(&stmt, &params).await.map_err(Error::from_db)?,
-                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
-                    query(c, ANY_TYPE, &params).await?
-                }
-                Err(e) => return Err(Error::from_db(e)),
-            }
-        }
-        None => query(c, ANY_TYPE, &params).await?,
+    // a parsed task id's type matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
+    let direct = match one_type {
+        Some(ty) => query_type_function(c, &format!("{ANSWERS}\"type_report__{ty}\"{ARGS}"), &params).await?,
+        None => None,
+    };
+    let rows = match direct {
+        Some(rows) => rows,
+        None => query(c, &format!("{ANSWERS}report_task_arrays{ARGS}"), &params).await?,
     };
     rows.iter()
         .map(|r| {
