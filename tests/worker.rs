@@ -80,6 +80,52 @@ async fn a_worker_runs_tasks_through_three_stages_carrying_context() {
 }
 
 #[tokio::test]
+async fn a_reply_the_server_refuses_fails_only_its_own_task_and_the_rest_of_its_batch_is_written() {
+    let db = TestDb::new().await;
+    let ty = TypeName::new("mixed").unwrap();
+    let stop = CancellationToken::new();
+    // A Rust function's reply is not checked by the worker: these two reach the server, which
+    // refuses them (a stage name with a space, a delay past a year). Before, that refusal took
+    // every report written in the same statement with it, and those tasks stayed claimed.
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(64)).register(
+        ty,
+        |call: StageCall| async move {
+            match call.context["n"].as_i64() {
+                Some(7) => StageReply::Next { next_stage: "two words".into(), context: None },
+                Some(13) => StageReply::Later { later: 4e7, context: None },
+                _ => StageReply::Succeeded { result: call.context.clone() },
+            }
+        },
+        None,
+        fast(TaskTypeUpdate { max_retry_num: Some(0), ..Default::default() }),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let tasks: Vec<NewTask> = (0..60).map(|i| NewTask::with_context(json!({"n": i}))).collect();
+    let ids = api::create_tasks(&db.conn().await, "mixed", &tasks).await.unwrap();
+    wait_until(Duration::from_secs(20), "all tasks final", || all_final(&db, &ids)).await;
+    stop.cancel();
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!((summary.succeeded, summary.failed, summary.refused), (58, 2, 0));
+    for (i, id) in ids.iter().enumerate() {
+        let t = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+        if i == 7 || i == 13 {
+            assert_eq!(t.status, TaskStatus::Failed, "task {i}");
+            let error = t.error.unwrap_or_default();
+            assert!(error.starts_with("the reply was refused: "), "task {i}: {error}");
+            let why = if i == 7 { "stage must match" } else { "delay must be a number of seconds" };
+            assert!(error.contains(why), "task {i}: {error}");
+        } else {
+            assert_eq!(t.status, TaskStatus::Succeeded, "task {i}");
+            assert_eq!(t.result, Some(json!({"n": i})));
+        }
+    }
+}
+
+#[tokio::test]
 async fn failures_are_retried_panics_and_timeouts_count_as_failures_and_later_does_not() {
     let db = TestDb::new().await;
     let calls = Arc::new(AtomicUsize::new(0));

@@ -86,13 +86,25 @@ pub enum StageReply {
     },
 }
 
+/// Longest `later` delay the server takes (a year, as `report_tasks` checks it).
+pub const LATER_MAX_SECS: f64 = 31_536_000.0;
+
+/// Whether `name` is a stage name the server takes: 1 to 64 of `A-Za-z0-9_.:/-` (as
+/// `report_tasks` and `create_task` check it).
+pub fn is_stage_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'))
+}
+
 impl StageReply {
     /// A retryable failure.
     pub fn fail(error: impl Into<String>) -> Self {
         StageReply::Failed { error: error.into(), retry: true }
     }
 
-    /// Reads a reply object; the error says what is wrong with it.
+    /// Reads a reply object; the error says what is wrong with it. A reply the server would
+    /// refuse (a stage name it does not allow, a delay past a year) is refused here already, so
+    /// that the call fails with that reason.
     pub fn from_json(value: Value) -> Result<Self, String> {
         let Value::Object(mut map) = value else {
             return Err("the reply is not a JSON object".into());
@@ -112,6 +124,9 @@ impl StageReply {
             let Value::String(next_stage) = stage else {
                 return Err("next_stage must be a string".into());
             };
+            if !is_stage_name(&next_stage) {
+                return Err(format!("next_stage must match ^[A-Za-z0-9_.:/-]{{1,64}}$, got {:?}", next_stage));
+            }
             StageReply::Next { next_stage, context: context(&mut map)? }
         } else if let Some(result) = map.remove("result") {
             StageReply::Succeeded { result }
@@ -127,9 +142,9 @@ impl StageReply {
             };
             StageReply::Failed { error, retry }
         } else {
-            let later = map.remove("later").and_then(|v| v.as_f64()).filter(|s| s.is_finite() && *s >= 0.0);
+            let later = map.remove("later").and_then(|v| v.as_f64()).filter(|s| (0.0..=LATER_MAX_SECS).contains(s));
             let Some(later) = later else {
-                return Err("later must be a number of seconds >= 0".into());
+                return Err(format!("later must be a number of seconds between 0 and {LATER_MAX_SECS}"));
             };
             StageReply::Later { later, context: context(&mut map)? }
         };
@@ -200,6 +215,12 @@ mod tests {
             Ok(StageReply::Failed { error: "no".into(), retry: false })
         );
         assert_eq!(StageReply::from_json(json!({"later": 2.5})), Ok(StageReply::Later { later: 2.5, context: None }));
+        assert_eq!(
+            StageReply::from_json(json!({"next_stage": "a-Z_0.9:/x"})),
+            Ok(StageReply::Next { next_stage: "a-Z_0.9:/x".into(), context: None })
+        );
+        assert!(StageReply::from_json(json!({"next_stage": "x".repeat(64)})).is_ok());
+        assert!(StageReply::from_json(json!({"later": LATER_MAX_SECS})).is_ok());
     }
 
     #[test]
@@ -226,6 +247,10 @@ mod tests {
             json!({"error": "x", "retry": "yes"}),
             json!({"next_stage": "a", "context": [1]}),
             json!({"result": 1, "extra": true}),
+            json!({"next_stage": ""}),
+            json!({"next_stage": "two words"}),
+            json!({"next_stage": "x".repeat(65)}),
+            json!({"later": 4e7}),
         ] {
             assert!(StageReply::from_json(bad.clone()).is_err(), "{bad}");
         }

@@ -378,13 +378,14 @@ impl RemoteClient {
                 return Err(Error::Unexpected(format!("{} results for {} reports", r.results.len(), reports.len())))
             }
             Err(e) => {
-                // Refused whole (malformed; too large alone): these calls are over.
-                let split_next = matches!(e, Error::ContextTooLarge(_)) && reports.len() > 1;
-                if e.is_client_error() && !split_next {
-                    let mut outstanding = lock(&self.inner.outstanding);
-                    for r in reports {
-                        outstanding.remove(r.task_id.as_str());
-                    }
+                // Refused whole: the reporter halves a chunk of several, and replaces a refused
+                // reply by a failure of its task; a report refused alone and not replaced ends
+                // its call.
+                if e.is_client_error()
+                    && reports.len() == 1
+                    && !super::reporter::replaced_when_refused(&reports[0].kind)
+                {
+                    lock(&self.inner.outstanding).remove(reports[0].task_id.as_str());
                 }
                 return Err(e);
             }

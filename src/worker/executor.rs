@@ -78,12 +78,15 @@ pub(super) async fn run(
             ReportKind::Release => &shared.stats.released,
             ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
         };
-        let is_fail = matches!(kind, ReportKind::Fail { .. });
+        let is_succeed = matches!(kind, ReportKind::Succeed { .. });
         let result = shared.reporter.send(vec![report(&task.task_id, task.claim_seq, kind)]).await;
         match result.into_iter().next().flatten() {
             Some(r) if r.accepted => {
-                if is_fail && r.status == Some(TaskStatus::Failed) {
+                if r.status == Some(TaskStatus::Failed) {
                     shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                } else if is_succeed && r.status != Some(TaskStatus::Succeeded) {
+                    // the reply was refused and the reporter failed the task instead (a retry)
+                    shared.stats.retried.fetch_add(1, Ordering::Relaxed);
                 } else {
                     counter.fetch_add(1, Ordering::Relaxed);
                 }

@@ -4,7 +4,10 @@
 //! until the reports are accepted or refused; a report is never dropped while the worker runs.
 //! A server takes a batch in chunks (by count and size, see [`Backend::chunks`]), each retried
 //! on its own, so a retry never repeats a chunk already written; a chunk the server finds too
-//! large is halved until it fits or a single report is refused.
+//! large is halved until it fits or a single report is refused. A chunk refused as malformed is
+//! halved the same way, so that one bad reply (a function's invalid next stage, a result over the
+//! size limit) costs only its own report: the others are written, and the bad one is replaced by
+//! a failure of its task that says why the reply was refused.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -19,7 +22,7 @@ use super::backend::Backend;
 use crate::db::listen::Wake;
 use crate::error::Error;
 use crate::ids::WorkerId;
-use crate::task::{Report, ReportResult, TaskStatus};
+use crate::task::{Report, ReportKind, ReportResult, TaskStatus};
 
 /// Most reports in one statement.
 const BATCH_MAX: usize = 1000;
@@ -120,8 +123,8 @@ async fn run(
 enum Written {
     /// One result per report.
     Answered(Vec<ReportResult>),
-    /// Refused whole: malformed, or a single report too large.
-    Refused,
+    /// Refused whole as malformed (or too large): why.
+    Refused(String),
     /// Too large for the server: to be halved.
     TooLarge,
     /// Stopping, and the backend stayed away.
@@ -135,8 +138,8 @@ async fn write(
     stop: &CancellationToken,
     own_wakes: Option<&OwnWakes>,
 ) {
-    let reports: Vec<Report> = batch.iter().map(|(r, _)| r.clone()).collect();
-    let mut answers = batch.into_iter().map(|(_, tx)| tx);
+    let (mut reports, answers): (Vec<Report>, Vec<_>) = batch.into_iter().unzip();
+    let mut answers = answers.into_iter();
     // A stack of consecutive ranges, the first on top: chunks are written in order, so each
     // takes the next answers.
     let mut todo: Vec<Range<usize>> = backend.chunks(&reports);
@@ -151,15 +154,31 @@ async fn write(
                 todo.push(range.start..middle);
                 continue;
             }
-            Written::Refused => chunk
-                .iter()
-                .map(|r| ReportResult {
-                    task_id: r.task_id.to_string(),
-                    accepted: false,
-                    status: None,
-                    lease_until: None,
-                })
-                .collect(),
+            Written::Refused(_) if chunk.len() > 1 => {
+                // Find the bad report(s) by halving: the others are written.
+                let middle = range.start + chunk.len() / 2;
+                todo.push(middle..range.end);
+                todo.push(range.start..middle);
+                continue;
+            }
+            Written::Refused(why) => {
+                if let Some(failure) = failure_instead(&chunk[0], &why) {
+                    // Written in its place (once: a refused failure is answered as refused).
+                    tracing::warn!(task = %chunk[0].task_id, reason = %why, "report refused: the task fails instead");
+                    reports[range.start] = failure;
+                    todo.push(range);
+                    continue;
+                }
+                chunk
+                    .iter()
+                    .map(|r| ReportResult {
+                        task_id: r.task_id.to_string(),
+                        accepted: false,
+                        status: None,
+                        lease_until: None,
+                    })
+                    .collect()
+            }
             Written::GaveUp => {
                 // Dropping the answers tells the executors nothing was written.
                 answers.by_ref().take(chunk.len()).for_each(drop);
@@ -182,9 +201,9 @@ async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], s
             Ok(results) => return Written::Answered(results),
             Err(Error::ContextTooLarge(_)) if reports.len() > 1 => return Written::TooLarge,
             Err(e) if e.is_client_error() => {
-                // A malformed report would be refused every time: answer each one as refused.
-                tracing::error!(error = %e, "reports refused as malformed");
-                return Written::Refused;
+                // A malformed report would be refused every time: the caller looks for it.
+                tracing::error!(error = %e, count = reports.len(), "reports refused as malformed");
+                return Written::Refused(e.to_string());
             }
             Err(e) if stop.is_cancelled() && failures >= 5 => {
                 // Stopping and the database (or server) stays away: the leases will run out and
@@ -200,6 +219,24 @@ async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], s
             }
         }
     }
+}
+
+/// The report to write instead of one the server refused as malformed: the task fails (with
+/// the usual retries) saying why its reply was refused, rather than staying claimed until its
+/// lease runs out and the call is made again. None for a report that is itself a failure (or a
+/// heartbeat or a hand-back, which carry nothing a server could refuse).
+fn failure_instead(refused: &Report, why: &str) -> Option<Report> {
+    replaced_when_refused(&refused.kind).then(|| Report {
+        task_id: refused.task_id.clone(),
+        claim_seq: refused.claim_seq,
+        kind: ReportKind::Fail { error: format!("the reply was refused: {why}"), retry: true },
+    })
+}
+
+/// Whether a report refused alone as malformed is followed by a failure of its task (a reply:
+/// advance, succeed, later), so that its call is not over yet.
+pub(super) fn replaced_when_refused(kind: &ReportKind) -> bool {
+    matches!(kind, ReportKind::Advance { .. } | ReportKind::Succeed { .. } | ReportKind::Later { .. })
 }
 
 /// Wakes this worker's producers of the types whose tasks the reports put back in the queue.
