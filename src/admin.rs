@@ -157,18 +157,18 @@ pub(crate) async fn call(target: &Target, method: reqwest::Method, path: &str, b
     })
 }
 
+/// Percent-encodes `s` for a URL's path segment or query value: every byte of its UTF-8 form
+/// but the unreserved ones.
 pub(crate) fn encode(s: &str) -> String {
-    s.chars()
-        .map(
-            |c| {
-                if c.is_ascii_alphanumeric() || "-_.~".contains(c) {
-                    c.to_string()
-                } else {
-                    format!("%{:02X}", c as u32)
-                }
-            },
-        )
-        .collect()
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Runs a `task` command; the JSON to print.
@@ -275,4 +275,17 @@ async fn set_paused(pool: &DbPool, name: &str, paused: bool) -> Result<Value> {
     }
     let update = TaskTypeUpdate { paused: Some(paused), ..Default::default() };
     Ok(json!(api::register_task_type(&c, &TypeName::new(name)?, &update).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode;
+
+    #[test]
+    fn encode_writes_each_utf8_byte() {
+        assert_eq!(encode("a-Z_0.~"), "a-Z_0.~");
+        assert_eq!(encode("a b/c&d=e"), "a%20b%2Fc%26d%3De");
+        assert_eq!(encode("José"), "Jos%C3%A9");
+        assert_eq!(encode("€"), "%E2%82%AC");
+    }
 }

@@ -108,6 +108,21 @@ async fn a_non_zero_exit_is_a_retryable_failure_carrying_the_stderr_tail() {
 }
 
 #[tokio::test]
+async fn stderr_that_is_not_utf8_or_has_no_line_end_does_not_stop_the_function() {
+    // A Latin-1 byte on stderr, then more stderr: reading stopped at the bad byte before, the
+    // pipe closed and the next write killed the function with SIGPIPE.
+    let (_dir, f) = script(
+        "printf 'caf\\351\\n' >&2; printf 'still logging\\n' >&2; head -c 20000 /dev/zero | tr '\\0' 'y' >&2; \
+         echo '{\"result\": \"ok\"}'",
+    );
+    assert_eq!(f.call(call("s", json!({}))).await, StageReply::Succeeded { result: json!("ok") });
+    // A failure's message still carries the tail, the bad byte replaced.
+    let (_dir, f) = script("printf 'bad \\377 byte\\n' >&2; exit 2");
+    let error = error_of(&f.call(call("s", json!({}))).await);
+    assert!(error.contains("exit status 2") && error.contains("bad \u{fffd} byte"), "{error}");
+}
+
+#[tokio::test]
 async fn malformed_and_oversize_replies_are_failures() {
     let (_dir, f) = script("echo 'this is not json'");
     assert!(error_of(&f.call(call("s", json!({}))).await).contains("not JSON"));

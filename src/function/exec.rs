@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{BoxFuture, Function, StageCall, StageReply};
 
@@ -25,6 +25,8 @@ use super::{BoxFuture, Function, StageCall, StageReply};
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
 /// How much of stderr is kept for the error message.
 const STDERR_TAIL_BYTES: usize = 2048;
+/// Longest piece of a stderr line logged at once.
+const STDERR_LINE_BYTES: usize = 4096;
 
 /// A function run as a program.
 #[derive(Clone)]
@@ -122,15 +124,38 @@ impl ExecInner {
         };
         let (name, task) = (self.name.clone(), call.task_id.clone());
         let read_err = async move {
-            let mut lines = BufReader::new(stderr).lines();
+            // Read as bytes to the end whatever they are: a line that is not UTF-8 is logged
+            // lossily, a line without end is logged in pieces of STDERR_LINE_BYTES. Stopping
+            // early would close the pipe and kill the function with SIGPIPE at its next write.
+            let mut stderr = stderr;
             let mut kept: VecDeque<u8> = VecDeque::new();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(function = %name, task = %task, "stderr: {line}");
-                kept.extend(line.as_bytes());
-                kept.push_back(b'\n');
+            let mut line: Vec<u8> = Vec::new();
+            let mut chunk = [0u8; 8192];
+            let log = |line: &[u8]| {
+                let text = String::from_utf8_lossy(line);
+                tracing::info!(function = %name, task = %task, "stderr: {}", text.trim_end_matches(['\r', '\n']));
+            };
+            loop {
+                let n = match stderr.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                for &b in &chunk[..n] {
+                    if b == b'\n' || line.len() >= STDERR_LINE_BYTES {
+                        log(&line);
+                        line.clear();
+                    }
+                    if b != b'\n' {
+                        line.push(b);
+                    }
+                }
+                kept.extend(&chunk[..n]);
                 while kept.len() > STDERR_TAIL_BYTES {
                     kept.pop_front();
                 }
+            }
+            if !line.is_empty() {
+                log(&line);
             }
             kept
         };

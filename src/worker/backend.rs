@@ -361,8 +361,9 @@ impl RemoteClient {
         let skew = chrono::Duration::milliseconds(self.inner.skew_ms.load(Ordering::Relaxed));
         let mut outstanding = lock(&self.inner.outstanding);
         for task in &mut tasks {
-            task.lease_until -= skew;
-            task.claimed_at -= skew;
+            // checked: an answer with a time near chrono's limits would overflow (and panic)
+            task.lease_until = task.lease_until.checked_sub_signed(skew).unwrap_or(task.lease_until);
+            task.claimed_at = task.claimed_at.checked_sub_signed(skew).unwrap_or(task.claimed_at);
             outstanding.insert(task.task_id.to_string());
         }
         Ok(tasks)
@@ -404,7 +405,7 @@ impl RemoteClient {
                     task_id: r.task_id,
                     accepted: r.accepted,
                     status: r.status,
-                    lease_until: r.lease_until.map(|t| t - skew),
+                    lease_until: r.lease_until.map(|t| t.checked_sub_signed(skew).unwrap_or(t)),
                 }
             })
             .collect())

@@ -33,7 +33,10 @@ pub(super) async fn run(
     mut wakes: broadcast::Receiver<Wake>,
     stop: CancellationToken,
 ) {
-    let poll = Duration::from_secs_f64(settings.schedule_interval.max(0.01));
+    // The database keeps schedule_interval within 0.01 .. 86,400 s; a server's answer is held to
+    // the same range here (NaN or an absurd value would make Duration panic).
+    let poll =
+        Duration::try_from_secs_f64(settings.schedule_interval.clamp(0.01, 86_400.0)).unwrap_or(Duration::from_secs(5));
     let batch = settings.schedule_limit.max(1) as usize;
     let lease_secs = i64::from(settings.max_processing_time);
     let mut freed = shared.freed.subscribe();

@@ -206,7 +206,8 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
             if !wait {
                 return Ok(json!({"run_id": run_id}));
             }
-            let deadline = Instant::now() + timeout;
+            // a timeout past what the clock can hold waits without end
+            let deadline = Instant::now().checked_add(timeout);
             loop {
                 let run = get_run(pool, target, &run_id).await?;
                 let status = run["status"].as_str().unwrap_or_default();
@@ -216,7 +217,7 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
                     }
                     return Ok(run);
                 }
-                if Instant::now() > deadline {
+                if deadline.is_some_and(|d| Instant::now() > d) {
                     return Err(Error::WrongState(format!("run {run_id} is still {status} after {timeout:?}")));
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
