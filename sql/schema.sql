@@ -119,6 +119,27 @@ begin
 end
 $_$;
 
+CREATE FUNCTION asyncflow.check_new_type_name(p_task_type text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $_$
+declare
+  v_other text;
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  if p_task_type ~ '_([0-9]+|id_seq|pkey|ready|running)$' then
+    perform asyncflow.raise_error('AF003', format(
+      'invalid task type name %L: a name may not end in _<digits>, _id_seq, _pkey, _ready or _running '
+      '(the names of a type''s shards, sequence and indexes)', p_task_type));
+  end if;
+  select y.task_type into v_other from asyncflow.task_types y
+  where y.task_type ~ ('^' || p_task_type || '_([0-9]+|id_seq|pkey|ready|running)$') limit 1;
+  if found then
+    perform asyncflow.raise_error('AF003', format(
+      'invalid task type name %L: its shards and indexes would take the names of type %L', p_task_type, v_other));
+  end if;
+end
+$_$;
+
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
     AS $_$
@@ -391,6 +412,34 @@ end
 $_$;
 
 CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_node jsonb;
+  v_key text;
+begin
+  if jsonb_typeof(p_definition -> 'retries') = 'number' and not asyncflow.is_integral(p_definition -> 'retries') then
+    perform asyncflow.pipeline_error(format('retries must be an integer between 0 and 100, got %s', p_definition -> 'retries'));
+  end if;
+  if jsonb_typeof(p_definition -> 'nodes') = 'array' then
+    for v_node in select e from jsonb_array_elements(p_definition -> 'nodes') e where jsonb_typeof(e) = 'object' loop
+      foreach v_key in array array['priority', 'timeout_retries', 'max_segments', 'version'] loop
+        if (v_key = 'version' and jsonb_typeof(v_node -> v_key) not in ('number', 'null'))
+          or (jsonb_typeof(v_node -> v_key) = 'number' and not asyncflow.is_integral(v_node -> v_key)) then
+          perform asyncflow.pipeline_error(format('node %L: %s must be an integer, got %s',
+            v_node ->> 'name', v_key, v_node -> v_key));
+        end if;
+      end loop;
+      if jsonb_typeof(v_node -> 'async') not in ('boolean', 'null') then
+        perform asyncflow.pipeline_error(format('node %L: async must be true or false', v_node ->> 'name'));
+      end if;
+    end loop;
+  end if;
+  return asyncflow.compile_pipeline_v11(p_name, p_definition);
+end
+$$;
+
+CREATE FUNCTION asyncflow.compile_pipeline_v11(p_name text, p_definition jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
     AS $_$
 declare
@@ -1064,11 +1113,20 @@ end
 $_$;
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-  select unnest(asyncflow.insert_tasks(task_type, tasks, p_now, false))
-$$;
+    AS $_$
+declare
+  v_n bigint;
+begin
+  if jsonb_typeof(tasks) = 'array' and jsonb_path_exists(tasks, 'strict $[*] ? (@.type() != "object")') then
+    select x.n into v_n from jsonb_array_elements(tasks) with ordinality x(e, n)
+    where jsonb_typeof(x.e) <> 'object' order by x.n limit 1;
+    perform asyncflow.raise_error('AF006', format('tasks[%s]: must be a JSON object', v_n - 1));
+  end if;
+  return query select unnest(asyncflow.insert_tasks(task_type, tasks, p_now, false));
+end
+$_$;
 
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1406,6 +1464,12 @@ begin
 end
 $_$;
 
+CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  select (p_value #>> '{}')::numeric = trunc((p_value #>> '{}')::numeric)
+$$;
+
 CREATE FUNCTION asyncflow.is_jsonpath(p_text text) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -1646,6 +1710,7 @@ begin
     perform 1 from asyncflow.task_types where task_type = p_task_type for update;
   end if;
   if not found then
+    perform asyncflow.check_new_type_name(p_task_type);
     -- DDL waits at most this long for a lock; the caller gets an error and can try again.
     perform set_config('lock_timeout', '5s', true);
     execute format('create sequence asyncflow.%I', 'tasks_' || p_task_type || '_id_seq');
@@ -1665,14 +1730,14 @@ begin
     insert into asyncflow.positions (task_type, updated_at) values (p_task_type, v_now);
   end if;
   update asyncflow.task_types set
-    schedule_limit = coalesce((p_settings ->> 'schedule_limit')::integer, schedule_limit),
+    schedule_limit = coalesce((p_settings ->> 'schedule_limit')::numeric::integer, schedule_limit),
     schedule_interval = coalesce((p_settings ->> 'schedule_interval')::double precision, schedule_interval),
-    max_processing_time = coalesce((p_settings ->> 'max_processing_time')::integer, max_processing_time),
-    max_retry_num = coalesce((p_settings ->> 'max_retry_num')::integer, max_retry_num),
-    max_retry_interval = coalesce((p_settings ->> 'max_retry_interval')::integer, max_retry_interval),
-    shard_max_rows = coalesce((p_settings ->> 'shard_max_rows')::bigint, shard_max_rows),
-    retention = coalesce((p_settings ->> 'retention')::integer, retention),
-    concurrency = case when p_settings ? 'concurrency' then (p_settings ->> 'concurrency')::integer else concurrency end,
+    max_processing_time = coalesce((p_settings ->> 'max_processing_time')::numeric::integer, max_processing_time),
+    max_retry_num = coalesce((p_settings ->> 'max_retry_num')::numeric::integer, max_retry_num),
+    max_retry_interval = coalesce((p_settings ->> 'max_retry_interval')::numeric::integer, max_retry_interval),
+    shard_max_rows = coalesce((p_settings ->> 'shard_max_rows')::numeric::bigint, shard_max_rows),
+    retention = coalesce((p_settings ->> 'retention')::numeric::integer, retention),
+    concurrency = case when p_settings ? 'concurrency' then (p_settings ->> 'concurrency')::numeric::integer else concurrency end,
     paused = coalesce((p_settings ->> 'paused')::boolean, paused),
     initial_stage = coalesce(p_settings ->> 'initial_stage', initial_stage),
     updated_at = v_now
@@ -1713,7 +1778,7 @@ begin
     return query execute 'select task_id, accepted, status, lease_until from ('
       || (select coalesce(string_agg(format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) '
             'union all ', 'type_report__' || t), ''), '') from unnest(v_types) t)
-      || 'select u.n, u.task_id, false, null::asyncflow.task_status, null::timestamptz '
+      || 'select u.n, u.task_id, false as accepted, null::asyncflow.task_status as status, null::timestamptz as lease_until '
       || 'from unnest($2) with ordinality u(task_id, n) where split_part(u.task_id, ''-'', 1) <> all ($12)) x order by n'
       using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
         p_delays, v_now, v_types;
@@ -1971,7 +2036,14 @@ $$;
 CREATE FUNCTION asyncflow.run_day(p_id text) RETURNS date
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-  select to_date(substr(p_id, 2, 8), 'YYYYMMDD') where p_id ~ '^r[0-9]{8}-[0-9a-f]{32}'
+  select case when p_id ~ '^r[0-9]{8}-[0-9a-f]{32}' then
+    case when substr(p_id, 2, 4)::integer >= 1 and substr(p_id, 6, 2)::integer between 1 and 12 then
+      case when substr(p_id, 8, 2)::integer between 1 and extract(day from make_date(substr(p_id, 2, 4)::integer,
+          substr(p_id, 6, 2)::integer, 1) + interval '1 month' - interval '1 day')::integer
+        then make_date(substr(p_id, 2, 4)::integer, substr(p_id, 6, 2)::integer, substr(p_id, 8, 2)::integer)
+      end
+    end
+  end
 $$;
 
 CREATE TABLE asyncflow.runs (
@@ -3090,6 +3162,8 @@ GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with tim
 REVOKE ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.check_new_type_name(p_task_type text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_runs(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
@@ -3107,8 +3181,14 @@ GRANT ALL ON FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_li
 
 REVOKE ALL ON FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.compile_pipeline_v11(p_name text, p_definition jsonb) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.create_claim_function(p_task_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.create_report_function(p_task_type text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
@@ -3136,6 +3216,8 @@ REVOKE ALL ON FUNCTION asyncflow.get_task(task_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.get_task(task_id text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.is_integral(p_value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.is_jsonpath(p_text text) FROM PUBLIC;
 
@@ -3209,6 +3291,8 @@ REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.task_log(t asyncflow.tasks) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
 

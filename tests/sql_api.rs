@@ -233,6 +233,68 @@ async fn bad_input_gets_its_own_sqlstate_and_writes_nothing() {
 }
 
 #[tokio::test]
+async fn bad_input_found_by_review_is_refused_with_its_code_and_the_rest_answers() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "t", json!({})).await;
+    let tables = || async {
+        let n: i64 = c
+            .query_one("select count(*) from pg_catalog.pg_class where relnamespace = 'asyncflow'::regnamespace", &[])
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    let before = tables().await;
+    // Names that would take another type's shard, sequence or index names (t_1 is type t's shard
+    // 1; registering it first once kept type t from ever rolling to shard 1).
+    for name in ["t_1", "u_2", "t_id_seq", "t_pkey", "x_ready", "x_running"] {
+        let err = c.query("select asyncflow.register_task_type($1)", &[&name]).await.expect_err(name);
+        assert_eq!(sqlstate(&err), "AF003", "{name}: {err:?}");
+    }
+    assert_eq!(tables().await, before, "nothing created");
+    register(&c, "t_v2", json!({})).await;
+    // Integer settings written as 7.0 are 7 (check_settings takes them; the cast refused them).
+    let settings: Value = c
+        .query_one(
+            "select asyncflow.register_task_type('t', '{\"schedule_limit\": 7.0, \"shard_max_rows\": 1000000000000.0, \"concurrency\": 5.0}')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!((settings["schedule_limit"].as_i64(), settings["concurrency"].as_i64()), (Some(7), Some(5)));
+    // An array among the tasks: refused naming it, in both insert paths, nothing written.
+    for (tasks, at) in [("[[{}]]", "tasks[0]"), ("[{}, [{}], {\"idempotency_key\": \"k\"}]", "tasks[1]")] {
+        let err = c.query("select asyncflow.create_tasks('t', $1::text::jsonb)", &[&tasks]).await.expect_err(tasks);
+        assert_eq!(sqlstate(&err), "AF006", "{tasks}: {err:?}");
+        let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert_eq!(message, format!("{at}: must be a JSON object"));
+    }
+    assert_eq!(task_count(&c).await, 0, "nothing was written");
+    // Reports of no known type: answered (empty, or refused), not a 42703.
+    let rows = c.query("select * from asyncflow.report_tasks('w1', '[]')", &[]).await.unwrap();
+    assert!(rows.is_empty());
+    let rows =
+        c.query("select * from asyncflow.report_task_arrays('w1', '{zz-1-1}', '{1}', '{succeed}')", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].get::<_, String>("task_id"), rows[0].get::<_, bool>("accepted")), ("zz-1-1".into(), false));
+    // A run id with an impossible date is no run (22008 from to_date before).
+    for id in ["r20241399-00000000000000000000000000000000", "r20230229-00000000000000000000000000000000"] {
+        let run: Option<Value> = c.query_one("select asyncflow.get_run($1)", &[&id]).await.unwrap().get(0);
+        assert_eq!(run, None, "{id}");
+        let err = c.query("select asyncflow.cancel_run($1)", &[&id]).await.expect_err(id);
+        assert_eq!(sqlstate(&err), "AF012", "{id}: {err:?}");
+    }
+    let day: Option<chrono::NaiveDate> = c
+        .query_one("select asyncflow.run_day('r20240229-00000000000000000000000000000000')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(day, chrono::NaiveDate::from_ymd_opt(2024, 2, 29));
+}
+
+#[tokio::test]
 async fn the_rust_client_maps_asyncflow_errors_to_variants() {
     let db = TestDb::new().await;
     let c = db.conn().await;

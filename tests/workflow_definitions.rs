@@ -114,6 +114,39 @@ async fn invalid_definitions_are_refused_with_the_node_named_and_nothing_stored(
             "node 'cb': url must be an http(s) URL",
         ),
         (json!({"nodes": se(), "edges": [["start", "end"]], "timeout": -1}), "timeout must be seconds"),
+        // integer fields with a fraction, and fields of the wrong JSON type, refused before any cast
+        // (they were stored, then failed start_run or check_runs with 22P02)
+        (json!({"nodes": se(), "edges": [["start", "end"]], "retries": 1.5}), "retries must be an integer"),
+        (
+            def(with(vec![json!({"name": "a", "type": "task", "function": "wf", "priority": 1.5})]), json!([])),
+            "node 'a': priority must be an integer, got 1.5",
+        ),
+        (
+            def(
+                with(vec![
+                    json!({"name": "a", "type": "task", "function": "wf", "timeout": 1, "timeout_retries": 1.5}),
+                ]),
+                json!([]),
+            ),
+            "node 'a': timeout_retries must be an integer",
+        ),
+        (
+            def(
+                with(vec![
+                    json!({"name": "d", "type": "dynamic", "function": "wf", "items": "$.x", "max_segments": 2.5}),
+                ]),
+                json!([]),
+            ),
+            "node 'd': max_segments must be an integer",
+        ),
+        (
+            def(with(vec![json!({"name": "p", "type": "pipeline", "pipeline": "other", "version": "abc"})]), json!([])),
+            "node 'p': version must be an integer",
+        ),
+        (
+            def(with(vec![json!({"name": "a", "type": "task", "function": "wf", "async": "maybe"})]), json!([])),
+            "node 'a': async must be true or false",
+        ),
     ];
     for (definition, expected) in cases {
         let message = refused(&c, "bad", definition.clone()).await;

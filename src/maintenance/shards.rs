@@ -48,9 +48,23 @@ macro_rules! per_type_service {
                 Box::pin(async move {
                     let $client = self.pool.get().await?;
                     let mut $detail: Vec<String> = Vec::new();
+                    // A type that fails does not hold up the others: each is done in turn, and
+                    // the first failure is returned once all have been tried.
+                    let mut failed = None;
                     for settings in api::list_task_types(&$client).await? {
                         let $ty = settings.task_type.as_str();
-                        $body
+                        let done: Result<()> = async {
+                            $body
+                            Ok(())
+                        }
+                        .await;
+                        if let Err(e) = done {
+                            tracing::error!(service = $label, task_type = $ty, error = %e, "failed for this type");
+                            failed.get_or_insert(e);
+                        }
+                    }
+                    if let Some(e) = failed {
+                        return Err(e);
                     }
                     Ok(RunOnceReport { service: $label, changed: $detail.len() as u64, detail: $detail })
                 })
