@@ -2875,6 +2875,7 @@ CREATE FUNCTION asyncflow.wf_watch_type(p_task_type text) RETURNS void
     AS $$
 begin
   perform asyncflow.check_type_name(p_task_type);
+  perform pg_advisory_xact_lock(16715, hashtext(p_task_type));
   if not exists (select 1 from pg_trigger g where g.tgname = 'tg_tasks__workflow' and not g.tgisinternal
       and g.tgrelid = format('asyncflow.%I', 'tasks_' || p_task_type)::regclass) then
     execute format('create trigger tg_tasks__workflow after update on asyncflow.%I for each row '

@@ -232,3 +232,37 @@ async fn versions_are_drafted_activated_and_retired_and_the_plan_prunes_what_can
     assert_eq!(file.definition, def(json!(se()), json!([["start", "end"]])));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn two_pipelines_naming_one_type_can_be_put_at_once() {
+    let db = TestDb::new().await;
+    let a = db.raw().await;
+    let b = db.raw().await;
+    register(&a, "shared", json!({})).await;
+    let def_of = |node: &str| {
+        def(
+            with(vec![json!({"name": node, "type": "task", "function": "shared"})]),
+            json!([["start", node], [node, "end"]]),
+        )
+    };
+    // The first put holds its transaction open; the second, naming the same type, found no
+    // workflow trigger yet either, and failed creating it (42710) once the first committed.
+    a.batch_execute("begin").await.unwrap();
+    a.query_one("select asyncflow.put_pipeline('first', $1)", &[&def_of("x")]).await.unwrap();
+    let second = tokio::spawn(async move {
+        b.query_one("select asyncflow.put_pipeline('second', $1)", &[&def_of("y")]).await.map(|_| ())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    a.batch_execute("commit").await.unwrap();
+    second.await.unwrap().expect("the second put waits for the first and succeeds");
+    let triggers: i64 = a
+        .query_one(
+            "select count(*) from pg_catalog.pg_trigger where tgname = 'tg_tasks__workflow' \
+             and tgrelid = 'asyncflow.tasks_shared'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(triggers, 1);
+}

@@ -15,7 +15,8 @@
 --   * a pipeline node's integer fields written with a fraction (priority, timeout_retries,
 --     max_segments, version, the top-level retries) were stored and failed later with 22P02
 --     (check_runs failed on every pass after such a run timed out); `async` and `version` of the
---     wrong JSON type failed with 22P02 instead of AF010.
+--     wrong JSON type failed with 22P02 instead of AF010;
+--   * two pipelines naming one type put at once: the second failed with 42710 (wf_watch_type).
 
 -- Whether a new type's name would take the name of another type's table, sequence or index, or
 -- another type would take its names: tasks_<type>_<shard>, tasks_<type>_id_seq,
@@ -223,3 +224,20 @@ revoke all on function asyncflow.is_integral(jsonb) from public;
 -- for PUBLIC either (a client could not have used it, lacking CREATE on the schema).
 revoke all on function asyncflow.create_claim_function(text), asyncflow.create_report_function(text),
   asyncflow.tg_task_types__functions() from public;
+
+-- wf_watch_type (V11) under a per-type advisory lock, (16715, hashtext(type)): two pipelines
+-- naming the same type, put concurrently, both found no trigger and the second failed to create
+-- it (42710). The second now waits for the first and finds its trigger.
+create or replace function asyncflow.wf_watch_type(p_task_type text) returns void
+language plpgsql as $$
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  perform pg_advisory_xact_lock(16715, hashtext(p_task_type));
+  if not exists (select 1 from pg_trigger g where g.tgname = 'tg_tasks__workflow' and not g.tgisinternal
+      and g.tgrelid = format('asyncflow.%I', 'tasks_' || p_task_type)::regclass) then
+    execute format('create trigger tg_tasks__workflow after update on asyncflow.%I for each row '
+      'when (new.run_ref is not null and old.status is distinct from new.status) '
+      'execute function asyncflow.tg_tasks__workflow()', 'tasks_' || p_task_type);
+  end if;
+end
+$$;
