@@ -713,7 +713,10 @@ async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field()
     let bad_ids: Vec<Option<&str>> = vec![Some(&id), Some("Clip-1-1")];
     let null_outcome: Vec<Option<&str>> = vec![Some("succeed"), None];
     let later_delay: Vec<Option<f64>> = vec![None, Some(-1.0)];
-    let cases: Vec<(Vec<Option<&str>>, Vec<i32>, Vec<Option<&str>>, Vec<Option<&str>>, Vec<Option<f64>>, &str)> = vec![
+    // (task ids, claim_seqs, outcomes, stages, delays, words of the refusal)
+    type Case<'a> =
+        (Vec<Option<&'a str>>, Vec<i32>, Vec<Option<&'a str>>, Vec<Option<&'a str>>, Vec<Option<f64>>, &'a str);
+    let cases: Vec<Case> = vec![
         (vec![Some(&id)], vec![seq, seq], vec![Some("succeed")], vec![None], vec![None], "one element per report"),
         (bad_ids, vec![seq, seq], vec![Some("succeed"); 2], no_stage.clone(), no_delay.clone(), "reports[1]: task_id"),
         (vec![Some(&id); 2], vec![seq, seq], null_outcome, no_stage.clone(), no_delay.clone(), "reports[1]: outcome"),
