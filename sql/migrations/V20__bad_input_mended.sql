@@ -24,16 +24,18 @@
 create function asyncflow.check_new_type_name(p_task_type text) returns void
 language plpgsql stable as $$
 declare
+  -- the ends of the names a type's objects add to tasks_<type>
+  v_owned constant text := '_([0-9]+|id_seq|pkey|ready|running)$';
   v_other text;
 begin
   perform asyncflow.check_type_name(p_task_type);
-  if p_task_type ~ '_([0-9]+|id_seq|pkey|ready|running)$' then
+  if p_task_type ~ v_owned then
     perform asyncflow.raise_error('AF003', format(
       'invalid task type name %L: a name may not end in _<digits>, _id_seq, _pkey, _ready or _running '
       '(the names of a type''s shards, sequence and indexes)', p_task_type));
   end if;
   select y.task_type into v_other from asyncflow.task_types y
-  where y.task_type ~ ('^' || p_task_type || '_([0-9]+|id_seq|pkey|ready|running)$') limit 1;
+  where y.task_type ~ ('^' || p_task_type || v_owned) limit 1;
   if found then
     perform asyncflow.raise_error('AF003', format(
       'invalid task type name %L: its shards and indexes would take the names of type %L', p_task_type, v_other));

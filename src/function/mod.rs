@@ -86,8 +86,8 @@ pub enum StageReply {
     },
 }
 
-/// Longest `later` delay the server takes (a year, as `report_tasks` checks it).
-pub const LATER_MAX_SECS: f64 = 31_536_000.0;
+/// Longest `later` delay the server takes, in seconds (a year, as `report_tasks` checks it).
+pub const LATER_MAX_SECS: i64 = 31_536_000;
 
 /// Whether `name` is a stage name the server takes: 1 to 64 of `A-Za-z0-9_.:/-` (as
 /// `report_tasks` and `create_task` check it).
@@ -142,7 +142,8 @@ impl StageReply {
             };
             StageReply::Failed { error, retry }
         } else {
-            let later = map.remove("later").and_then(|v| v.as_f64()).filter(|s| (0.0..=LATER_MAX_SECS).contains(s));
+            let later =
+                map.remove("later").and_then(|v| v.as_f64()).filter(|s| (0.0..=LATER_MAX_SECS as f64).contains(s));
             let Some(later) = later else {
                 return Err(format!("later must be a number of seconds between 0 and {LATER_MAX_SECS}"));
             };
@@ -220,7 +221,7 @@ mod tests {
             Ok(StageReply::Next { next_stage: "a-Z_0.9:/x".into(), context: None })
         );
         assert!(StageReply::from_json(json!({"next_stage": "x".repeat(64)})).is_ok());
-        assert!(StageReply::from_json(json!({"later": LATER_MAX_SECS})).is_ok());
+        assert!(StageReply::from_json(json!({"later": LATER_MAX_SECS as f64})).is_ok());
     }
 
     #[test]

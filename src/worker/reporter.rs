@@ -3,11 +3,11 @@
 //! makes one round trip for many tasks. A database or network error is retried with back-off
 //! until the reports are accepted or refused; a report is never dropped while the worker runs.
 //! A server takes a batch in chunks (by count and size, see [`Backend::chunks`]), each retried
-//! on its own, so a retry never repeats a chunk already written; a chunk the server finds too
-//! large is halved until it fits or a single report is refused. A chunk refused as malformed is
-//! halved the same way, so that one bad reply (a function's invalid next stage, a result over the
-//! size limit) costs only its own report: the others are written, and the bad one is replaced by
-//! a failure of its task that says why the reply was refused.
+//! on its own, so a retry never repeats a chunk already written. A chunk the server refuses
+//! (malformed, or too large) is halved until the refused report is alone, so that one bad reply
+//! (a function's invalid next stage, a result over the size limit) costs only its own report:
+//! the others are written, and the bad one is replaced by a failure of its task that says why
+//! the reply was refused.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::backend::Backend;
 use crate::db::listen::Wake;
-use crate::error::Error;
 use crate::ids::WorkerId;
 use crate::task::{Report, ReportKind, ReportResult, TaskStatus};
 
@@ -123,10 +122,8 @@ async fn run(
 enum Written {
     /// One result per report.
     Answered(Vec<ReportResult>),
-    /// Refused whole as malformed (or too large): why.
+    /// Refused whole as malformed or too large: why.
     Refused(String),
-    /// Too large for the server: to be halved.
-    TooLarge,
     /// Stopping, and the backend stayed away.
     GaveUp,
 }
@@ -148,14 +145,8 @@ async fn write(
         let chunk = &reports[range.clone()];
         let results = match write_chunk(backend, worker, chunk, stop).await {
             Written::Answered(results) => results,
-            Written::TooLarge => {
-                let middle = range.start + chunk.len() / 2;
-                todo.push(middle..range.end);
-                todo.push(range.start..middle);
-                continue;
-            }
             Written::Refused(_) if chunk.len() > 1 => {
-                // Find the bad report(s) by halving: the others are written.
+                // Find the refused report(s) by halving: the others are written.
                 let middle = range.start + chunk.len() / 2;
                 todo.push(middle..range.end);
                 todo.push(range.start..middle);
@@ -199,10 +190,10 @@ async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], s
     loop {
         match backend.report(worker, reports).await {
             Ok(results) => return Written::Answered(results),
-            Err(Error::ContextTooLarge(_)) if reports.len() > 1 => return Written::TooLarge,
             Err(e) if e.is_client_error() => {
-                // A malformed report would be refused every time: the caller looks for it.
-                tracing::error!(error = %e, count = reports.len(), "reports refused as malformed");
+                // A malformed (or too large) report would be refused every time: the caller
+                // looks for it.
+                tracing::error!(error = %e, count = reports.len(), "reports refused");
                 return Written::Refused(e.to_string());
             }
             Err(e) if stop.is_cancelled() && failures >= 5 => {

@@ -104,6 +104,7 @@ use wire::*;
 use super::AppState;
 use crate::db::api::{self, TaskFilter};
 use crate::error::Error;
+use crate::function::LATER_MAX_SECS;
 use crate::ids::{TaskId, TypeName, WorkerId};
 use crate::task::{NewTask, Report, ReportKind, Task, TaskStatus};
 use crate::task_type::TaskTypeUpdate;
@@ -115,7 +116,6 @@ const TEXT_KEY: &str = "flowsvr_context_text";
 /// The original default and cap of a hold or list.
 const LIMIT_DEFAULT: i64 = 2000;
 const PRIORITY_MAX: i64 = 31_104_000;
-const DELAY_MAX: i64 = 31_536_000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Endpoint {
@@ -321,8 +321,8 @@ fn decide(task: &Task, r: SetReport, now: i64) -> Result<ReportKind, Failure> {
         1 => match (new_stage, r.order_time) {
             (Some(stage), _) => ReportKind::Advance { stage, context: r.context },
             (None, Some(at)) if at > now => {
-                if at - now > DELAY_MAX {
-                    return Err(Failure::input(format!("order_time is more than {DELAY_MAX} seconds ahead")));
+                if at - now > LATER_MAX_SECS {
+                    return Err(Failure::input(format!("order_time is more than {LATER_MAX_SECS} seconds ahead")));
                 }
                 ReportKind::Later { delay: (at - now) as f64, context: r.context }
             }
