@@ -414,12 +414,53 @@ end
 $_$;
 
 CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
-    LANGUAGE plpgsql
-    AS $$
+    LANGUAGE plpgsql STABLE
+    AS $_$
 declare
   v_node jsonb;
+  v_edge jsonb;
+  v_name text;
+  v_type text;
   v_key text;
+  v_nodes jsonb;
+  v_defs jsonb[] := '{}';
+  v_types text[] := '{}';
+  v_order text[] := '{}';
+  v_start text;
+  v_end text;
+  v_allowed text[];
+  -- nodes by number (their position in v_order, v_defs and v_types)
+  v_n integer;
+  v_number jsonb := '{}';
+  -- edges in definition order, by node name and by node number
+  v_e integer := 0;
+  v_from text[] := '{}';
+  v_to text[] := '{}';
+  v_when text[] := '{}';
+  v_fi integer[] := '{}';
+  v_ti integer[] := '{}';
+  v_live boolean[];
+  v_dup integer;
+  v_f text;
+  v_t text;
+  v_w text;
+  -- edges grouped by node (graph_index)
+  v_out integer[];
+  v_out_at integer[];
+  v_in integer[];
+  v_in_at integer[];
+  v_count integer[];
+  v_seen boolean[];
+  v_queue integer[];
+  v_head integer;
+  v_k integer;
+  v_j integer;
+  v_i integer;
+  v_cycle text[];
+  v_pruned jsonb := '[]';
+  v_has_default boolean;
 begin
+  -- Field types the casts below rely on (V20).
   if jsonb_typeof(p_definition -> 'retries') = 'number' and not asyncflow.is_integral(p_definition -> 'retries') then
     perform asyncflow.pipeline_error(format('retries must be an integer between 0 and 100, got %s', p_definition -> 'retries'));
   end if;
@@ -437,39 +478,7 @@ begin
       end if;
     end loop;
   end if;
-  return asyncflow.compile_pipeline_v11(p_name, p_definition);
-end
-$$;
 
-CREATE FUNCTION asyncflow.compile_pipeline_v11(p_name text, p_definition jsonb) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    AS $_$
-declare
-  v_node jsonb;
-  v_edge jsonb;
-  v_name text;
-  v_type text;
-  v_key text;
-  v_nodes jsonb := '{}';
-  v_order text[] := '{}';
-  v_from text[] := '{}';
-  v_to text[] := '{}';
-  v_when text[] := '{}';
-  v_live boolean[] := '{}';
-  v_start text;
-  v_end text;
-  v_remaining text[];
-  v_ready text[];
-  v_reach text[];
-  v_grow text[];
-  v_pruned jsonb := '[]';
-  v_has_default boolean;
-  v_i integer;
-  v_f text;
-  v_t text;
-  v_w text;
-  v_allowed text[];
-begin
   if p_definition is null or jsonb_typeof(p_definition) <> 'object' then
     perform asyncflow.pipeline_error('a pipeline definition must be a JSON object with nodes and edges');
   end if;
@@ -498,6 +507,9 @@ begin
   if jsonb_typeof(p_definition -> 'edges') is distinct from 'array' then
     perform asyncflow.pipeline_error('edges must be an array of {"from", "to", "when"} objects or [from, to] pairs');
   end if;
+  if jsonb_array_length(p_definition -> 'edges') > 5000 then
+    perform asyncflow.pipeline_error('a pipeline has at most 5000 edges');
+  end if;
 
   -- Nodes: names, types, fields.
   for v_node in select e from jsonb_array_elements(p_definition -> 'nodes') e loop
@@ -508,7 +520,7 @@ begin
     if v_name !~ '^[a-z][a-z0-9_]{0,39}$' then
       perform asyncflow.pipeline_error(format('node %L: a node name must match ^[a-z][a-z0-9_]{0,39}$', v_name));
     end if;
-    if v_nodes ? v_name then
+    if v_number ? v_name then
       perform asyncflow.pipeline_error(format('node %L: the name is used twice', v_name));
     end if;
     v_type := v_node ->> 'type';
@@ -599,8 +611,10 @@ begin
       end if;
       v_end := v_name;
     end if;
-    v_nodes := v_nodes || jsonb_build_object(v_name, (v_node - 'name') || '{"in": [], "out": []}');
     v_order := v_order || v_name;
+    v_defs := v_defs || (v_node - 'name');
+    v_types := v_types || v_type;
+    v_number := v_number || jsonb_build_object(v_name, cardinality(v_order));
   end loop;
   if v_start is null then
     perform asyncflow.pipeline_error('the pipeline has no start node');
@@ -608,9 +622,18 @@ begin
   if v_end is null then
     perform asyncflow.pipeline_error('the pipeline has no end node');
   end if;
+  v_n := cardinality(v_order);
 
-  -- Edges.
+  -- Edges. The first edge listed twice is found in one pass; it is refused where the edge loop
+  -- reaches it, after the checks of the edges before it and its own shape checks, as before.
+  select min(k) into v_dup from (
+    select k, row_number() over (partition by f, t order by k) as nth
+    from (select k, case when jsonb_typeof(e) = 'array' then e ->> 0 else e ->> 'from' end as f,
+            case when jsonb_typeof(e) = 'array' then e ->> 1 else e ->> 'to' end as t
+          from jsonb_array_elements(p_definition -> 'edges') with ordinality x(e, k)) y
+  ) z where nth > 1;
   for v_edge in select e from jsonb_array_elements(p_definition -> 'edges') e loop
+    v_e := v_e + 1;
     if jsonb_typeof(v_edge) = 'array' and jsonb_array_length(v_edge) = 2 then
       v_edge := jsonb_build_object('from', v_edge -> 0, 'to', v_edge -> 1);
     end if;
@@ -621,10 +644,10 @@ begin
     end if;
     v_f := v_edge ->> 'from';
     v_t := v_edge ->> 'to';
-    if not v_nodes ? v_f then
+    if not v_number ? v_f then
       perform asyncflow.pipeline_error(format('edge %s -> %s: unknown node %L', v_f, v_t, v_f));
     end if;
-    if not v_nodes ? v_t then
+    if not v_number ? v_t then
       perform asyncflow.pipeline_error(format('edge %s -> %s: unknown node %L', v_f, v_t, v_t));
     end if;
     if v_f = v_t then
@@ -636,14 +659,12 @@ begin
     if v_f = v_end then
       perform asyncflow.pipeline_error(format('edge %s -> %s: node %L is the end node and has no out-edges', v_f, v_t, v_f));
     end if;
-    for v_i in 1 .. coalesce(array_length(v_from, 1), 0) loop
-      if v_from[v_i] = v_f and v_to[v_i] = v_t then
-        perform asyncflow.pipeline_error(format('edge %s -> %s: listed twice', v_f, v_t));
-      end if;
-    end loop;
+    if v_e = v_dup then
+      perform asyncflow.pipeline_error(format('edge %s -> %s: listed twice', v_f, v_t));
+    end if;
     v_w := v_edge ->> 'when';
     if v_edge ? 'when' then
-      if v_nodes -> v_f ->> 'type' <> 'router' then
+      if v_types[(v_number ->> v_f)::integer] <> 'router' then
         perform asyncflow.pipeline_error(format('edge %s -> %s: only a router''s edges have a condition (when)', v_f, v_t));
       end if;
       if jsonb_typeof(v_edge -> 'when') <> 'string' or not asyncflow.is_jsonpath(v_w) then
@@ -654,61 +675,75 @@ begin
     v_from := v_from || v_f;
     v_to := v_to || v_t;
     v_when := v_when || v_w;
-    v_live := v_live || true;
+    v_fi := v_fi || (v_number ->> v_f)::integer;
+    v_ti := v_ti || (v_number ->> v_t)::integer;
   end loop;
+  v_live := array_fill(true, array[v_e]);
+  select * into v_out, v_out_at from asyncflow.graph_index(v_fi, v_n);
+  select * into v_in, v_in_at from asyncflow.graph_index(v_ti, v_n);
 
-  -- Cycles (Kahn): repeatedly remove the nodes without an in-edge from a remaining node.
-  v_remaining := v_order;
-  loop
-    select coalesce(array_agg(n), '{}') into v_ready from unnest(v_remaining) n
-    where not exists (select 1 from generate_subscripts(v_from, 1) i
-                      where v_to[i] = n and v_from[i] = any (v_remaining));
-    exit when cardinality(v_ready) = 0;
-    v_remaining := array(select n from unnest(v_remaining) n where n <> all (v_ready));
-  end loop;
-  if cardinality(v_remaining) > 0 then
-    -- what is left is on a cycle or downstream of one; name one on the cycle itself
-    loop
-      select coalesce(array_agg(n), '{}') into v_ready from unnest(v_remaining) n
-      where not exists (select 1 from generate_subscripts(v_from, 1) i
-                        where v_from[i] = n and v_to[i] = any (v_remaining));
-      exit when cardinality(v_ready) = 0;
-      v_remaining := array(select n from unnest(v_remaining) n where n <> all (v_ready));
+  -- Cycles (Kahn): take away the nodes without an in-edge from a node still there, until none is
+  -- left or every node left has one.
+  v_count := array(select v_in_at[k + 1] - v_in_at[k] from generate_series(1, v_n) k);
+  v_queue := array(select k from generate_series(1, v_n) k where v_count[k] = 0);
+  v_head := 1;
+  while v_head <= cardinality(v_queue) loop
+    v_k := v_queue[v_head];
+    v_head := v_head + 1;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_i := v_ti[v_out[v_j]];
+      v_count[v_i] := v_count[v_i] - 1;
+      if v_count[v_i] = 0 then
+        v_queue := v_queue || v_i;
+      end if;
     end loop;
-    perform asyncflow.pipeline_error(format('node %L: it is on a cycle (%s)', v_remaining[1], array_to_string(v_remaining, ', ')));
+  end loop;
+  if cardinality(v_queue) < v_n then
+    -- what is left is on a cycle or downstream of one; take away, the same way backwards, the
+    -- nodes without an out-edge to a node left, and name one on the cycle itself
+    v_seen := array(select v_count[k] > 0 from generate_series(1, v_n) k);
+    v_count := array(select count(*) filter (where v_seen[k] and v_seen[v_ti[v_out[j]]])::integer
+                     from generate_series(1, v_n) k
+                     left join lateral generate_series(v_out_at[k], v_out_at[k + 1] - 1) j on true
+                     group by k order by k);
+    v_queue := array(select k from generate_series(1, v_n) k where v_seen[k] and v_count[k] = 0);
+    v_head := 1;
+    while v_head <= cardinality(v_queue) loop
+      v_k := v_queue[v_head];
+      v_head := v_head + 1;
+      v_seen[v_k] := false;
+      for v_j in v_in_at[v_k] .. v_in_at[v_k + 1] - 1 loop
+        v_i := v_fi[v_in[v_j]];
+        continue when not v_seen[v_i];
+        v_count[v_i] := v_count[v_i] - 1;
+        if v_count[v_i] = 0 then
+          v_queue := v_queue || v_i;
+        end if;
+      end loop;
+    end loop;
+    v_cycle := array(select n from unnest(v_order) with ordinality u(n, k) where v_seen[k] order by k);
+    perform asyncflow.pipeline_error(format('node %L: it is on a cycle (%s)', v_cycle[1], array_to_string(v_cycle, ', ')));
   end if;
 
   -- Every node is reachable from start ...
-  v_reach := array[v_start];
-  loop
-    v_grow := array(select distinct v_to[i] from generate_subscripts(v_from, 1) i
-                    where v_from[i] = any (v_reach) and v_to[i] <> all (v_reach));
-    exit when cardinality(v_grow) = 0;
-    v_reach := v_reach || v_grow;
-  end loop;
-  select n into v_name from unnest(v_order) with ordinality u(n, k) where n <> all (v_reach) order by k limit 1;
+  v_seen := asyncflow.graph_reach((v_number ->> v_start)::integer, v_n, v_out_at, v_out, v_ti);
+  select n into v_name from unnest(v_order) with ordinality u(n, k) where not v_seen[k] order by k limit 1;
   if found then
     perform asyncflow.pipeline_error(format('node %L: unreachable from the start node %L', v_name, v_start));
   end if;
   -- ... and has a path to the end.
-  v_reach := array[v_end];
-  loop
-    v_grow := array(select distinct v_from[i] from generate_subscripts(v_from, 1) i
-                    where v_to[i] = any (v_reach) and v_from[i] <> all (v_reach));
-    exit when cardinality(v_grow) = 0;
-    v_reach := v_reach || v_grow;
-  end loop;
-  select n into v_name from unnest(v_order) with ordinality u(n, k) where n <> all (v_reach) order by k limit 1;
+  v_seen := asyncflow.graph_reach((v_number ->> v_end)::integer, v_n, v_in_at, v_in, v_fi);
+  select n into v_name from unnest(v_order) with ordinality u(n, k) where not v_seen[k] order by k limit 1;
   if found then
     perform asyncflow.pipeline_error(format('node %L: no path from it to the end node %L', v_name, v_end));
   end if;
 
   -- Routers: at most one default edge; edges listed after it can never be taken (pruned).
-  foreach v_name in array v_order loop
-    continue when v_nodes -> v_name ->> 'type' <> 'router';
+  for v_k in 1 .. v_n loop
+    continue when v_types[v_k] <> 'router';
     v_has_default := false;
-    for v_i in 1 .. coalesce(array_length(v_from, 1), 0) loop
-      continue when v_from[v_i] <> v_name;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_i := v_out[v_j];
       if v_has_default then
         v_live[v_i] := false;
         v_pruned := v_pruned || jsonb_build_object('edge', jsonb_build_array(v_from[v_i], v_to[v_i]),
@@ -717,41 +752,37 @@ begin
         v_has_default := true;
       end if;
     end loop;
-    if not exists (select 1 from generate_subscripts(v_from, 1) i where v_from[i] = v_name) then
-      perform asyncflow.pipeline_error(format('node %L: a router needs out-edges', v_name));
+    if v_out_at[v_k + 1] = v_out_at[v_k] then
+      perform asyncflow.pipeline_error(format('node %L: a router needs out-edges', v_order[v_k]));
     end if;
   end loop;
   -- Nodes left unreachable by the pruning are pruned too; the end must stay reachable.
-  v_reach := array[v_start];
-  loop
-    v_grow := array(select distinct v_to[i] from generate_subscripts(v_from, 1) i
-                    where v_live[i] and v_from[i] = any (v_reach) and v_to[i] <> all (v_reach));
-    exit when cardinality(v_grow) = 0;
-    v_reach := v_reach || v_grow;
-  end loop;
-  if v_end <> all (v_reach) then
+  v_seen := asyncflow.graph_reach((v_number ->> v_start)::integer, v_n, v_out_at, v_out, v_ti, v_live);
+  if not v_seen[(v_number ->> v_end)::integer] then
     perform asyncflow.pipeline_error(format('node %L: the end node can never be reached', v_end));
   end if;
-  foreach v_name in array v_order loop
-    if v_name <> all (v_reach) then
-      v_pruned := v_pruned || jsonb_build_object('node', v_name, 'why', 'reachable only through pruned edges');
-      v_nodes := v_nodes - v_name;
+  for v_k in 1 .. v_n loop
+    if not v_seen[v_k] then
+      v_pruned := v_pruned || jsonb_build_object('node', v_order[v_k], 'why', 'reachable only through pruned edges');
     end if;
   end loop;
-  for v_i in 1 .. coalesce(array_length(v_from, 1), 0) loop
-    continue when not v_live[v_i] or v_from[v_i] <> all (v_reach);
-    v_nodes := jsonb_set(v_nodes, array[v_from[v_i], 'out'],
-      (v_nodes -> v_from[v_i] -> 'out') || jsonb_build_array(jsonb_build_object('to', v_to[v_i], 'when', v_when[v_i])));
-    v_nodes := jsonb_set(v_nodes, array[v_to[v_i], 'in'], (v_nodes -> v_to[v_i] -> 'in') || to_jsonb(v_from[v_i]));
-  end loop;
-  select jsonb_object_agg(k, v || jsonb_build_object('in_degree', jsonb_array_length(v -> 'in'))) into v_nodes
-  from jsonb_each(v_nodes) x(k, v);
+  -- in and out of the nodes kept: their live edges from kept nodes, in definition order
+  select jsonb_object_agg(x.k, x.v || jsonb_build_object('in', coalesce(i.edges, '[]'), 'out', coalesce(o.edges, '[]'),
+    'in_degree', coalesce(jsonb_array_length(i.edges), 0))) into v_nodes
+  from unnest(v_order, v_defs) with ordinality x(k, v, n)
+  left join (select f, jsonb_agg(jsonb_build_object('to', t, 'when', w) order by e) as edges
+             from unnest(v_from, v_to, v_when, v_fi) with ordinality u(f, t, w, fi, e)
+             where v_live[e] and v_seen[fi] group by f) o on o.f = x.k
+  left join (select t, jsonb_agg(to_jsonb(f) order by e) as edges
+             from unnest(v_from, v_to, v_fi) with ordinality u(f, t, fi, e)
+             where v_live[e] and v_seen[fi] group by t) i on i.t = x.k
+  where v_seen[x.n];
 
   return jsonb_build_object('start', v_start, 'end', v_end,
     'timeout', coalesce((p_definition ->> 'timeout')::numeric, 86400),
     'retries', coalesce((p_definition ->> 'retries')::integer, 0),
     'nodes', v_nodes,
-    'order', to_jsonb(array(select n from unnest(v_order) n where n = any (v_reach))),
+    'order', to_jsonb(array(select n from unnest(v_order) with ordinality u(n, k) where v_seen[k] order by k)),
     'pruned', v_pruned);
 end
 $_$;
@@ -1311,6 +1342,44 @@ begin
   return asyncflow.task_json(v_task);
 end
 $_$;
+
+CREATE FUNCTION asyncflow.graph_index(p_ends integer[], p_nodes integer, OUT edges integer[], OUT at integer[]) RETURNS record
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  select array(select i::integer from unnest(p_ends) with ordinality u(k, i) order by k, i),
+    array(select (1 + coalesce(sum(c) over (order by k rows between unbounded preceding and 1 preceding), 0))::integer
+          from (select k, count(u.e) as c from generate_series(1, p_nodes + 1) k
+                left join unnest(p_ends) u(e) on u.e = k group by k) x
+          order by k)
+$$;
+
+CREATE FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_at integer[], p_edges integer[], p_far integer[], p_live boolean[] DEFAULT NULL::boolean[]) RETURNS boolean[]
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS $$
+declare
+  v_seen boolean[] := array_fill(false, array[p_nodes]);
+  v_queue integer[] := array[p_root];
+  v_head integer := 1;
+  v_k integer;
+  v_j integer;
+  v_t integer;
+begin
+  v_seen[p_root] := true;
+  while v_head <= cardinality(v_queue) loop
+    v_k := v_queue[v_head];
+    v_head := v_head + 1;
+    for v_j in p_at[v_k] .. p_at[v_k + 1] - 1 loop
+      continue when p_live is not null and not p_live[p_edges[v_j]];
+      v_t := p_far[p_edges[v_j]];
+      if not v_seen[v_t] then
+        v_seen[v_t] := true;
+        v_queue := v_queue || v_t;
+      end if;
+    end loop;
+  end loop;
+  return v_seen;
+end
+$$;
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
@@ -3184,8 +3253,6 @@ GRANT ALL ON FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_li
 
 REVOKE ALL ON FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.compile_pipeline_v11(p_name text, p_definition jsonb) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) TO asyncflow_client;
 
@@ -3217,6 +3284,10 @@ GRANT ALL ON FUNCTION asyncflow.get_run(run_id text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.get_task(task_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.get_task(task_id text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.graph_index(p_ends integer[], p_nodes integer, OUT edges integer[], OUT at integer[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_at integer[], p_edges integer[], p_far integer[], p_live boolean[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) FROM PUBLIC;
 
