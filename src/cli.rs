@@ -126,6 +126,11 @@ pub struct WorkerArgs {
     /// Time in-flight calls get after SIGTERM/SIGINT before their tasks are handed back.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub shutdown_grace: Duration,
+    /// How long a claim is held as row locks for its calls to end before it is written as
+    /// running (calls that end within it cost one row change instead of two); 0s turns holding
+    /// off. At most 1s.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20ms")]
+    pub hold_window: Duration,
     /// Do not take part in the maintenance leader election (a worker on --server never does).
     #[arg(long)]
     pub no_maintenance: bool,
@@ -147,6 +152,9 @@ impl WorkerArgs {
         if self.concurrency == 0 || self.concurrency > 10_000 {
             return Err(crate::Error::Config("--concurrency must be between 1 and 10000".into()));
         }
+        if self.hold_window > Duration::from_secs(1) {
+            return Err(crate::Error::Config("--hold-window must be at most 1s".into()));
+        }
         let worker_id = match &self.worker_id {
             Some(id) => crate::WorkerId::new(id)?,
             None => crate::WorkerId::generate(),
@@ -158,6 +166,7 @@ impl WorkerArgs {
             exit_when_idle: self.exit_when_idle,
             max_tasks: self.max_tasks,
             max_runtime: self.max_runtime,
+            hold_window: self.hold_window,
             ..crate::worker::WorkerConfig::default()
         };
         let options = crate::worker::folder::FolderOptions {

@@ -759,3 +759,108 @@ async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field()
     assert_eq!(rows[0].get::<_, String>(1), "succeeded");
     assert_eq!(task(&c, &id).await["status"], "succeeded");
 }
+
+/// Held claims (V22): a hold locks ready tasks in the caller's transaction without changing
+/// them; its finish writes the successes straight from pending to succeeded and claims the rest
+/// as running; a rollback leaves everything as it was. Types under a concurrency limit or
+/// watched by a pipeline are claimed the usual way.
+#[tokio::test]
+async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims_the_rest() {
+    let db = TestDb::new().await;
+    let a = db.conn().await;
+    let b = db.conn().await;
+    register(&**a, "held", json!({"max_processing_time": 60})).await;
+    let ty = asyncflow::TypeName::new("held").unwrap();
+    let ids = api::create_tasks(&a, "held", &vec![asyncflow::task::NewTask::default(); 5]).await.unwrap();
+    let w = worker("w");
+
+    a.batch_execute("begin").await.unwrap();
+    let held = api::hold_tasks(&a, &ty, &w, 3).await.unwrap();
+    assert_eq!(held.len(), 3);
+    assert!(held.iter().all(|(t, held)| *held && t.attempt == 1 && t.claim_seq == 1));
+    // the rows are unchanged, and locked: another hold skips them
+    assert_eq!(task(&**b, held[0].0.task_id.as_str()).await["status"], "pending");
+    b.batch_execute("begin").await.unwrap();
+    let other = api::hold_tasks(&b, &ty, &worker("v"), 10).await.unwrap();
+    assert_eq!(other.len(), 2, "the two tasks not held by the first");
+    b.batch_execute("rollback").await.unwrap();
+
+    // the first succeeded, the second is still running, the third's result is too large
+    let big = json!({"blob": "x".repeat(2 * 1024 * 1024)});
+    let ok = json!({"ok": 1});
+    let t: Vec<_> = held.iter().map(|(t, _)| t).collect();
+    let answers = api::finish_held(
+        &a,
+        &ty,
+        &w,
+        &[(&t[0].task_id, 1, Some(&ok)), (&t[1].task_id, 1, None), (&t[2].task_id, 1, Some(&big))],
+    )
+    .await
+    .unwrap();
+    a.batch_execute("commit").await.unwrap();
+    assert_eq!(answers.len(), 1, "only the task that did not end as asked: {answers:?}");
+    assert_eq!(answers[0].task_id, t[2].task_id.as_str());
+    assert!(answers[0].accepted && answers[0].status == Some(TaskStatus::Running));
+
+    let done = task(&**b, t[0].task_id.as_str()).await;
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(done["result"], ok);
+    assert_eq!(done["attempt"], 1);
+    assert_eq!(done["schedule_log"][0]["worker"], "w", "the success's log entry: {done}");
+    assert_eq!(done["schedule_log"][0]["outcome"], "succeed");
+    for running in [t[1], t[2]] {
+        let row = task(&**b, running.task_id.as_str()).await;
+        assert_eq!(row["status"], "running");
+        assert_eq!(row["owner"], "w");
+    }
+    // a claimed task reports as usual, with the claim_seq the hold gave it
+    let r = api::report_tasks(&b, &w, &[rep(t[1].task_id.as_str(), 1, ReportKind::Succeed { result: json!(2) })], None)
+        .await
+        .unwrap();
+    assert!(r[0].accepted && r[0].status == Some(TaskStatus::Succeeded));
+    let counted: (i64, i64) = {
+        let row = b
+            .query_one(
+                "select sum(claimed)::bigint, sum(succeeded)::bigint from asyncflow.type_counters where task_type = 'held'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(counted, (3, 2));
+
+    // a rolled-back hold changes nothing
+    a.batch_execute("begin").await.unwrap();
+    let again = api::hold_tasks(&a, &ty, &w, 10).await.unwrap();
+    assert_eq!(again.len(), 2);
+    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok))).collect();
+    api::finish_held(&a, &ty, &w, &fences).await.unwrap();
+    a.batch_execute("rollback").await.unwrap();
+    let pending: i64 = b
+        .query_one(
+            "select count(*) from asyncflow.tasks where task_type = 'held' and status = 'pending' and attempt = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(pending, 2);
+    // a finish of tasks not held as given (wrong fence) changes nothing and says so
+    let wrong: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq + 5, Some(&ok))).collect();
+    let refused = api::finish_held(&b, &ty, &w, &wrong).await.unwrap();
+    assert_eq!(refused.len(), 2);
+    assert!(refused.iter().all(|r| !r.accepted && r.status == Some(TaskStatus::Pending)));
+    assert_eq!(ids.len(), 5);
+
+    // a type under a concurrency limit is claimed the usual way: held = false, running
+    register(&**a, "limited", json!({"concurrency": 2})).await;
+    api::create_tasks(&a, "limited", &vec![asyncflow::task::NewTask::default(); 3]).await.unwrap();
+    let limited = asyncflow::TypeName::new("limited").unwrap();
+    a.batch_execute("begin").await.unwrap();
+    let claimed = api::hold_tasks(&a, &limited, &w, 10).await.unwrap();
+    a.batch_execute("commit").await.unwrap();
+    assert_eq!(claimed.len(), 2, "the limit holds");
+    assert!(claimed.iter().all(|(_, held)| !held));
+    assert_eq!(task(&**b, claimed[0].0.task_id.as_str()).await["status"], "running");
+}

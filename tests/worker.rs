@@ -364,3 +364,90 @@ async fn killing_every_database_connection_mid_run_loses_nothing() {
     assert_eq!(lost, 0);
     assert!(calls.load(Ordering::SeqCst) >= 600, "two stages each");
 }
+
+/// Held claims (on the database, the default): the calls that end within the hold window are
+/// written with it (succeeded from pending, one row change, no report of their own); slower
+/// ones are claimed as running when the window passes and report as usual.
+#[tokio::test]
+async fn calls_within_the_hold_window_end_with_it_and_slower_ones_are_claimed_running() {
+    let db = TestDb::new().await;
+    let stop = CancellationToken::new();
+    let worker = Worker::new(
+        db.pool.clone(),
+        db.url.clone(),
+        WorkerConfig { hold_window: Duration::from_millis(50), exit_when_idle: true, ..config(20) },
+    )
+    .register(
+        TypeName::new("mixed").unwrap(),
+        |call: StageCall| async move {
+            let n = call.context["n"].as_u64().unwrap_or(0);
+            if n.is_multiple_of(4) {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+            }
+            StageReply::Succeeded { result: json!({"n": n, "attempt": call.attempt}) }
+        },
+        None,
+        fast(TaskTypeUpdate::default()),
+    );
+    api::register_task_type(&db.conn().await, &TypeName::new("mixed").unwrap(), &fast(TaskTypeUpdate::default()))
+        .await
+        .unwrap();
+    let tasks: Vec<NewTask> =
+        (0..20).map(|n| NewTask { context: Some(json!({"n": n})), ..Default::default() }).collect();
+    let ids = api::create_tasks(&db.conn().await, "mixed", &tasks).await.unwrap();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let c = db.raw().await;
+    let count = |status: &'static str| {
+        let c = &c;
+        async move {
+            let n: i64 = c
+                .query_one("select count(*) from asyncflow.tasks where status::text = $1", &[&status])
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+    // past the window, while the slow calls run: the fast ones succeeded, the slow ones are
+    // running under the worker's name
+    wait_until(Duration::from_secs(10), "the slow calls' tasks claimed", || async {
+        count("running").await == 5 && count("succeeded").await == 15
+    })
+    .await;
+    let owners: i64 = c
+        .query_one("select count(*) from asyncflow.tasks where status = 'running' and owner = 'test-worker'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(owners, 5);
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!((summary.claimed, summary.succeeded, summary.refused), (20, 20, 0), "{summary:?}");
+    assert!(all_final(&db, &ids).await);
+    for id in &ids {
+        let task = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+        assert_eq!(task.status, TaskStatus::Succeeded);
+        assert_eq!(task.result.as_ref().map(|r| r["attempt"].clone()), Some(json!(1)), "{task:?}");
+    }
+    // One row change per fast task, two per slow one (claimed at the hold's end, then its
+    // report): 25, where claims without holds make 40. The worker's connections are ended so
+    // that their statistics reach the server at once.
+    c.execute(
+        "select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
+        &[],
+    )
+    .await
+    .unwrap();
+    let updates = || async {
+        let n: i64 = c
+            .query_one(
+                "select coalesce(sum(n_tup_upd), 0)::bigint from pg_stat_user_tables where relname like 'tasks\\_mixed\\_%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    wait_until(Duration::from_secs(10), "the worker's statistics", || async { updates().await >= 25 }).await;
+    assert_eq!(updates().await, 25);
+}

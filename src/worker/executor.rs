@@ -14,6 +14,7 @@ use chrono::Utc;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use super::hold::{Answer, Hold};
 use super::{report, InFlight, Registered, Shared};
 use crate::function::{StageCall, StageReply};
 use crate::task::{ClaimedTask, ReportKind, TaskStatus};
@@ -24,6 +25,7 @@ pub(super) async fn run(
     task: ClaimedTask,
     lease_secs: i64,
     permit: OwnedSemaphorePermit,
+    hold: Option<Arc<Hold>>,
 ) {
     let key = task.task_id.to_string();
     let lost = CancellationToken::new();
@@ -70,38 +72,59 @@ pub(super) async fn run(
     };
     shared.lock_inflight().remove(&key);
 
-    if let Some(kind) = kind {
-        let counter = match &kind {
-            ReportKind::Advance { .. } => &shared.stats.advanced,
-            ReportKind::Succeed { .. } => &shared.stats.succeeded,
-            ReportKind::Later { .. } => &shared.stats.later,
-            ReportKind::Release => &shared.stats.released,
-            ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
-        };
-        let is_succeed = matches!(kind, ReportKind::Succeed { .. });
-        let result = shared.reporter.send(vec![report(&task.task_id, task.claim_seq, kind)]).await;
-        match result.into_iter().next().flatten() {
-            Some(r) if r.accepted => {
-                if r.status == Some(TaskStatus::Failed) {
-                    shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-                } else if is_succeed && r.status != Some(TaskStatus::Succeeded) {
-                    // the reply was refused and the reporter failed the task instead (a retry)
-                    shared.stats.retried.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Some(r) => {
-                shared.stats.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(task = %r.task_id, status = ?r.status, "report refused: the task was rescued, cancelled or claimed again");
-            }
-            None => {}
+    // A held claim's reply waits for the hold's end, which writes a success itself.
+    let answer = match &hold {
+        Some(hold) => {
+            let success = match &kind {
+                Some(ReportKind::Succeed { result }) => Some(result),
+                _ => None,
+            };
+            hold.replied(&task.task_id, success).await
         }
+        None => Answer::Report,
+    };
+    match (kind, answer) {
+        (Some(_), Answer::Finished) => {
+            shared.stats.succeeded.fetch_add(1, Ordering::Relaxed);
+        }
+        (Some(kind), Answer::Report) => report_reply(&shared, &task, kind).await,
+        (_, Answer::Lost) => tracing::debug!(task = %key, "held claim failed: the call's reply is dropped"),
+        (None, _) => {}
     }
     drop(permit);
     shared.activity.fetch_add(1, Ordering::SeqCst);
     shared.active.fetch_sub(1, Ordering::SeqCst);
     shared.freed.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Reports a reply through the reporter and counts what became of it.
+async fn report_reply(shared: &Shared, task: &ClaimedTask, kind: ReportKind) {
+    let counter = match &kind {
+        ReportKind::Advance { .. } => &shared.stats.advanced,
+        ReportKind::Succeed { .. } => &shared.stats.succeeded,
+        ReportKind::Later { .. } => &shared.stats.later,
+        ReportKind::Release => &shared.stats.released,
+        ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
+    };
+    let is_succeed = matches!(kind, ReportKind::Succeed { .. });
+    let result = shared.reporter.send(vec![report(&task.task_id, task.claim_seq, kind)]).await;
+    match result.into_iter().next().flatten() {
+        Some(r) if r.accepted => {
+            if r.status == Some(TaskStatus::Failed) {
+                shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+            } else if is_succeed && r.status != Some(TaskStatus::Succeeded) {
+                // the reply was refused and the reporter failed the task instead (a retry)
+                shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+            } else {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Some(r) => {
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(task = %r.task_id, status = ?r.status, "report refused: the task was rescued, cancelled or claimed again");
+        }
+        None => {}
+    }
 }
 
 fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {

@@ -12,9 +12,10 @@ use rand::Rng;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 
-use super::{executor, Registered, Shared};
+use super::hold::{self, Hold};
+use super::{executor, Backend, Registered, Shared};
 use crate::db::listen::Wake;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::TypeName;
 use crate::task::ClaimedTask;
 use crate::task_type::TaskTypeSettings;
@@ -82,7 +83,7 @@ pub(super) async fn run(
             continue;
         };
         match claim(&shared, &task_type, want).await {
-            Ok(tasks) => {
+            Ok((tasks, hold)) => {
                 failures = 0;
                 let full = tasks.len() == want;
                 shared.unreserve(want - tasks.len());
@@ -92,7 +93,7 @@ pub(super) async fn run(
                     let Some(permit) = permits.split(1) else { break };
                     let shared2 = shared.clone();
                     let reg = registered.clone();
-                    shared.tracker.spawn(executor::run(shared2, reg, task, lease_secs, permit));
+                    shared.tracker.spawn(executor::run(shared2, reg, task, lease_secs, permit, hold.clone()));
                 }
                 if permits.num_permits() > 0 {
                     // Unused slots go back: producers of other types may be waiting for one.
@@ -142,6 +143,20 @@ pub(super) async fn run(
     }
 }
 
-async fn claim(shared: &Shared, task_type: &TypeName, want: usize) -> Result<Vec<ClaimedTask>> {
-    shared.backend.claim(task_type, &shared.worker_id, want).await
+/// Claims up to `want` tasks: held (see [`hold`]) on the database unless the worker's hold window
+/// is zero; the tasks of a hold come with it.
+async fn claim(
+    shared: &Arc<Shared>,
+    task_type: &TypeName,
+    want: usize,
+) -> Result<(Vec<ClaimedTask>, Option<Arc<Hold>>)> {
+    match (&shared.backend, &shared.holds) {
+        (Backend::Database(pool), Some(holds)) => {
+            let permit =
+                holds.clone().acquire_owned().await.map_err(|_| Error::Unexpected("hold slots closed".into()))?;
+            let conn = pool.get().await?;
+            hold::claim(shared, conn, task_type, want, shared.hold_window, permit).await
+        }
+        _ => Ok((shared.backend.claim(task_type, &shared.worker_id, want).await?, None)),
+    }
 }

@@ -150,22 +150,72 @@ pub async fn claim_tasks<C: GenericClient>(
             .await?
         }
     };
-    rows.iter()
-        .map(|r| {
-            Ok(ClaimedTask {
-                task_id: TaskId::parse(&get::<String>(r, "task_id")?)?,
-                task_type: get(r, "task_type")?,
-                stage: get(r, "stage")?,
-                context: get(r, "context")?,
-                priority: get(r, "priority")?,
-                attempt: get(r, "attempt")?,
-                claim_seq: get(r, "claim_seq")?,
-                user_id: get(r, "user_id")?,
-                lease_until: get(r, "lease_until")?,
-                claimed_at: get(r, "claimed_at")?,
-            })
-        })
-        .collect()
+    rows.iter().map(claimed_task).collect()
+}
+
+fn claimed_task(r: &Row) -> Result<ClaimedTask> {
+    Ok(ClaimedTask {
+        task_id: TaskId::parse(&get::<String>(r, "task_id")?)?,
+        task_type: get(r, "task_type")?,
+        stage: get(r, "stage")?,
+        context: get(r, "context")?,
+        priority: get(r, "priority")?,
+        attempt: get(r, "attempt")?,
+        claim_seq: get(r, "claim_seq")?,
+        user_id: get(r, "user_id")?,
+        lease_until: get(r, "lease_until")?,
+        claimed_at: get(r, "claimed_at")?,
+    })
+}
+
+/// `asyncflow.type_hold__<type>` (V22): up to `limit` ready tasks locked by the caller's open
+/// transaction, which must have just begun; each with whether it is held (false: the type is
+/// claimed the usual way, and the tasks are running once the transaction commits).
+pub async fn hold_tasks<C: GenericClient>(
+    c: &C,
+    task_type: &TypeName,
+    owner: &WorkerId,
+    limit: i32,
+) -> Result<Vec<(ClaimedTask, bool)>> {
+    // the name matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
+    let sql = format!("select * from asyncflow.\"type_hold__{}\"($1, $2)", task_type.as_str());
+    let rows = query_type_function(c, &sql, &[&owner.as_str(), &limit])
+        .await?
+        .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?;
+    rows.iter().map(|r| Ok((claimed_task(r)?, get(r, "held")?))).collect()
+}
+
+/// `asyncflow.type_finish__<type>` (V22), in the hold's transaction: `result` Some for a task
+/// whose call succeeded (it ends succeeded), None for one still to report (it is claimed as
+/// running). Answers only for the tasks that did not end so: refused, or claimed although their
+/// call succeeded (a result too large).
+pub async fn finish_held<C: GenericClient>(
+    c: &C,
+    task_type: &TypeName,
+    owner: &WorkerId,
+    tasks: &[(&TaskId, i32, Option<&Value>)],
+) -> Result<Vec<ReportResult>> {
+    let ids: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
+    let claim_seqs: Vec<i32> = tasks.iter().map(|t| t.1).collect();
+    let done: Vec<bool> = tasks.iter().map(|t| t.2.is_some()).collect();
+    let results: Vec<Option<&Value>> = tasks.iter().map(|t| t.2).collect();
+    let sql = format!(
+        "select task_id, accepted, status::text as status, lease_until from asyncflow.\"type_finish__{}\"($1, $2, $3, $4, $5)",
+        task_type.as_str()
+    );
+    let rows = query_type_function(c, &sql, &[&owner.as_str(), &ids, &claim_seqs, &done, &results])
+        .await?
+        .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?;
+    rows.iter().map(report_result).collect()
+}
+
+fn report_result(r: &Row) -> Result<ReportResult> {
+    Ok(ReportResult {
+        task_id: get(r, "task_id")?,
+        accepted: get(r, "accepted")?,
+        status: status(get(r, "status")?)?,
+        lease_until: get(r, "lease_until")?,
+    })
 }
 
 /// `asyncflow.report_task_arrays`: a batch of fenced reports in one statement, sent as one typed
@@ -239,16 +289,7 @@ pub async fn report_tasks<C: GenericClient>(
         Some(rows) => rows,
         None => query(c, &format!("{ANSWERS}report_task_arrays{ARGS}"), &params).await?,
     };
-    rows.iter()
-        .map(|r| {
-            Ok(ReportResult {
-                task_id: get(r, "task_id")?,
-                accepted: get(r, "accepted")?,
-                status: status(get(r, "status")?)?,
-                lease_until: get(r, "lease_until")?,
-            })
-        })
-        .collect()
+    rows.iter().map(report_result).collect()
 }
 
 /// `asyncflow.next_due`: the earliest order_time among pending tasks of the type.

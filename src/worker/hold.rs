@@ -1,0 +1,212 @@
+//! Held claims (V22): on the database a batch is claimed as row locks in an open transaction
+//! (`type_hold__<type>`), and the transaction ends (`type_finish__<type>`) when every call of the
+//! batch has replied or the hold window (`WorkerConfig::hold_window`) has passed. The calls that succeeded by then go from pending
+//! straight to succeeded in that transaction: one row version per task instead of two (claim,
+//! then report), and no report of their own. The others are claimed as running when it ends
+//! and report through the reporter as usual; a reply that came before the end waits for the
+//! commit, so that its report finds the task running.
+//!
+//! If the finish fails (the connection is lost, say), the transaction rolls back: nothing of the
+//! batch was written, its tasks are ready again, and the calls still running are abandoned
+//! (their `lost` token) without a report, as after a lost lease.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::Object;
+use serde_json::Value;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
+
+use super::Shared;
+use crate::db::api;
+use crate::error::{Error, Result};
+use crate::ids::{TaskId, TypeName, WorkerId};
+use crate::task::{ClaimedTask, ReportResult};
+
+/// Holds open at once, per worker: each keeps a pooled connection in a transaction.
+pub(super) const HOLDS_MAX: usize = 4;
+
+/// One open hold, shared by its finisher and its calls' executors.
+pub(super) struct Hold {
+    state: Mutex<State>,
+    /// Notified when the last call of the batch has replied.
+    all_in: Notify,
+    /// None until the hold has ended.
+    outcome: watch::Sender<Option<Arc<Outcome>>>,
+}
+
+struct State {
+    open: bool,
+    /// Calls of the batch that have not replied.
+    waiting: usize,
+    /// Results of the calls that succeeded while the hold was open, by task id.
+    succeeded: HashMap<String, Value>,
+}
+
+enum Outcome {
+    /// Committed: the finish's answers, by task id, for the tasks that did not end as asked
+    /// (succeeded when their call had, claimed otherwise).
+    Ended(HashMap<String, ReportResult>),
+    /// Rolled back: nothing of the batch was written.
+    Failed,
+}
+
+/// What an executor does with its call's reply once the hold has ended.
+pub(super) enum Answer {
+    /// The hold wrote the success.
+    Finished,
+    /// The task is claimed (running): report the reply as usual.
+    Report,
+    /// The hold failed: the task is not this worker's; no report.
+    Lost,
+}
+
+impl Hold {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The call of `task_id` ended: `success` is its result if it succeeded. Waits for the end
+    /// of the hold and says what becomes of the reply.
+    pub(super) async fn replied(&self, task_id: &TaskId, success: Option<&Value>) -> Answer {
+        let wrote_success = {
+            let mut state = self.lock();
+            if state.open {
+                if let Some(result) = success {
+                    state.succeeded.insert(task_id.to_string(), result.clone());
+                }
+                state.waiting = state.waiting.saturating_sub(1);
+                if state.waiting == 0 {
+                    self.all_in.notify_one();
+                }
+                success.is_some()
+            } else {
+                false
+            }
+        };
+        let mut outcome = self.outcome.subscribe();
+        let ended = match outcome.wait_for(Option::is_some).await {
+            Ok(seen) => seen.clone(),
+            Err(_) => None,
+        };
+        match ended.as_deref() {
+            Some(Outcome::Ended(exceptions)) => match exceptions.get(task_id.as_str()) {
+                None if wrote_success => Answer::Finished,
+                None => Answer::Report,
+                // claimed although the call succeeded: its report will say why
+                Some(r) if r.accepted => Answer::Report,
+                Some(_) => Answer::Lost,
+            },
+            Some(Outcome::Failed) | None => Answer::Lost,
+        }
+    }
+}
+
+/// Claims up to `want` tasks of `task_type` in a transaction on a connection of its own. Held
+/// tasks come with their hold, which [`finish`] (spawned here) ends; tasks the type claims the
+/// usual way (a concurrency limit, a pipeline watching it) come committed and without a hold.
+pub(super) async fn claim(
+    shared: &Arc<Shared>,
+    conn: Object,
+    task_type: &TypeName,
+    want: usize,
+    window: Duration,
+    permit: OwnedSemaphorePermit,
+) -> Result<(Vec<ClaimedTask>, Option<Arc<Hold>>)> {
+    let held = async {
+        conn.batch_execute("begin").await.map_err(Error::from_db)?;
+        api::hold_tasks(&conn, task_type, &shared.worker_id, want as i32).await
+    }
+    .await;
+    let rows = match held {
+        Ok(rows) => rows,
+        Err(e) => {
+            rollback(conn).await;
+            return Err(e);
+        }
+    };
+    if rows.is_empty() || rows.iter().any(|(_, held)| !held) {
+        // nothing claimed, or claimed the usual way: the claim is the commit
+        if let Err(e) = conn.batch_execute("commit").await {
+            rollback(conn).await;
+            return Err(Error::from_db(e));
+        }
+        return Ok((rows.into_iter().map(|(task, _)| task).collect(), None));
+    }
+    let tasks: Vec<ClaimedTask> = rows.into_iter().map(|(task, _)| task).collect();
+    let hold = Arc::new(Hold {
+        state: Mutex::new(State { open: true, waiting: tasks.len(), succeeded: HashMap::new() }),
+        all_in: Notify::new(),
+        outcome: watch::channel(None).0,
+    });
+    let fences: Vec<(TaskId, i32)> = tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq)).collect();
+    let window = tasks.iter().map(lease_quarter).min().unwrap_or(window).min(window);
+    shared.tracker.spawn(finish(shared.clone(), conn, hold.clone(), task_type.clone(), fences, window, permit));
+    Ok((tasks, Some(hold)))
+}
+
+/// A quarter of the task's lease: the hold ends well before a heartbeat would be due.
+fn lease_quarter(task: &ClaimedTask) -> Duration {
+    let ms = (task.lease_until - task.claimed_at).num_milliseconds().max(0) as u64;
+    Duration::from_millis(ms / 4)
+}
+
+/// Ends the hold once every call has replied or `window` has passed.
+async fn finish(
+    shared: Arc<Shared>,
+    conn: Object,
+    hold: Arc<Hold>,
+    task_type: TypeName,
+    fences: Vec<(TaskId, i32)>,
+    window: Duration,
+    permit: OwnedSemaphorePermit,
+) {
+    let _ = tokio::time::timeout(window, hold.all_in.notified()).await;
+    let succeeded = {
+        let mut state = hold.lock();
+        state.open = false;
+        std::mem::take(&mut state.succeeded)
+    };
+    let tasks: Vec<(&TaskId, i32, Option<&Value>)> =
+        fences.iter().map(|(id, seq)| (id, *seq, succeeded.get(id.as_str()))).collect();
+    let outcome = match write(&conn, &task_type, &shared.worker_id, &tasks).await {
+        Ok(answers) => Outcome::Ended(answers.into_iter().map(|r| (r.task_id.clone(), r)).collect()),
+        Err(e) => {
+            tracing::warn!(task_type = %task_type, error = %e, count = tasks.len(), "held claim failed: its tasks are ready again");
+            rollback(conn).await;
+            Outcome::Failed
+        }
+    };
+    if let Outcome::Failed = outcome {
+        // calls still running hold nothing any more
+        let inflight = shared.lock_inflight();
+        for (id, _) in &fences {
+            if let Some(f) = inflight.get(id.as_str()) {
+                f.lost.cancel();
+            }
+        }
+    }
+    hold.outcome.send_replace(Some(Arc::new(outcome)));
+    drop(permit);
+}
+
+/// The finish and the commit; an error means the transaction did not commit (or may not have).
+async fn write(
+    conn: &Object,
+    task_type: &TypeName,
+    owner: &WorkerId,
+    tasks: &[(&TaskId, i32, Option<&Value>)],
+) -> Result<Vec<ReportResult>> {
+    let answers = api::finish_held(conn, task_type, owner, tasks).await?;
+    conn.batch_execute("commit").await.map_err(Error::from_db)?;
+    Ok(answers)
+}
+
+/// Ends the connection's transaction, if any, without writing; a connection where that fails is
+/// not given back to the pool (it might still be in the transaction).
+async fn rollback(conn: Object) {
+    if conn.batch_execute("rollback").await.is_err() {
+        drop(Object::take(conn));
+    }
+}
