@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::hold::{Answer, Hold};
 use super::{report, InFlight, Registered, Shared};
 use crate::function::{StageCall, StageReply};
+use crate::ids::TaskId;
 use crate::task::{ClaimedTask, ReportKind, TaskStatus};
 
 pub(super) async fn run(
@@ -25,7 +26,7 @@ pub(super) async fn run(
     task: ClaimedTask,
     lease_secs: i64,
     permit: OwnedSemaphorePermit,
-    hold: Option<Arc<Hold>>,
+    hold: Option<(Arc<Hold>, usize)>,
 ) {
     let key = task.task_id.to_string();
     let lost = CancellationToken::new();
@@ -72,23 +73,21 @@ pub(super) async fn run(
     };
     shared.lock_inflight().remove(&key);
 
-    // A held claim's reply waits for the hold's end, which writes a success itself.
-    let answer = match &hold {
-        Some(hold) => {
-            let success = match &kind {
-                Some(ReportKind::Succeed { result }) => Some(result),
-                _ => None,
-            };
-            hold.replied(&task.task_id, success).await
-        }
-        None => Answer::Report,
+    // A held claim's success is written by the hold while it is open, which then also counts
+    // it and frees its slot; any other reply waits for the hold's end (the task is claimed then).
+    let (kind, permit, answer) = match (hold, kind) {
+        (Some((hold, index)), Some(ReportKind::Succeed { result })) => match hold.take_success(index, result, permit) {
+            Ok(()) => return,
+            Err((result, permit)) => {
+                (Some(ReportKind::Succeed { result }), permit, hold.ended(&task.task_id, true).await)
+            }
+        },
+        (Some((hold, _)), kind) => (kind, permit, hold.ended(&task.task_id, false).await),
+        (None, kind) => (kind, permit, Answer::Report),
     };
     match (kind, answer) {
-        (Some(_), Answer::Finished) => {
-            shared.stats.succeeded.fetch_add(1, Ordering::Relaxed);
-        }
-        (Some(kind), Answer::Report) => report_reply(&shared, &task, kind).await,
-        (_, Answer::Lost) => tracing::debug!(task = %key, "held claim failed: the call's reply is dropped"),
+        (Some(kind), Answer::Report) => report_reply(&shared, &task.task_id, task.claim_seq, kind).await,
+        (Some(_), Answer::Lost) => tracing::debug!(task = %key, "held claim failed: the call's reply is dropped"),
         (None, _) => {}
     }
     drop(permit);
@@ -98,7 +97,7 @@ pub(super) async fn run(
 }
 
 /// Reports a reply through the reporter and counts what became of it.
-async fn report_reply(shared: &Shared, task: &ClaimedTask, kind: ReportKind) {
+pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i32, kind: ReportKind) {
     let counter = match &kind {
         ReportKind::Advance { .. } => &shared.stats.advanced,
         ReportKind::Succeed { .. } => &shared.stats.succeeded,
@@ -107,7 +106,7 @@ async fn report_reply(shared: &Shared, task: &ClaimedTask, kind: ReportKind) {
         ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
     };
     let is_succeed = matches!(kind, ReportKind::Succeed { .. });
-    let result = shared.reporter.send(vec![report(&task.task_id, task.claim_seq, kind)]).await;
+    let result = shared.reporter.send(vec![report(task_id, claim_seq, kind)]).await;
     match result.into_iter().next().flatten() {
         Some(r) if r.accepted => {
             if r.status == Some(TaskStatus::Failed) {

@@ -11,6 +11,7 @@
 //! (their `lost` token) without a report, as after a lost lease.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use super::Shared;
 use crate::db::api;
 use crate::error::{Error, Result};
 use crate::ids::{TaskId, TypeName, WorkerId};
-use crate::task::{ClaimedTask, ReportResult};
+use crate::task::{ClaimedTask, ReportKind, ReportResult};
 
 /// Holds open at once, per worker: each keeps a pooled connection in a transaction.
 pub(super) const HOLDS_MAX: usize = 4;
@@ -40,8 +41,10 @@ struct State {
     open: bool,
     /// Calls of the batch that have not replied.
     waiting: usize,
-    /// Results of the calls that succeeded while the hold was open, by task id.
-    succeeded: HashMap<String, Value>,
+    /// By the batch's order: the result of each call that succeeded while the hold was open.
+    succeeded: Vec<Option<Value>>,
+    /// The slots of those calls, freed when the hold has ended.
+    slots: Vec<OwnedSemaphorePermit>,
 }
 
 enum Outcome {
@@ -54,8 +57,6 @@ enum Outcome {
 
 /// What an executor does with its call's reply once the hold has ended.
 pub(super) enum Answer {
-    /// The hold wrote the success.
-    Finished,
     /// The task is claimed (running): report the reply as usual.
     Report,
     /// The hold failed: the task is not this worker's; no report.
@@ -67,24 +68,43 @@ impl Hold {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The call of `task_id` ended: `success` is its result if it succeeded. Waits for the end
-    /// of the hold and says what becomes of the reply.
-    pub(super) async fn replied(&self, task_id: &TaskId, success: Option<&Value>) -> Answer {
-        let wrote_success = {
+    fn replied(&self, state: &mut State) {
+        state.waiting = state.waiting.saturating_sub(1);
+        if state.waiting == 0 {
+            self.all_in.notify_one();
+        }
+    }
+
+    /// The call at `index` of the batch succeeded. While the hold is open it takes the result
+    /// and the call's slot, and the executor is done: the hold writes the success, counts it and
+    /// frees the slot when it ends. Once it has ended (the task is claimed), both come back.
+    pub(super) fn take_success(
+        &self,
+        index: usize,
+        result: Value,
+        slot: OwnedSemaphorePermit,
+    ) -> std::result::Result<(), (Value, OwnedSemaphorePermit)> {
+        let mut state = self.lock();
+        if !state.open {
+            return Err((result, slot));
+        }
+        if let Some(place) = state.succeeded.get_mut(index) {
+            *place = Some(result);
+        }
+        state.slots.push(slot);
+        self.replied(&mut state);
+        Ok(())
+    }
+
+    /// The call of `task_id` ended otherwise (another reply, or none). Waits for the end of the
+    /// hold and says what becomes of the reply.
+    pub(super) async fn ended(&self, task_id: &TaskId, counted: bool) -> Answer {
+        if !counted {
             let mut state = self.lock();
             if state.open {
-                if let Some(result) = success {
-                    state.succeeded.insert(task_id.to_string(), result.clone());
-                }
-                state.waiting = state.waiting.saturating_sub(1);
-                if state.waiting == 0 {
-                    self.all_in.notify_one();
-                }
-                success.is_some()
-            } else {
-                false
+                self.replied(&mut state);
             }
-        };
+        }
         let mut outcome = self.outcome.subscribe();
         let ended = match outcome.wait_for(Option::is_some).await {
             Ok(seen) => seen.clone(),
@@ -92,9 +112,7 @@ impl Hold {
         };
         match ended.as_deref() {
             Some(Outcome::Ended(exceptions)) => match exceptions.get(task_id.as_str()) {
-                None if wrote_success => Answer::Finished,
                 None => Answer::Report,
-                // claimed although the call succeeded: its report will say why
                 Some(r) if r.accepted => Answer::Report,
                 Some(_) => Answer::Lost,
             },
@@ -136,7 +154,12 @@ pub(super) async fn claim(
     }
     let tasks: Vec<ClaimedTask> = rows.into_iter().map(|(task, _)| task).collect();
     let hold = Arc::new(Hold {
-        state: Mutex::new(State { open: true, waiting: tasks.len(), succeeded: HashMap::new() }),
+        state: Mutex::new(State {
+            open: true,
+            waiting: tasks.len(),
+            succeeded: vec![None; tasks.len()],
+            slots: Vec::with_capacity(tasks.len()),
+        }),
         all_in: Notify::new(),
         outcome: watch::channel(None).0,
     });
@@ -163,13 +186,13 @@ async fn finish(
     permit: OwnedSemaphorePermit,
 ) {
     let _ = tokio::time::timeout(window, hold.all_in.notified()).await;
-    let succeeded = {
+    let (succeeded, slots) = {
         let mut state = hold.lock();
         state.open = false;
-        std::mem::take(&mut state.succeeded)
+        (std::mem::take(&mut state.succeeded), std::mem::take(&mut state.slots))
     };
     let tasks: Vec<(&TaskId, i32, Option<&Value>)> =
-        fences.iter().map(|(id, seq)| (id, *seq, succeeded.get(id.as_str()))).collect();
+        fences.iter().zip(&succeeded).map(|((id, seq), result)| (id, *seq, result.as_ref())).collect();
     let outcome = match write(&conn, &task_type, &shared.worker_id, &tasks).await {
         Ok(answers) => Outcome::Ended(answers.into_iter().map(|r| (r.task_id.clone(), r)).collect()),
         Err(e) => {
@@ -178,7 +201,35 @@ async fn finish(
             Outcome::Failed
         }
     };
-    if let Outcome::Failed = outcome {
+    let outcome = Arc::new(outcome);
+    hold.outcome.send_replace(Some(outcome.clone()));
+    drop(permit);
+
+    // The successes the hold took: counted here, their slots freed; one whose task was claimed
+    // instead (its result too large) is reported as usual, and says why.
+    let mut written = 0u64;
+    for ((id, seq), result) in fences.iter().zip(succeeded) {
+        let Some(result) = result else { continue };
+        match &*outcome {
+            Outcome::Ended(exceptions) => match exceptions.get(id.as_str()) {
+                None => written += 1,
+                Some(r) if r.accepted => {
+                    super::executor::report_reply(&shared, id, *seq, ReportKind::Succeed { result }).await
+                }
+                Some(_) => {
+                    shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            Outcome::Failed => {}
+        }
+    }
+    shared.stats.succeeded.fetch_add(written, Ordering::Relaxed);
+    let taken = slots.len();
+    drop(slots);
+    shared.activity.fetch_add(1, Ordering::SeqCst);
+    shared.active.fetch_sub(taken, Ordering::SeqCst);
+    shared.freed.send_modify(|n| *n = n.wrapping_add(1));
+    if let Outcome::Failed = &*outcome {
         // calls still running hold nothing any more
         let inflight = shared.lock_inflight();
         for (id, _) in &fences {
@@ -187,8 +238,6 @@ async fn finish(
             }
         }
     }
-    hold.outcome.send_replace(Some(Arc::new(outcome)));
-    drop(permit);
 }
 
 /// The finish and the commit; an error means the transaction did not commit (or may not have).

@@ -89,11 +89,12 @@ pub(super) async fn run(
                 shared.unreserve(want - tasks.len());
                 shared.stats.claimed.fetch_add(tasks.len() as u64, Ordering::Relaxed);
                 shared.check_budget();
-                for task in tasks {
+                for (index, task) in tasks.into_iter().enumerate() {
                     let Some(permit) = permits.split(1) else { break };
                     let shared2 = shared.clone();
                     let reg = registered.clone();
-                    shared.tracker.spawn(executor::run(shared2, reg, task, lease_secs, permit, hold.clone()));
+                    let held = hold.as_ref().map(|h| (h.clone(), index));
+                    shared.tracker.spawn(executor::run(shared2, reg, task, lease_secs, permit, held));
                 }
                 if permits.num_permits() > 0 {
                     // Unused slots go back: producers of other types may be waiting for one.
