@@ -54,6 +54,7 @@ begin
       v_task_type constant text := %3$L;
       v_type asyncflow.task_types;
       v_now constant timestamptz := now();
+      v_lease_until timestamptz;
     begin
       if p_owner is null or length(p_owner) not between 1 and 200 then
         perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -72,10 +73,10 @@ begin
       end if;
       -- a worker that stops answering (and so never ends the hold) loses its locks
       perform set_config('idle_in_transaction_session_timeout', '60s', true);
+      v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
       return query
       select asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, t.priority,
-        t.attempt + 1, t.claim_seq + 1, t.user_id, v_now + make_interval(secs => v_type.max_processing_time),
-        v_now, true
+        t.attempt + 1, t.claim_seq + 1, t.user_id, v_lease_until, v_now, true
       from asyncflow.%2$I t
       where t.shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
         and t.status = 'pending' and t.order_time <= v_now
@@ -106,7 +107,7 @@ begin
       v_secs constant double precision := floor(date_part('epoch', v_finished_at - v_claimed_at) * 1000) / 1000;
       v_bucket constant integer := width_bucket(v_secs, asyncflow.stage_time_bounds())
         - (v_secs = any (asyncflow.stage_time_bounds()))::integer;
-      v_lease integer;
+      v_lease_until timestamptz;
       v_max_bytes integer;
     begin
       if p_owner is null or length(p_owner) not between 1 and 200 then
@@ -117,7 +118,8 @@ begin
         or cardinality(p_results) is distinct from cardinality(p_task_ids) then
         perform asyncflow.raise_error('AF006', 'task ids, claim_seqs, done and results: arrays of one length, at most 10000');
       end if;
-      select max_processing_time into v_lease from asyncflow.task_types where task_type = v_task_type;
+      select v_claimed_at + make_interval(secs => max_processing_time) into v_lease_until
+      from asyncflow.task_types where task_type = v_task_type;
       select max_context_bytes into v_max_bytes from asyncflow.config;
       if not true = any (p_done) then
         -- claims only: as type_claim__, not waiting for the disk
@@ -135,7 +137,7 @@ begin
         update asyncflow.%2$I t set
           status = case when r.done then 'succeeded' else 'running' end::asyncflow.task_status,
           owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1, claimed_at = v_claimed_at,
-          lease_until = case when not r.done then v_claimed_at + make_interval(secs => v_lease) end,
+          lease_until = case when not r.done then v_lease_until end,
           result = case when r.done then coalesce(r.result, '{}'::jsonb) else t.result end,
           finished_at = case when r.done then v_finished_at else t.finished_at end,
           updated_at = case when r.done then v_finished_at else v_claimed_at end
