@@ -132,11 +132,13 @@ pub(super) async fn claim(
     window: Duration,
     permit: OwnedSemaphorePermit,
 ) -> Result<(Vec<ClaimedTask>, Option<Arc<Hold>>)> {
-    let held = async {
-        conn.batch_execute("begin").await.map_err(Error::from_db)?;
-        api::hold_tasks(&conn, task_type, &shared.worker_id, want as i32).await
-    }
-    .await;
+    // One round trip: the client sends both before reading an answer, `begin` first (a hold
+    // that ran outside the transaction, were `begin` to fail, locked nothing and changed nothing).
+    let held = tokio::try_join!(
+        async { conn.batch_execute("begin").await.map_err(Error::from_db) },
+        api::hold_tasks(&conn, task_type, &shared.worker_id, want as i32),
+    )
+    .map(|((), rows)| rows);
     let rows = match held {
         Ok(rows) => rows,
         Err(e) => {
