@@ -793,7 +793,11 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
         &a,
         &ty,
         &w,
-        &[(&t[0].task_id, 1, Some(&ok)), (&t[1].task_id, 1, None), (&t[2].task_id, 1, Some(&big))],
+        &[
+            (&t[0].task_id, 1, Some(&ok), Some(0.002)),
+            (&t[1].task_id, 1, None, None),
+            (&t[2].task_id, 1, Some(&big), Some(0.5)),
+        ],
     )
     .await
     .unwrap();
@@ -808,6 +812,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     assert_eq!(done["attempt"], 1);
     assert_eq!(done["schedule_log"][0]["worker"], "w", "the success's log entry: {done}");
     assert_eq!(done["schedule_log"][0]["outcome"], "succeed");
+    assert_eq!(done["schedule_log"][0]["cost_ms"], 2, "the call's own time: {done}");
     for running in [t[1], t[2]] {
         let row = task(&**b, running.task_id.as_str()).await;
         assert_eq!(row["status"], "running");
@@ -834,9 +839,13 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     a.batch_execute("begin").await.unwrap();
     let again = api::hold_tasks(&a, &ty, &w, 10).await.unwrap();
     assert_eq!(again.len(), 2);
-    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok))).collect();
+    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok), None)).collect();
     api::finish_held(&a, &ty, &w, &fences).await.unwrap();
     a.batch_execute("rollback").await.unwrap();
+    // a finish without the hold (another transaction, the right fences) changes nothing either
+    let refused = api::finish_held(&b, &ty, &w, &fences).await.unwrap();
+    assert_eq!(refused.len(), 2);
+    assert!(refused.iter().all(|r| !r.accepted && r.status == Some(TaskStatus::Pending)), "{refused:?}");
     let pending: i64 = b
         .query_one(
             "select count(*) from asyncflow.tasks where task_type = 'held' and status = 'pending' and attempt = 0",
@@ -847,7 +856,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
         .get(0);
     assert_eq!(pending, 2);
     // a finish of tasks not held as given (wrong fence) changes nothing and says so
-    let wrong: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq + 5, Some(&ok))).collect();
+    let wrong: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq + 5, Some(&ok), None)).collect();
     let refused = api::finish_held(&b, &ty, &w, &wrong).await.unwrap();
     assert_eq!(refused.len(), 2);
     assert!(refused.iter().all(|r| !r.accepted && r.status == Some(TaskStatus::Pending)));

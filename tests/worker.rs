@@ -451,3 +451,52 @@ async fn calls_within_the_hold_window_end_with_it_and_slower_ones_are_claimed_ru
     wait_until(Duration::from_secs(10), "the worker's statistics", || async { updates().await >= 25 }).await;
     assert_eq!(updates().await, 25);
 }
+
+/// While a hold is open its tasks are pending and ready: a producer whose claim came back short
+/// waits (at most the window) instead of claiming again and again for as long as the hold lasts.
+#[tokio::test]
+async fn a_producer_does_not_spin_while_a_hold_is_open() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let ty = TypeName::new("patient").unwrap();
+    api::register_task_type(&db.conn().await, &ty, &fast(TaskTypeUpdate::default())).await.unwrap();
+    api::create_tasks(&db.conn().await, "patient", &vec![NewTask::default(); 3]).await.unwrap();
+    // transactions counted by the server: its other backends end first, so that theirs are in
+    let commits = || async {
+        c.execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity \
+             where datname = current_database() and pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
+        let n: i64 = c
+            .query_one("select xact_commit from pg_stat_database where datname = current_database()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    let before = commits().await;
+    let worker = Worker::new(
+        db.pool.clone(),
+        db.url.clone(),
+        WorkerConfig { hold_window: Duration::from_millis(400), exit_when_idle: true, ..config(10) },
+    )
+    .register(
+        ty,
+        |_call: StageCall| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            StageReply::Succeeded { result: json!(null) }
+        },
+        None,
+        fast(TaskTypeUpdate::default()),
+    );
+    let summary = worker.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(summary.succeeded, 3);
+    let spent = commits().await - before;
+    // a few claims, next_due and idle checks; spinning through the 300 ms made hundreds
+    assert!(spent < 40, "{spent} transactions");
+}

@@ -87,15 +87,17 @@ begin
     $body$
     $f$, v_hold, 'tasks_' || p_task_type, p_task_type, 'type_claim__' || p_task_type);
 
-  -- type_finish__<type>(owner, task ids, claim_seqs, done, results): ends a hold, in the hold's
-  -- transaction. A task with done and a result within max_context_bytes has succeeded; every
-  -- other is claimed ('running', leased). Only pending tasks whose claim_seq is one behind the
-  -- one given change (the rows the hold locked). Answers (accepted, status, lease) come only for
+  -- type_finish__<type>(owner, task ids, claim_seqs, done, results, seconds): ends a hold, in
+  -- the hold's transaction. A task with done and a result within max_context_bytes has
+  -- succeeded, its call having taken `seconds` from the claim (finished_at, the stage-time
+  -- histogram); every other is claimed ('running', leased). Only rows this transaction has
+  -- locked (the hold's: their xmax is its xid), pending, whose claim_seq is one behind the one
+  -- given, change: without a hold the finish changes nothing. Answers (accepted, status, lease) come only for
   -- the tasks that did not end as asked: refused (not accepted), or claimed although done (a
   -- result too large: its report will say so); no answer means succeeded, or claimed.
   execute format($f$
     create or replace function asyncflow.%1$I(p_owner text, p_task_ids text[], p_claim_seqs integer[],
-      p_done boolean[], p_results jsonb[])
+      p_done boolean[], p_results jsonb[], p_seconds double precision[])
     returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
     language plpgsql security definer set search_path = pg_catalog, pg_temp
     set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $body$
@@ -103,10 +105,8 @@ begin
     declare
       v_task_type constant text := %3$L;
       v_claimed_at constant timestamptz := now();
-      v_finished_at constant timestamptz := clock_timestamp();
-      v_secs constant double precision := floor(date_part('epoch', v_finished_at - v_claimed_at) * 1000) / 1000;
-      v_bucket constant integer := width_bucket(v_secs, asyncflow.stage_time_bounds())
-        - (v_secs = any (asyncflow.stage_time_bounds()))::integer;
+      v_ended constant double precision := date_part('epoch', clock_timestamp() - v_claimed_at);
+      v_xid constant xid := pg_current_xact_id()::xid;
       v_lease_until timestamptz;
       v_max_bytes integer;
     begin
@@ -115,8 +115,10 @@ begin
       end if;
       if cardinality(p_task_ids) > 10000 or cardinality(p_claim_seqs) is distinct from cardinality(p_task_ids)
         or cardinality(p_done) is distinct from cardinality(p_task_ids)
-        or cardinality(p_results) is distinct from cardinality(p_task_ids) then
-        perform asyncflow.raise_error('AF006', 'task ids, claim_seqs, done and results: arrays of one length, at most 10000');
+        or cardinality(p_results) is distinct from cardinality(p_task_ids)
+        or cardinality(p_seconds) is distinct from cardinality(p_task_ids) then
+        perform asyncflow.raise_error('AF006',
+          'task ids, claim_seqs, done, results and seconds: arrays of one length, at most 10000');
       end if;
       select v_claimed_at + make_interval(secs => max_processing_time) into v_lease_until
       from asyncflow.task_types where task_type = v_task_type;
@@ -130,8 +132,11 @@ begin
         select x.n, x.task_id,
           split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
           x.claim_seq, coalesce(x.done, false) as asked,
-          coalesce(x.done, false) and coalesce(pg_column_size(x.result) <= v_max_bytes, true) as done, x.result
-        from unnest(p_task_ids, p_claim_seqs, p_done, p_results) with ordinality as x(task_id, claim_seq, done, result, n)
+          coalesce(x.done, false) and coalesce(pg_column_size(x.result) <= v_max_bytes, true) as done, x.result,
+          -- the call's time, within what has passed since the claim; to the millisecond
+          floor(least(greatest(coalesce(x.secs, v_ended), 0), v_ended) * 1000) / 1000 as secs
+        from unnest(p_task_ids, p_claim_seqs, p_done, p_results, p_seconds)
+          with ordinality as x(task_id, claim_seq, done, result, secs, n)
         where split_part(x.task_id, '-', 1) = v_task_type
       ), changed as (
         update asyncflow.%2$I t set
@@ -139,13 +144,13 @@ begin
           owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1, claimed_at = v_claimed_at,
           lease_until = case when not r.done then v_lease_until end,
           result = case when r.done then coalesce(r.result, '{}'::jsonb) else t.result end,
-          finished_at = case when r.done then v_finished_at else t.finished_at end,
-          updated_at = case when r.done then v_finished_at else v_claimed_at end
+          finished_at = case when r.done then v_claimed_at + make_interval(secs => r.secs) else t.finished_at end,
+          updated_at = case when r.done then v_claimed_at + make_interval(secs => r.secs) else v_claimed_at end
         from (select distinct on (shard, id) * from r order by shard, id, n desc) r
         where t.shard = r.shard and t.id = r.id
           -- status compared as text: the ready index must not look like a way in
-          and t.status::text = 'pending' and t.claim_seq + 1 = r.claim_seq and t.order_time <= v_claimed_at
-        returning r.n, t.status, t.lease_until, t.stage
+          and t.status::text = 'pending' and t.claim_seq + 1 = r.claim_seq and t.xmax = v_xid
+        returning r.n, t.status, t.lease_until, t.stage, r.secs
       ), counted as (
         insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded)
         select v_task_type, pg_backend_pid() %% 16, count(*), count(*) filter (where c.status = 'succeeded')
@@ -153,10 +158,13 @@ begin
         on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
           succeeded = k.succeeded + excluded.succeeded
       ), per_bucket as (
-        -- the calls that succeeded into the stage-time histogram, as type_report__ does (one
-        -- duration for the hold: from its claim to its end)
-        select c.stage, v_bucket as k, count(*) as n, count(*) * v_secs as secs
-        from changed c where c.status = 'succeeded' group by c.stage
+        -- the calls that succeeded into the stage-time histogram, as type_report__ does
+        select c.stage, d.k, count(*) as n, sum(c.secs) as secs
+        from changed c
+        cross join lateral (select width_bucket(c.secs, asyncflow.stage_time_bounds())
+          - (c.secs = any (asyncflow.stage_time_bounds()))::integer as k) d
+        where c.status = 'succeeded'
+        group by c.stage, d.k
       ), timed as (
         insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
         select v_task_type, t.stage, pg_backend_pid() %% 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
@@ -182,9 +190,10 @@ begin
     $f$, v_finish, 'tasks_' || p_task_type, p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer) from public', v_hold);
   execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker', v_hold);
-  execute format('revoke all on function asyncflow.%I(text, text[], integer[], boolean[], jsonb[]) from public', v_finish);
-  execute format('grant execute on function asyncflow.%I(text, text[], integer[], boolean[], jsonb[]) to asyncflow_worker',
-    v_finish);
+  execute format('revoke all on function asyncflow.%I(text, text[], integer[], boolean[], jsonb[], double precision[]) '
+    'from public', v_finish);
+  execute format('grant execute on function asyncflow.%I(text, text[], integer[], boolean[], jsonb[], double precision[]) '
+    'to asyncflow_worker', v_finish);
 end
 $fn$;
 revoke all on function asyncflow.create_hold_functions(text) from public;

@@ -184,7 +184,10 @@ impl StageReply {
 
 /// Something that runs stages of one task type.
 pub trait Function: Send + Sync + 'static {
-    /// Runs one stage. Dropping the future abandons the call (lease lost, shutdown).
+    /// Runs one stage. Dropping the future abandons the call (lease lost, shutdown). The worker
+    /// polls it in the call's own task: a function must not block its thread (use
+    /// `tokio::task::spawn_blocking` for blocking work), or its timeout, a lost lease and the
+    /// shutdown grace act only when it next yields.
     fn call(&self, call: StageCall) -> BoxFuture<'static, StageReply>;
 }
 

@@ -33,9 +33,15 @@ pub(super) async fn run(
     let key = task.task_id.to_string();
     let lost = CancellationToken::new();
     let release = CancellationToken::new();
+    let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+    if let Some((hold, index)) = &hold {
+        hold.started(*index, &lost);
+    }
     shared.lock_inflight().insert(
         key.clone(),
         InFlight {
+            generation,
+            hold: hold.as_ref().map(|(h, _)| h.clone()),
             claim_seq: task.claim_seq,
             lease_until: task.lease_until,
             lease_secs,
@@ -68,7 +74,12 @@ pub(super) async fn run(
         }
         _ = release.cancelled() => Some(ReportKind::Release),
     };
-    shared.lock_inflight().remove(&key);
+    {
+        let mut inflight = shared.lock_inflight();
+        if inflight.get(&key).is_some_and(|f| f.generation == generation) {
+            inflight.remove(&key);
+        }
+    }
 
     // A held claim's success is written by the hold while it is open, which then also counts
     // it and frees its slot; any other reply waits for the hold's end (the task is claimed then).
@@ -148,6 +159,7 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
             .lock_inflight()
             .iter()
             .filter(|(_, f)| (f.lease_until - now).num_milliseconds() < f.lease_secs * 500)
+            .filter(|(_, f)| !f.hold.as_ref().is_some_and(|h| h.is_open()))
             .map(|(k, f)| (k.clone(), f.claim_seq))
             .collect();
         if due.is_empty() {

@@ -1,28 +1,32 @@
 //! Held claims (V22): on the database a batch is claimed as row locks in an open transaction
 //! (`type_hold__<type>`), and the transaction ends (`type_finish__<type>`) when every call of the
-//! batch has replied or the hold window (`WorkerConfig::hold_window`) has passed. The calls that succeeded by then go from pending
-//! straight to succeeded in that transaction: one row version per task instead of two (claim,
-//! then report), and no report of their own. The others are claimed as running when it ends
+//! batch has replied or the hold window (`WorkerConfig::hold_window`) has passed. The calls that
+//! succeeded by then go from pending straight to succeeded in that transaction: one row version
+//! per task instead of two (claim, then report), and no report of their own; the hold counts
+//! them and frees their slots after its commit. The others are claimed as running when it ends
 //! and report through the reporter as usual; a reply that came before the end waits for the
 //! commit, so that its report finds the task running.
 //!
-//! If the finish fails (the connection is lost, say), the transaction rolls back: nothing of the
-//! batch was written, its tasks are ready again, and the calls still running are abandoned
-//! (their `lost` token) without a report, as after a lost lease.
+//! If the finish fails (the connection is lost, say), the calls still running are abandoned
+//! (their `lost` token, before the rollback makes their tasks ready again) and the transaction
+//! rolls back: nothing of the batch was written, and no report is made for it, as after a lost
+//! lease. The connection of a hold is never given back to the pool inside its transaction
+//! ([`TxConn`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::Object;
 use serde_json::Value;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::db::api;
 use crate::error::{Error, Result};
-use crate::ids::{TaskId, TypeName, WorkerId};
+use crate::ids::{TaskId, TypeName};
 use crate::task::{ClaimedTask, ReportKind, ReportResult};
 
 /// Holds open at once, per worker: each keeps a pooled connection in a transaction.
@@ -31,6 +35,8 @@ pub(super) const HOLDS_MAX: usize = 4;
 /// One open hold, shared by its finisher and its calls' executors.
 pub(super) struct Hold {
     state: Mutex<State>,
+    /// When the batch's rows arrived: a success's time is counted from here.
+    started: Instant,
     /// Notified when the last call of the batch has replied.
     all_in: Notify,
     /// None until the hold has ended.
@@ -41,9 +47,12 @@ struct State {
     open: bool,
     /// Calls of the batch that have not replied.
     waiting: usize,
-    /// By the batch's order: the result of each call that succeeded while the hold was open.
-    succeeded: Vec<Option<Value>>,
-    /// The slots of those calls, freed when the hold has ended.
+    /// By the batch's order: the result and time of each call that succeeded while the hold was
+    /// open.
+    succeeded: Vec<Option<(Value, f64)>>,
+    /// By the batch's order: each call's `lost` token, cancelled if the hold fails.
+    lost: Vec<Option<CancellationToken>>,
+    /// The slots of the calls that succeeded, freed when the hold has ended.
     slots: Vec<OwnedSemaphorePermit>,
 }
 
@@ -75,6 +84,18 @@ impl Hold {
         }
     }
 
+    /// Whether the hold is still open (its tasks are pending and locked, not yet claimed).
+    pub(super) fn is_open(&self) -> bool {
+        self.lock().open
+    }
+
+    /// The call at `index` of the batch has started; `lost` abandons it if the hold fails.
+    pub(super) fn started(&self, index: usize, lost: &CancellationToken) {
+        if let Some(place) = self.lock().lost.get_mut(index) {
+            *place = Some(lost.clone());
+        }
+    }
+
     /// The call at `index` of the batch succeeded. While the hold is open it takes the result
     /// and the call's slot, and the executor is done: the hold writes the success, counts it and
     /// frees the slot when it ends. Once it has ended (the task is claimed), both come back.
@@ -84,12 +105,13 @@ impl Hold {
         result: Value,
         slot: OwnedSemaphorePermit,
     ) -> std::result::Result<(), (Value, OwnedSemaphorePermit)> {
+        let secs = self.started.elapsed().as_secs_f64();
         let mut state = self.lock();
         if !state.open {
             return Err((result, slot));
         }
         if let Some(place) = state.succeeded.get_mut(index) {
-            *place = Some(result);
+            *place = Some((result, secs));
         }
         state.slots.push(slot);
         self.replied(&mut state);
@@ -121,6 +143,39 @@ impl Hold {
     }
 }
 
+/// A pooled connection inside a transaction. Dropped without [`TxConn::end`] (a future dropped
+/// mid-way, say), the connection is taken out of the pool rather than given back in the
+/// transaction, with its locks, to the next user.
+struct TxConn(Option<Object>);
+
+impl TxConn {
+    fn client(&self) -> &Object {
+        // Some until `end` or drop, which consume it
+        self.0.as_ref().expect("TxConn used after its end")
+    }
+
+    /// Ends the transaction with `sql` (commit or rollback); the connection goes back to the
+    /// pool only if that worked.
+    async fn end(mut self, sql: &str) -> std::result::Result<(), tokio_postgres::Error> {
+        let Some(conn) = self.0.take() else { return Ok(()) };
+        match conn.batch_execute(sql).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                drop(Object::take(conn));
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for TxConn {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            drop(Object::take(conn));
+        }
+    }
+}
+
 /// Claims up to `want` tasks of `task_type` in a transaction on a connection of its own. Held
 /// tasks come with their hold, which [`finish`] (spawned here) ends; tasks the type claims the
 /// usual way (a concurrency limit, a pipeline watching it) come committed and without a hold.
@@ -132,26 +187,24 @@ pub(super) async fn claim(
     window: Duration,
     permit: OwnedSemaphorePermit,
 ) -> Result<(Vec<ClaimedTask>, Option<Arc<Hold>>)> {
+    let conn = TxConn(Some(conn));
     // One round trip: the client sends both before reading an answer, `begin` first (a hold
     // that ran outside the transaction, were `begin` to fail, locked nothing and changed nothing).
     let held = tokio::try_join!(
-        async { conn.batch_execute("begin").await.map_err(Error::from_db) },
-        api::hold_tasks(&conn, task_type, &shared.worker_id, want as i32),
+        async { conn.client().batch_execute("begin").await.map_err(Error::from_db) },
+        api::hold_tasks(conn.client(), task_type, &shared.worker_id, want as i32),
     )
     .map(|((), rows)| rows);
     let rows = match held {
         Ok(rows) => rows,
         Err(e) => {
-            rollback(conn).await;
+            let _ = conn.end("rollback").await;
             return Err(e);
         }
     };
     if rows.is_empty() || rows.iter().any(|(_, held)| !held) {
         // nothing claimed, or claimed the usual way: the claim is the commit
-        if let Err(e) = conn.batch_execute("commit").await {
-            rollback(conn).await;
-            return Err(Error::from_db(e));
-        }
+        conn.end("commit").await.map_err(Error::from_db)?;
         return Ok((rows.into_iter().map(|(task, _)| task).collect(), None));
     }
     let tasks: Vec<ClaimedTask> = rows.into_iter().map(|(task, _)| task).collect();
@@ -160,8 +213,10 @@ pub(super) async fn claim(
             open: true,
             waiting: tasks.len(),
             succeeded: vec![None; tasks.len()],
+            lost: vec![None; tasks.len()],
             slots: Vec::with_capacity(tasks.len()),
         }),
+        started: Instant::now(),
         all_in: Notify::new(),
         outcome: watch::channel(None).0,
     });
@@ -180,7 +235,7 @@ fn lease_quarter(task: &ClaimedTask) -> Duration {
 /// Ends the hold once every call has replied or `window` has passed.
 async fn finish(
     shared: Arc<Shared>,
-    conn: Object,
+    conn: TxConn,
     hold: Arc<Hold>,
     task_type: TypeName,
     fences: Vec<(TaskId, i32)>,
@@ -188,18 +243,38 @@ async fn finish(
     permit: OwnedSemaphorePermit,
 ) {
     let _ = tokio::time::timeout(window, hold.all_in.notified()).await;
-    let (succeeded, slots) = {
+    let (succeeded, lost, slots) = {
         let mut state = hold.lock();
         state.open = false;
-        (std::mem::take(&mut state.succeeded), std::mem::take(&mut state.slots))
+        (std::mem::take(&mut state.succeeded), std::mem::take(&mut state.lost), std::mem::take(&mut state.slots))
     };
-    let tasks: Vec<(&TaskId, i32, Option<&Value>)> =
-        fences.iter().zip(&succeeded).map(|((id, seq), result)| (id, *seq, result.as_ref())).collect();
-    let outcome = match write(&conn, &task_type, &shared.worker_id, &tasks).await {
+    let tasks: Vec<(&TaskId, i32, Option<&Value>, Option<f64>)> = fences
+        .iter()
+        .zip(&succeeded)
+        .map(|((id, seq), done)| (id, *seq, done.as_ref().map(|d| &d.0), done.as_ref().map(|d| d.1)))
+        .collect();
+    let outcome = match api::finish_held(conn.client(), &task_type, &shared.worker_id, &tasks).await {
+        // the connection goes back to the pool at once: the reports below may need one
+        Ok(answers) => match conn.end("commit").await {
+            Ok(()) => Ok(answers),
+            Err(e) => {
+                abandon(&lost);
+                Err(Error::from_db(e))
+            }
+        },
+        Err(e) => {
+            // the calls still running hold nothing any more: abandoned before the rollback
+            // makes their tasks ready again (and this worker may claim them anew)
+            abandon(&lost);
+            let _ = conn.end("rollback").await;
+            Err(e)
+        }
+    };
+    let outcome = match outcome {
         Ok(answers) => Outcome::Ended(answers.into_iter().map(|r| (r.task_id.clone(), r)).collect()),
         Err(e) => {
             tracing::warn!(task_type = %task_type, error = %e, count = tasks.len(), "held claim failed: its tasks are ready again");
-            rollback(conn).await;
+            shared.stats.claimed.fetch_sub(fences.len() as u64, Ordering::Relaxed);
             Outcome::Failed
         }
     };
@@ -210,8 +285,8 @@ async fn finish(
     // The successes the hold took: counted here, their slots freed; one whose task was claimed
     // instead (its result too large) is reported as usual, and says why.
     let mut written = 0u64;
-    for ((id, seq), result) in fences.iter().zip(succeeded) {
-        let Some(result) = result else { continue };
+    for ((id, seq), done) in fences.iter().zip(succeeded) {
+        let Some((result, _)) = done else { continue };
         match &*outcome {
             Outcome::Ended(exceptions) => match exceptions.get(id.as_str()) {
                 None => written += 1,
@@ -231,33 +306,11 @@ async fn finish(
     shared.activity.fetch_add(1, Ordering::SeqCst);
     shared.active.fetch_sub(taken, Ordering::SeqCst);
     shared.freed.send_modify(|n| *n = n.wrapping_add(1));
-    if let Outcome::Failed = &*outcome {
-        // calls still running hold nothing any more
-        let inflight = shared.lock_inflight();
-        for (id, _) in &fences {
-            if let Some(f) = inflight.get(id.as_str()) {
-                f.lost.cancel();
-            }
-        }
-    }
 }
 
-/// The finish and the commit; an error means the transaction did not commit (or may not have).
-async fn write(
-    conn: &Object,
-    task_type: &TypeName,
-    owner: &WorkerId,
-    tasks: &[(&TaskId, i32, Option<&Value>)],
-) -> Result<Vec<ReportResult>> {
-    let answers = api::finish_held(conn, task_type, owner, tasks).await?;
-    conn.batch_execute("commit").await.map_err(Error::from_db)?;
-    Ok(answers)
-}
-
-/// Ends the connection's transaction, if any, without writing; a connection where that fails is
-/// not given back to the pool (it might still be in the transaction).
-async fn rollback(conn: Object) {
-    if conn.batch_execute("rollback").await.is_err() {
-        drop(Object::take(conn));
+/// Abandons the calls of a failed hold that are still running.
+fn abandon(lost: &[Option<CancellationToken>]) {
+    for token in lost.iter().flatten() {
+        token.cancel();
     }
 }

@@ -183,6 +183,13 @@ impl WorkerStats {
 
 /// One call in flight, as the heartbeater and shutdown see it.
 struct InFlight {
+    /// Which executor made the entry: a task claimed again after a failed hold has the same id
+    /// (and may have the same claim_seq) under a new executor, whose entry the old one must not
+    /// remove.
+    generation: u64,
+    /// The hold the call's task is in, if it was claimed by one: no heartbeat while it is open
+    /// (the task is not running yet).
+    hold: Option<Arc<hold::Hold>>,
     claim_seq: i32,
     lease_until: DateTime<Utc>,
     lease_secs: i64,
@@ -211,6 +218,8 @@ struct Shared {
     /// Bumped by every claim and every finished call: an idle check that saw the same value
     /// before and after looking at the database saw a quiet worker throughout.
     activity: AtomicU64,
+    /// The last InFlight generation handed out.
+    generations: AtomicU64,
     /// Claims left under max_tasks (None: no limit); `budget_spent` fires at zero.
     budget: Mutex<Option<u64>>,
     budget_spent: CancellationToken,
@@ -369,6 +378,7 @@ impl Worker {
             tracker: TaskTracker::new(),
             active: std::sync::atomic::AtomicUsize::new(0),
             activity: AtomicU64::new(0),
+            generations: AtomicU64::new(0),
             budget: Mutex::new(self.config.max_tasks),
             budget_spent: CancellationToken::new(),
             holds: (matches!(self.backend, Backend::Database(_)) && !self.config.hold_window.is_zero())

@@ -126,6 +126,12 @@ pub(super) async fn run(
             Ok(Some(due)) => due.min(poll),
             _ => poll,
         };
+        if wait.is_zero() && shared.holds.is_some() {
+            // "Ready now" right after a claim that came back short: the ready tasks are in a
+            // hold (this worker's or another's), pending until it ends. Looking again at once
+            // would spin for the whole window; a hold lasts at most the window.
+            wait = shared.hold_window;
+        }
         if std::mem::take(&mut recheck) {
             wait = wait.min(RECHECK_AFTER_WAKE);
         }
