@@ -960,7 +960,7 @@ begin
     $body$
     $f$, v_hold, 'tasks_' || p_task_type, p_task_type, 'type_claim__' || p_task_type);
 
-  -- type_finish__<type>(owner, task ids, claim_seqs, done, results, seconds): ends a hold, in
+  -- type_finish__<type>(owner, shards, ids, claim_seqs, done, results, seconds): ends a hold, in
   -- the hold's transaction. A task with done and a result within max_context_bytes has
   -- succeeded, its call having taken `seconds` from the claim (finished_at, the stage-time
   -- histogram); every other is claimed ('running', leased). Only rows this transaction has
@@ -969,8 +969,8 @@ begin
   -- the tasks that did not end as asked: refused (not accepted), or claimed although done (a
   -- result too large: its report will say so); no answer means succeeded, or claimed.
   execute format($f$
-    create or replace function asyncflow.%1$I(p_owner text, p_task_ids text[], p_claim_seqs integer[],
-      p_done boolean[], p_results jsonb[], p_seconds double precision[])
+    create or replace function asyncflow.%1$I(p_owner text, p_shards integer[], p_ids bigint[],
+      p_claim_seqs integer[], p_done boolean[], p_results jsonb[], p_seconds double precision[])
     returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
     language plpgsql security definer set search_path = pg_catalog, pg_temp
     set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $body$
@@ -986,12 +986,13 @@ begin
       if p_owner is null or length(p_owner) not between 1 and 200 then
         perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
       end if;
-      if cardinality(p_task_ids) > 10000 or cardinality(p_claim_seqs) is distinct from cardinality(p_task_ids)
-        or cardinality(p_done) is distinct from cardinality(p_task_ids)
-        or cardinality(p_results) is distinct from cardinality(p_task_ids)
-        or cardinality(p_seconds) is distinct from cardinality(p_task_ids) then
+      if cardinality(p_ids) > 10000 or cardinality(p_shards) is distinct from cardinality(p_ids)
+        or cardinality(p_claim_seqs) is distinct from cardinality(p_ids)
+        or cardinality(p_done) is distinct from cardinality(p_ids)
+        or cardinality(p_results) is distinct from cardinality(p_ids)
+        or cardinality(p_seconds) is distinct from cardinality(p_ids) then
         perform asyncflow.raise_error('AF006',
-          'task ids, claim_seqs, done, results and seconds: arrays of one length, at most 10000');
+          'shards, ids, claim_seqs, done, results and seconds: arrays of one length, at most 10000');
       end if;
       select v_claimed_at + make_interval(secs => max_processing_time) into v_lease_until
       from asyncflow.task_types where task_type = v_task_type;
@@ -1002,15 +1003,15 @@ begin
       end if;
       return query
       with r as (
-        select x.n, x.task_id,
-          split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
-          x.claim_seq, coalesce(x.done, false) as asked,
+        -- the hold's tasks, named by shard and number (no ids to parse); each once (the hold
+        -- locked each row once: a task named twice is changed for its first mention, and the
+        -- second is answered as refused)
+        select x.n, x.shard, x.id, x.claim_seq, coalesce(x.done, false) as asked,
           coalesce(x.done, false) and coalesce(pg_column_size(x.result) <= v_max_bytes, true) as done, x.result,
           -- the call's time, within what has passed since the claim; to the millisecond
           floor(least(greatest(coalesce(x.secs, v_ended), 0), v_ended) * 1000) / 1000 as secs
-        from unnest(p_task_ids, p_claim_seqs, p_done, p_results, p_seconds)
-          with ordinality as x(task_id, claim_seq, done, result, secs, n)
-        where split_part(x.task_id, '-', 1) = v_task_type
+        from unnest(p_shards, p_ids, p_claim_seqs, p_done, p_results, p_seconds)
+          with ordinality as x(shard, id, claim_seq, done, result, secs, n)
       ), changed as (
         update asyncflow.%2$I t set
           status = case when r.done then 'succeeded' else 'running' end::asyncflow.task_status,
@@ -1019,7 +1020,7 @@ begin
           result = case when r.done then coalesce(r.result, '{}'::jsonb) else t.result end,
           finished_at = case when r.done then v_claimed_at + make_interval(secs => r.secs) else t.finished_at end,
           updated_at = case when r.done then v_claimed_at + make_interval(secs => r.secs) else v_claimed_at end
-        from (select distinct on (shard, id) * from r order by shard, id, n desc) r
+        from r
         where t.shard = r.shard and t.id = r.id
           -- status compared as text: the ready index must not look like a way in
           and t.status::text = 'pending' and t.claim_seq + 1 = r.claim_seq and t.xmax = v_xid
@@ -1050,7 +1051,7 @@ begin
           seconds = s.seconds + excluded.seconds,
           buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
       )
-      select r.n, r.task_id, c.n is not null,
+      select r.n, asyncflow.format_task_id(v_task_type, r.shard, r.id), c.n is not null,
         case when c.n is null then (select s.status from asyncflow.%2$I s where s.shard = r.shard and s.id = r.id)
           else c.status end,
         c.lease_until
@@ -1063,10 +1064,10 @@ begin
     $f$, v_finish, 'tasks_' || p_task_type, p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer) from public', v_hold);
   execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker', v_hold);
-  execute format('revoke all on function asyncflow.%I(text, text[], integer[], boolean[], jsonb[], double precision[]) '
-    'from public', v_finish);
-  execute format('grant execute on function asyncflow.%I(text, text[], integer[], boolean[], jsonb[], double precision[]) '
-    'to asyncflow_worker', v_finish);
+  execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], integer[], boolean[], jsonb[], '
+    'double precision[]) from public', v_finish);
+  execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], integer[], boolean[], jsonb[], '
+    'double precision[]) to asyncflow_worker', v_finish);
 end
 $_$;
 

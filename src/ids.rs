@@ -92,6 +92,11 @@ impl TaskId {
         self.0.split('-').nth(1).and_then(|s| s.parse().ok()).unwrap_or_default()
     }
 
+    /// The task's number within its type.
+    pub fn number(&self) -> i64 {
+        self.0.split('-').nth(2).and_then(|s| s.parse().ok()).unwrap_or_default()
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -30,9 +30,10 @@ pub(super) async fn run(
     permit: OwnedSemaphorePermit,
     hold: Option<(Arc<Hold>, usize)>,
 ) {
-    let key = task.task_id.to_string();
+    let ClaimedTask { task_id, task_type, stage, context, priority, attempt, claim_seq, user_id, lease_until, .. } =
+        task;
+    let key = task_id.to_string();
     let lost = CancellationToken::new();
-    let release = CancellationToken::new();
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     if let Some((hold, index)) = &hold {
         hold.started(*index, &lost);
@@ -42,17 +43,26 @@ pub(super) async fn run(
         InFlight {
             generation,
             hold: hold.as_ref().map(|(h, _)| h.clone()),
-            claim_seq: task.claim_seq,
-            lease_until: task.lease_until,
+            claim_seq,
+            lease_until,
             lease_secs,
             lost: lost.clone(),
-            release: release.clone(),
         },
     );
 
     // Polled here rather than spawned (a second task per call cost about a tenth of the
     // worker's CPU in a burn-down); dropping it abandons the call, and a panic is caught.
-    let call = AssertUnwindSafe(registered.function.call(StageCall::from(&task))).catch_unwind();
+    let call = StageCall {
+        task_id: key.clone(),
+        task_type,
+        stage,
+        context,
+        attempt,
+        priority,
+        user_id,
+        deadline: lease_until,
+    };
+    let call = AssertUnwindSafe(registered.function.call(call)).catch_unwind();
     let timeout = async {
         match registered.timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -72,7 +82,7 @@ pub(super) async fn run(
             tracing::warn!(task = %key, "lease lost: call abandoned");
             None
         }
-        _ = release.cancelled() => Some(ReportKind::Release),
+        _ = shared.release.cancelled() => Some(ReportKind::Release),
     };
     {
         let mut inflight = shared.lock_inflight();
@@ -86,15 +96,13 @@ pub(super) async fn run(
     let (kind, permit, answer) = match (hold, kind) {
         (Some((hold, index)), Some(ReportKind::Succeed { result })) => match hold.take_success(index, result, permit) {
             Ok(()) => return,
-            Err((result, permit)) => {
-                (Some(ReportKind::Succeed { result }), permit, hold.ended(&task.task_id, true).await)
-            }
+            Err((result, permit)) => (Some(ReportKind::Succeed { result }), permit, hold.ended(&task_id, true).await),
         },
-        (Some((hold, _)), kind) => (kind, permit, hold.ended(&task.task_id, false).await),
+        (Some((hold, _)), kind) => (kind, permit, hold.ended(&task_id, false).await),
         (None, kind) => (kind, permit, Answer::Report),
     };
     match (kind, answer) {
-        (Some(kind), Answer::Report) => report_reply(&shared, &task.task_id, task.claim_seq, kind).await,
+        (Some(kind), Answer::Report) => report_reply(&shared, &task_id, claim_seq, kind).await,
         (Some(_), Answer::Lost) => tracing::debug!(task = %key, "held claim failed: the call's reply is dropped"),
         (None, _) => {}
     }

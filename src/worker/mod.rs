@@ -195,8 +195,6 @@ struct InFlight {
     lease_secs: i64,
     /// Fired when the lease is lost: the call is abandoned without a report.
     lost: CancellationToken,
-    /// Fired when the grace period is over: the call is abandoned and the task handed back.
-    release: CancellationToken,
 }
 
 /// What producers, executors and the heartbeater share.
@@ -220,6 +218,9 @@ struct Shared {
     activity: AtomicU64,
     /// The last InFlight generation handed out.
     generations: AtomicU64,
+    /// Fired when the grace period is over: every call still running is abandoned and its task
+    /// handed back.
+    release: CancellationToken,
     /// Claims left under max_tasks (None: no limit); `budget_spent` fires at zero.
     budget: Mutex<Option<u64>>,
     budget_spent: CancellationToken,
@@ -379,6 +380,7 @@ impl Worker {
             active: std::sync::atomic::AtomicUsize::new(0),
             activity: AtomicU64::new(0),
             generations: AtomicU64::new(0),
+            release: CancellationToken::new(),
             budget: Mutex::new(self.config.max_tasks),
             budget_spent: CancellationToken::new(),
             holds: (matches!(self.backend, Backend::Database(_)) && !self.config.hold_window.is_zero())
@@ -439,11 +441,9 @@ impl Worker {
         tokio::select! {
             _ = shared.tracker.wait() => {}
             _ = async { grace_starts.await; tokio::time::sleep(self.config.shutdown_grace).await } => {
-                let unfinished: Vec<CancellationToken> = shared.lock_inflight().values().map(|f| f.release.clone()).collect();
-                tracing::info!(count = unfinished.len(), "grace period over: handing unfinished tasks back");
-                for token in unfinished {
-                    token.cancel();
-                }
+                let unfinished = shared.lock_inflight().len();
+                tracing::info!(count = unfinished, "grace period over: handing unfinished tasks back");
+                shared.release.cancel();
                 shared.tracker.wait().await;
             }
         }

@@ -187,27 +187,30 @@ pub async fn hold_tasks<C: GenericClient>(
 
 /// `asyncflow.type_finish__<type>` (V22), in the hold's transaction: per task its id, claim_seq,
 /// `result` Some if its call succeeded (it ends succeeded; with the call's seconds since the
-/// claim), None if it is still to report (it is claimed as running). Answers only for the tasks that did not end so: refused, or claimed although their
-/// call succeeded (a result too large).
+/// claim), None if it is still to report (it is claimed as running). Answers only for the
+/// tasks that did not end so: refused, or claimed although their call succeeded (a result too
+/// large).
 pub async fn finish_held<C: GenericClient>(
     c: &C,
     task_type: &TypeName,
     owner: &WorkerId,
     tasks: &[(&TaskId, i32, Option<&Value>, Option<f64>)],
 ) -> Result<Vec<ReportResult>> {
-    let ids: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
+    let shards: Vec<i32> = tasks.iter().map(|t| t.0.shard()).collect();
+    let numbers: Vec<i64> = tasks.iter().map(|t| t.0.number()).collect();
     let claim_seqs: Vec<i32> = tasks.iter().map(|t| t.1).collect();
     let done: Vec<bool> = tasks.iter().map(|t| t.2.is_some()).collect();
     let results: Vec<Option<&Value>> = tasks.iter().map(|t| t.2).collect();
     let seconds: Vec<Option<f64>> = tasks.iter().map(|t| t.3).collect();
     let sql = format!(
         "select task_id, accepted, status::text as status, lease_until \
-         from asyncflow.\"type_finish__{}\"($1, $2, $3, $4, $5, $6)",
+         from asyncflow.\"type_finish__{}\"($1, $2, $3, $4, $5, $6, $7)",
         task_type.as_str()
     );
-    let rows = query_type_function(c, &sql, &[&owner.as_str(), &ids, &claim_seqs, &done, &results, &seconds])
-        .await?
-        .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?;
+    let rows =
+        query_type_function(c, &sql, &[&owner.as_str(), &shards, &numbers, &claim_seqs, &done, &results, &seconds])
+            .await?
+            .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?;
     rows.iter().map(report_result).collect()
 }
 
