@@ -2060,6 +2060,9 @@ begin
       when jsonb_typeof(e -> 'outcome') is distinct from 'string'
         then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
       when jsonb_typeof(e -> 'delay') not in ('number', 'null') then 'delay must be a number of seconds'
+      -- in numeric, which holds any JSON number: the double precision cast below cannot
+      when (e ->> 'delay')::numeric not between 0 and 31536000
+        then format('delay must be a number of seconds between 0 and 31536000, got %s', e -> 'delay')
       when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
       when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
       when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
@@ -2075,10 +2078,10 @@ begin
     array_agg(x.outcome) as outcomes, array_agg(x.stage) as stages,
     array_agg(x.context) as contexts, array_agg(x.result) as results,
     array_agg(x.error) as errors, array_agg(x.retry) as retries,
-    array_agg(x.delay) as delays
+    array_agg(round(x.delay, 6)::double precision) as delays
   into v
   from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq integer, outcome text, stage text,
-    context jsonb, result jsonb, error text, retry boolean, delay double precision))
+    context jsonb, result jsonb, error text, retry boolean, delay numeric))
     with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n);
   return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
     coalesce(v.claim_seqs, '{}'), coalesce(v.outcomes, '{}'), v.stages, v.contexts, v.results, v.errors, v.retries,

@@ -696,6 +696,26 @@ async fn malformed_reports_are_refused_whole_naming_the_report_and_field() {
         // nothing applied: the good report in the same batch did not land
         assert_eq!(task(&c, &id).await["status"], "running");
     }
+    // JSON numbers beyond a double precision's range: refused by name, not with a raw 22003
+    // (the JSON is sent as text: serde_json cannot hold them)
+    for delay in ["1e400", "-1e400", "31536001"] {
+        let reports =
+            format!(r#"[{good}, {{"task_id": "{id}", "claim_seq": {seq}, "outcome": "later", "delay": {delay}}}]"#);
+        let err = c
+            .query("select * from asyncflow.report_tasks('w1', $1::text::jsonb)", &[&reports])
+            .await
+            .expect_err("an out-of-range delay is refused");
+        assert_eq!(sqlstate(&err), "AF006", "{err}");
+        let text = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(text.contains("reports[1]: delay must be a number of seconds between 0 and 31536000"), "{text}");
+        assert_eq!(task(&c, &id).await["status"], "running");
+    }
+    // one that underflows is a delay of zero
+    let reports = format!(r#"[{{"task_id": "{id}", "claim_seq": {seq}, "outcome": "later", "delay": 1e-400}}]"#);
+    let rows =
+        c.query("select accepted from asyncflow.report_tasks('w1', $1::text::jsonb)", &[&reports]).await.unwrap();
+    assert!(rows[0].get::<_, bool>(0));
+    assert_eq!(task(&c, &id).await["status"], "pending");
 }
 
 #[tokio::test]
