@@ -944,8 +944,11 @@ begin
         return query select c.*, false from asyncflow.%4$I(p_owner, p_limit) c;
         return;
       end if;
-      -- a worker that stops answering (and so never ends the hold) loses its locks
-      perform set_config('idle_in_transaction_session_timeout', '60s', true);
+      -- a worker that stops answering (and so never ends the hold) loses its locks; a shorter
+      -- limit set on the server stays
+      if current_setting('idle_in_transaction_session_timeout') = '0' then
+        perform set_config('idle_in_transaction_session_timeout', '60s', true);
+      end if;
       v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
       return query
       select asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, t.priority,
@@ -955,7 +958,9 @@ begin
         and t.status = 'pending' and t.order_time <= v_now
       order by t.order_time
       limit least(p_limit, v_type.schedule_limit)
-      for no key update of t skip locked;
+      -- FOR UPDATE, not FOR NO KEY UPDATE: a key-share lock taken beside it would make the
+      -- row's xmax a multixact, and the finish knows its rows by xmax = its xid
+      for update of t skip locked;
     end
     $body$
     $f$, v_hold, 'tasks_' || p_task_type, p_task_type, 'type_claim__' || p_task_type);
@@ -1003,9 +1008,9 @@ begin
       end if;
       return query
       with r as (
-        -- the hold's tasks, named by shard and number (no ids to parse); each once (the hold
-        -- locked each row once: a task named twice is changed for its first mention, and the
-        -- second is answered as refused)
+        -- the hold's tasks, named by shard and number (no ids to parse); each once, as the
+        -- worker names them (a task named twice is changed for one of its mentions, which one
+        -- is not defined, and the other is answered as refused)
         select x.n, x.shard, x.id, x.claim_seq, coalesce(x.done, false) as asked,
           coalesce(x.done, false) and coalesce(pg_column_size(x.result) <= v_max_bytes, true) as done, x.result,
           -- the call's time, within what has passed since the claim; to the millisecond

@@ -882,6 +882,28 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     assert!(refused.iter().all(|r| !r.accepted && r.status == Some(TaskStatus::Pending)));
     assert_eq!(ids.len(), 5);
 
+    // A key-share lock (a foreign key's check, say) cannot join a hold's lock, which would make
+    // the row's xmax a multixact the finish does not know: the hold locks FOR UPDATE, skipping
+    // a row already key-share locked, and keeping a later key-share locker out.
+    register(&**a, "keyed", json!({})).await;
+    let keyed = api::create_tasks(&a, "keyed", &vec![asyncflow::task::NewTask::default(); 2]).await.unwrap();
+    let kt = asyncflow::TypeName::new("keyed").unwrap();
+    let key_share = "select 1 from asyncflow.tasks where task_type = 'keyed' and id = $1 for key share";
+    b.batch_execute("begin").await.unwrap();
+    b.execute(key_share, &[&keyed[0].number()]).await.unwrap();
+    a.batch_execute("begin").await.unwrap();
+    let held = api::hold_tasks(&a, &kt, &w, 10).await.unwrap();
+    assert_eq!(held.len(), 1, "the key-share locked task is skipped");
+    assert_eq!(held[0].0.task_id, keyed[1]);
+    b.batch_execute("rollback; begin; set local lock_timeout = '100ms'").await.unwrap();
+    let err = b.execute(key_share, &[&keyed[1].number()]).await.expect_err("the held row's lock keeps it out");
+    assert_eq!(sqlstate(&err), "55P03", "{err}");
+    b.batch_execute("rollback").await.unwrap();
+    let fences: Vec<_> = held.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok), None)).collect();
+    assert!(api::finish_held(&a, &kt, &w, &fences).await.unwrap().is_empty(), "finished as asked");
+    a.batch_execute("commit").await.unwrap();
+    assert_eq!(task(&**b, keyed[1].as_str()).await["status"], "succeeded");
+
     // a type under a concurrency limit is claimed the usual way: held = false, running
     register(&**a, "limited", json!({"concurrency": 2})).await;
     api::create_tasks(&a, "limited", &vec![asyncflow::task::NewTask::default(); 3]).await.unwrap();

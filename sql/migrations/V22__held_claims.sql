@@ -3,7 +3,7 @@
 -- A claim (type_claim__<type>) rewrites each task row to 'running' and a success rewrites it
 -- again to 'succeeded': two new row versions, two index entries, two commits per task. A worker
 -- on the database instead opens a transaction, locks up to a batch of ready tasks with
--- type_hold__<type> (FOR NO KEY UPDATE SKIP LOCKED: the lock is the claim, other workers skip
+-- type_hold__<type> (FOR UPDATE SKIP LOCKED: the lock is the claim, other workers skip
 -- the rows), runs their calls, and ends the transaction with type_finish__<type>: the calls that
 -- succeeded meanwhile go from 'pending' straight to 'succeeded' (one row version), the others
 -- are claimed as type_claim__ would have claimed them ('running', owner, lease) and report as
@@ -71,8 +71,11 @@ begin
         return query select c.*, false from asyncflow.%4$I(p_owner, p_limit) c;
         return;
       end if;
-      -- a worker that stops answering (and so never ends the hold) loses its locks
-      perform set_config('idle_in_transaction_session_timeout', '60s', true);
+      -- a worker that stops answering (and so never ends the hold) loses its locks; a shorter
+      -- limit set on the server stays
+      if current_setting('idle_in_transaction_session_timeout') = '0' then
+        perform set_config('idle_in_transaction_session_timeout', '60s', true);
+      end if;
       v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
       return query
       select asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, t.priority,
@@ -82,7 +85,9 @@ begin
         and t.status = 'pending' and t.order_time <= v_now
       order by t.order_time
       limit least(p_limit, v_type.schedule_limit)
-      for no key update of t skip locked;
+      -- FOR UPDATE, not FOR NO KEY UPDATE: a key-share lock taken beside it would make the
+      -- row's xmax a multixact, and the finish knows its rows by xmax = its xid
+      for update of t skip locked;
     end
     $body$
     $f$, v_hold, 'tasks_' || p_task_type, p_task_type, 'type_claim__' || p_task_type);
@@ -130,9 +135,9 @@ begin
       end if;
       return query
       with r as (
-        -- the hold's tasks, named by shard and number (no ids to parse); each once (the hold
-        -- locked each row once: a task named twice is changed for its first mention, and the
-        -- second is answered as refused)
+        -- the hold's tasks, named by shard and number (no ids to parse); each once, as the
+        -- worker names them (a task named twice is changed for one of its mentions, which one
+        -- is not defined, and the other is answered as refused)
         select x.n, x.shard, x.id, x.claim_seq, coalesce(x.done, false) as asked,
           coalesce(x.done, false) and coalesce(pg_column_size(x.result) <= v_max_bytes, true) as done, x.result,
           -- the call's time, within what has passed since the claim; to the millisecond

@@ -33,11 +33,11 @@ pub(super) async fn run(
     let ClaimedTask { task_id, task_type, stage, context, priority, attempt, claim_seq, user_id, lease_until, .. } =
         task;
     let key = task_id.to_string();
-    let lost = CancellationToken::new();
+    let lost = match &hold {
+        Some((hold, index)) => hold.lost_token(*index),
+        None => CancellationToken::new(),
+    };
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
-    if let Some((hold, index)) = &hold {
-        hold.started(*index, &lost);
-    }
     shared.lock_inflight().insert(
         key.clone(),
         InFlight {

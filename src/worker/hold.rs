@@ -41,6 +41,9 @@ pub(super) struct Hold {
     all_in: Notify,
     /// None until the hold has ended.
     outcome: watch::Sender<Option<Arc<Outcome>>>,
+    /// By the batch's order: each call's `lost` token, made with the hold so that a call whose
+    /// executor has not started yet is abandoned too.
+    lost: Vec<CancellationToken>,
 }
 
 struct State {
@@ -50,8 +53,6 @@ struct State {
     /// By the batch's order: the result and time of each call that succeeded while the hold was
     /// open.
     succeeded: Vec<Option<(Value, f64)>>,
-    /// By the batch's order: each call's `lost` token, cancelled if the hold fails.
-    lost: Vec<Option<CancellationToken>>,
     /// The slots of the calls that succeeded, freed when the hold has ended.
     slots: Vec<OwnedSemaphorePermit>,
 }
@@ -89,11 +90,10 @@ impl Hold {
         self.lock().open
     }
 
-    /// The call at `index` of the batch has started; `lost` abandons it if the hold fails.
-    pub(super) fn started(&self, index: usize, lost: &CancellationToken) {
-        if let Some(place) = self.lock().lost.get_mut(index) {
-            *place = Some(lost.clone());
-        }
+    /// The `lost` token of the call at `index` of the batch: fired if the hold fails, or if it
+    /// ends with the task refused.
+    pub(super) fn lost_token(&self, index: usize) -> CancellationToken {
+        self.lost.get(index).cloned().unwrap_or_default()
     }
 
     /// The call at `index` of the batch succeeded. While the hold is open it takes the result
@@ -213,12 +213,12 @@ pub(super) async fn claim(
             open: true,
             waiting: tasks.len(),
             succeeded: vec![None; tasks.len()],
-            lost: vec![None; tasks.len()],
             slots: Vec::with_capacity(tasks.len()),
         }),
         started: Instant::now(),
         all_in: Notify::new(),
         outcome: watch::channel(None).0,
+        lost: tasks.iter().map(|_| CancellationToken::new()).collect(),
     });
     let fences: Vec<(TaskId, i32)> = tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq)).collect();
     let window = tasks.iter().map(lease_quarter).min().unwrap_or(window).min(window);
@@ -243,11 +243,12 @@ async fn finish(
     permit: OwnedSemaphorePermit,
 ) {
     let _ = tokio::time::timeout(window, hold.all_in.notified()).await;
-    let (succeeded, lost, slots) = {
+    let (succeeded, slots) = {
         let mut state = hold.lock();
         state.open = false;
-        (std::mem::take(&mut state.succeeded), std::mem::take(&mut state.lost), std::mem::take(&mut state.slots))
+        (std::mem::take(&mut state.succeeded), std::mem::take(&mut state.slots))
     };
+    let lost = &hold.lost;
     let tasks: Vec<(&TaskId, i32, Option<&Value>, Option<f64>)> = fences
         .iter()
         .zip(&succeeded)
@@ -258,14 +259,14 @@ async fn finish(
         Ok(answers) => match conn.end("commit").await {
             Ok(()) => Ok(answers),
             Err(e) => {
-                abandon(&lost);
+                abandon(lost);
                 Err(Error::from_db(e))
             }
         },
         Err(e) => {
             // the calls still running hold nothing any more: abandoned before the rollback
             // makes their tasks ready again (and this worker may claim them anew)
-            abandon(&lost);
+            abandon(lost);
             let _ = conn.end("rollback").await;
             Err(e)
         }
@@ -278,6 +279,20 @@ async fn finish(
             Outcome::Failed
         }
     };
+    // A task the finish refused (its row could not be matched: not this transaction's lock)
+    // is not this worker's: its call, if still running, is abandoned.
+    if let Outcome::Ended(exceptions) = &outcome {
+        let mut refused = 0;
+        for ((id, _), token) in fences.iter().zip(lost) {
+            if exceptions.get(id.as_str()).is_some_and(|r| !r.accepted) {
+                token.cancel();
+                refused += 1;
+            }
+        }
+        if refused > 0 {
+            tracing::warn!(task_type = %task_type, count = refused, "held tasks refused by the finish: left ready");
+        }
+    }
     let outcome = Arc::new(outcome);
     hold.outcome.send_replace(Some(outcome.clone()));
     drop(permit);
@@ -308,9 +323,9 @@ async fn finish(
     shared.freed.send_modify(|n| *n = n.wrapping_add(1));
 }
 
-/// Abandons the calls of a failed hold that are still running.
-fn abandon(lost: &[Option<CancellationToken>]) {
-    for token in lost.iter().flatten() {
+/// Abandons the calls of a failed hold that are still running (and those not yet started).
+fn abandon(lost: &[CancellationToken]) {
+    for token in lost {
         token.cancel();
     }
 }

@@ -82,9 +82,12 @@ pub(super) async fn run(
             shared.unreserve(want);
             continue;
         };
+        // the claim found nothing (see the wait below)
+        let got_none;
         match claim(&shared, &task_type, want).await {
             Ok((tasks, hold)) => {
                 failures = 0;
+                got_none = tasks.is_empty();
                 let full = tasks.len() == want;
                 shared.unreserve(want - tasks.len());
                 shared.stats.claimed.fetch_add(tasks.len() as u64, Ordering::Relaxed);
@@ -126,10 +129,10 @@ pub(super) async fn run(
             Ok(Some(due)) => due.min(poll),
             _ => poll,
         };
-        if wait.is_zero() && shared.holds.is_some() {
-            // "Ready now" right after a claim that came back short: the ready tasks are in a
-            // hold (this worker's or another's), pending until it ends. Looking again at once
-            // would spin for the whole window; a hold lasts at most the window.
+        if wait.is_zero() && got_none && shared.holds.is_some() {
+            // "Ready now" right after a claim that found nothing: the ready tasks are in a hold
+            // (this worker's or another's), pending until it ends. Looking again at once would
+            // spin for the whole window; a hold lasts at most the window.
             wait = shared.hold_window;
         }
         if std::mem::take(&mut recheck) {
