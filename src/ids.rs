@@ -92,6 +92,11 @@ impl TaskId {
         self.0.split('-').nth(1).and_then(|s| s.parse().ok()).unwrap_or_default()
     }
 
+    /// The id as text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
     /// The task's number within its type.
     pub fn number(&self) -> i64 {
         self.0.split('-').nth(2).and_then(|s| s.parse().ok()).unwrap_or_default()

@@ -40,16 +40,16 @@ pub struct StageCall {
     pub deadline: DateTime<Utc>,
 }
 
-impl From<&ClaimedTask> for StageCall {
-    fn from(t: &ClaimedTask) -> Self {
+impl From<ClaimedTask> for StageCall {
+    fn from(t: ClaimedTask) -> Self {
         StageCall {
-            task_id: t.task_id.to_string(),
-            task_type: t.task_type.clone(),
-            stage: t.stage.clone(),
-            context: t.context.clone(),
+            task_id: t.task_id.into_string(),
+            task_type: t.task_type,
+            stage: t.stage,
+            context: t.context,
             attempt: t.attempt,
             priority: t.priority,
-            user_id: t.user_id.clone(),
+            user_id: t.user_id,
             deadline: t.lease_until,
         }
     }

@@ -30,8 +30,7 @@ pub(super) async fn run(
     permit: OwnedSemaphorePermit,
     hold: Option<(Arc<Hold>, usize)>,
 ) {
-    let ClaimedTask { task_id, task_type, stage, context, priority, attempt, claim_seq, user_id, lease_until, .. } =
-        task;
+    let (task_id, claim_seq, lease_until) = (task.task_id.clone(), task.claim_seq, task.lease_until);
     let key = task_id.to_string();
     let lost = match &hold {
         Some((hold, index)) => hold.lost_token(*index),
@@ -52,17 +51,7 @@ pub(super) async fn run(
 
     // Polled here rather than spawned (a second task per call cost about a tenth of the
     // worker's CPU in a burn-down); dropping it abandons the call, and a panic is caught.
-    let call = StageCall {
-        task_id: key.clone(),
-        task_type,
-        stage,
-        context,
-        attempt,
-        priority,
-        user_id,
-        deadline: lease_until,
-    };
-    let call = AssertUnwindSafe(registered.function.call(call)).catch_unwind();
+    let call = AssertUnwindSafe(registered.function.call(StageCall::from(task))).catch_unwind();
     let timeout = async {
         match registered.timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -107,9 +96,7 @@ pub(super) async fn run(
         (None, _) => {}
     }
     drop(permit);
-    shared.activity.fetch_add(1, Ordering::SeqCst);
-    shared.active.fetch_sub(1, Ordering::SeqCst);
-    shared.freed.send_modify(|n| *n = n.wrapping_add(1));
+    shared.calls_ended(1);
 }
 
 /// Reports a reply through the reporter and counts what became of it.

@@ -184,7 +184,6 @@ pub(super) async fn claim(
     conn: Object,
     task_type: &TypeName,
     want: usize,
-    window: Duration,
     permit: OwnedSemaphorePermit,
 ) -> Result<(Vec<ClaimedTask>, Option<Arc<Hold>>)> {
     let conn = TxConn(Some(conn));
@@ -221,7 +220,7 @@ pub(super) async fn claim(
         lost: tasks.iter().map(|_| CancellationToken::new()).collect(),
     });
     let fences: Vec<(TaskId, i32)> = tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq)).collect();
-    let window = tasks.iter().map(lease_quarter).min().unwrap_or(window).min(window);
+    let window = tasks.iter().map(lease_quarter).min().unwrap_or(shared.hold_window).min(shared.hold_window);
     shared.tracker.spawn(finish(shared.clone(), conn, hold.clone(), task_type.clone(), fences, window, permit));
     Ok((tasks, Some(hold)))
 }
@@ -318,9 +317,7 @@ async fn finish(
     shared.stats.succeeded.fetch_add(written, Ordering::Relaxed);
     let taken = slots.len();
     drop(slots);
-    shared.activity.fetch_add(1, Ordering::SeqCst);
-    shared.active.fetch_sub(taken, Ordering::SeqCst);
-    shared.freed.send_modify(|n| *n = n.wrapping_add(1));
+    shared.calls_ended(taken);
 }
 
 /// Abandons the calls of a failed hold that are still running (and those not yet started).

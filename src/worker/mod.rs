@@ -260,6 +260,15 @@ impl Shared {
         self.active.fetch_sub(unused, Ordering::SeqCst);
     }
 
+    /// `n` calls have ended and their replies are written (or given up): their slots are free
+    /// (the caller has dropped them), they are no longer active, and producers waiting for a
+    /// slot wake up.
+    fn calls_ended(&self, n: usize) {
+        self.activity.fetch_add(1, Ordering::SeqCst);
+        self.active.fetch_sub(n, Ordering::SeqCst);
+        self.freed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
     /// Called when claims were made: fires `budget_spent` when the budget is used up.
     fn check_budget(&self) {
         if self.budget.lock().unwrap_or_else(|p| p.into_inner()).as_ref() == Some(&0) {

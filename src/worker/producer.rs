@@ -165,7 +165,7 @@ async fn claim(
             let permit =
                 holds.clone().acquire_owned().await.map_err(|_| Error::Unexpected("hold slots closed".into()))?;
             let conn = pool.get().await?;
-            hold::claim(shared, conn, task_type, want, shared.hold_window, permit).await
+            hold::claim(shared, conn, task_type, want, permit).await
         }
         _ => Ok((shared.backend.claim(task_type, &shared.worker_id, want).await?, None)),
     }

@@ -50,6 +50,11 @@ async fn query_type_function<C: GenericClient>(
     }
 }
 
+/// The error of a type with no function of its own (see [`query_type_function`]).
+fn unknown_type(task_type: impl std::fmt::Display) -> Error {
+    Error::UnknownTaskType(format!("unknown task type '{task_type}'"))
+}
+
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, column: &str) -> Result<T> {
     row.try_get(column).map_err(Error::from_db)
 }
@@ -139,7 +144,7 @@ pub async fn claim_tasks<C: GenericClient>(
             let sql = format!("select * from asyncflow.\"type_claim__{}\"($1, $2, $3)", name.as_str());
             query_type_function(c, &sql, &[&owner.as_str(), &limit, &now])
                 .await?
-                .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?
+                .ok_or_else(|| unknown_type(task_type))?
         }
         Err(_) => {
             query(
@@ -179,9 +184,8 @@ pub async fn hold_tasks<C: GenericClient>(
 ) -> Result<Vec<(ClaimedTask, bool)>> {
     // the name matched ^[a-z][a-z0-9_]{0,39}$: safe inside a quoted identifier
     let sql = format!("select * from asyncflow.\"type_hold__{}\"($1, $2)", task_type.as_str());
-    let rows = query_type_function(c, &sql, &[&owner.as_str(), &limit])
-        .await?
-        .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?;
+    let rows =
+        query_type_function(c, &sql, &[&owner.as_str(), &limit]).await?.ok_or_else(|| unknown_type(task_type))?;
     rows.iter().map(|r| Ok((claimed_task(r)?, get(r, "held")?))).collect()
 }
 
@@ -210,7 +214,7 @@ pub async fn finish_held<C: GenericClient>(
     let rows =
         query_type_function(c, &sql, &[&owner.as_str(), &shards, &numbers, &claim_seqs, &done, &results, &seconds])
             .await?
-            .ok_or_else(|| Error::UnknownTaskType(format!("unknown task type '{task_type}'")))?;
+            .ok_or_else(|| unknown_type(task_type))?;
     rows.iter().map(report_result).collect()
 }
 
