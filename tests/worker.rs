@@ -34,6 +34,17 @@ async fn status_of(db: &TestDb, id: &TaskId) -> TaskStatus {
     api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap().status
 }
 
+/// Terminates every other connection to the test's database (the worker's among them).
+async fn end_other_connections(c: &tokio_postgres::Client) {
+    c.execute(
+        "select pg_terminate_backend(pid) from pg_stat_activity \
+         where datname = current_database() and pid <> pg_backend_pid()",
+        &[],
+    )
+    .await
+    .unwrap();
+}
+
 async fn all_final(db: &TestDb, ids: &[TaskId]) -> bool {
     let counts = api::count_by_status_of(&db.conn().await, ids).await.unwrap();
     counts.iter().filter(|(s, _)| s.is_final()).map(|(_, n)| n).sum::<i64>() == ids.len() as i64
@@ -337,14 +348,7 @@ async fn killing_every_database_connection_mid_run_loses_nothing() {
     let killer = db.raw().await;
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        killer
-            .execute(
-                "select pg_terminate_backend(pid) from pg_stat_activity \
-                 where datname = current_database() and pid <> pg_backend_pid()",
-                &[],
-            )
-            .await
-            .unwrap();
+        end_other_connections(&killer).await;
     }
     let fresh = db.raw().await;
     let done = || async {
@@ -431,12 +435,7 @@ async fn calls_within_the_hold_window_end_with_it_and_slower_ones_are_claimed_ru
     // One row change per fast task, two per slow one (claimed at the hold's end, then its
     // report): 25, where claims without holds make 40. The worker's connections are ended so
     // that their statistics reach the server at once.
-    c.execute(
-        "select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
-        &[],
-    )
-    .await
-    .unwrap();
+    end_other_connections(&c).await;
     let updates = || async {
         let n: i64 = c
             .query_one(
@@ -463,13 +462,7 @@ async fn a_producer_does_not_spin_while_a_hold_is_open() {
     api::create_tasks(&db.conn().await, "patient", &vec![NewTask::default(); 3]).await.unwrap();
     // transactions counted by the server: its other backends end first, so that theirs are in
     let commits = || async {
-        c.execute(
-            "select pg_terminate_backend(pid) from pg_stat_activity \
-             where datname = current_database() and pid <> pg_backend_pid()",
-            &[],
-        )
-        .await
-        .unwrap();
+        end_other_connections(&c).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         c.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
         let n: i64 = c
