@@ -7,8 +7,10 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
 
+mod bench;
 mod workflow;
 
+pub use bench::*;
 pub use workflow::*;
 
 use super::GenericClient;
@@ -535,148 +537,6 @@ pub async fn schema_version(c: &tokio_postgres::Client) -> Result<Option<i64>> {
         .await
         .map_err(Error::from_db)?;
     get(&row, "v")
-}
-
-/// Benchmark baseline table: 100,000 one-int rows (`asyncflow_bench.rows`), and an empty
-/// insert target (`asyncflow_bench.inserts`). Outside the asyncflow schema on purpose.
-pub async fn bench_prepare<C: GenericClient>(c: &C) -> Result<()> {
-    c.batch_execute(
-        "create schema if not exists asyncflow_bench; \
-         drop table if exists asyncflow_bench.rows, asyncflow_bench.inserts; \
-         create table asyncflow_bench.rows (id int primary key, n bigint not null default 0); \
-         insert into asyncflow_bench.rows (id) select generate_series(1, 100000); \
-         create table asyncflow_bench.inserts (id bigint generated always as identity primary key, n int not null, at timestamptz not null default now())",
-    )
-    .await
-    .map_err(Error::from_db)?;
-    c.batch_execute("vacuum analyze asyncflow_bench.rows").await.map_err(Error::from_db)
-}
-
-/// The UPDATE baseline's statement.
-pub async fn bench_update<C: GenericClient>(c: &C, id: i32) -> Result<()> {
-    query(c, "update asyncflow_bench.rows set n = n + 1 where id = $1", &[&id]).await.map(|_| ())
-}
-
-/// The INSERT baseline's statement.
-pub async fn bench_insert<C: GenericClient>(c: &C, n: i32) -> Result<()> {
-    query(c, "insert into asyncflow_bench.inserts (n) values ($1)", &[&n]).await.map(|_| ())
-}
-
-/// The server's version, e.g. "PostgreSQL 15.19".
-pub async fn server_version<C: GenericClient>(c: &C) -> Result<String> {
-    let row = query_one(c, "select 'PostgreSQL ' || current_setting('server_version') as v", &[]).await?;
-    get(&row, "v")
-}
-
-/// The benchmark's own database. `name` is made by the benchmark ([a-z0-9_] only), and is
-/// checked again here since it is spliced into the statement.
-pub async fn bench_create_database<C: GenericClient>(c: &C, name: &str) -> Result<()> {
-    check_bench_name(name)?;
-    c.batch_execute(&format!("create database \"{name}\"")).await.map_err(Error::from_db)
-}
-
-/// Drops the benchmark's database, closing what is still connected to it.
-pub async fn bench_drop_database<C: GenericClient>(c: &C, name: &str) -> Result<()> {
-    check_bench_name(name)?;
-    c.batch_execute(&format!("drop database if exists \"{name}\" with (force)")).await.map_err(Error::from_db)
-}
-
-fn check_bench_name(name: &str) -> Result<()> {
-    if name.is_empty()
-        || name.len() > 60
-        || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return Err(Error::InvalidArgument(format!("not a benchmark name: {name:?}")));
-    }
-    Ok(())
-}
-
-/// Appends `rows` finished tasks to the newest shard of `task_type` in one set-based insert,
-/// taking their ids from the type's sequence.
-pub async fn bench_fill_finished<C: GenericClient>(
-    c: &C,
-    task_type: &str,
-    rows: i64,
-    finished_at: DateTime<Utc>,
-) -> Result<()> {
-    let row = query_one(
-        c,
-        "select y.id_seq::text as seq, p.end_pos from asyncflow.task_types y \
-         join asyncflow.positions p on p.task_type = y.task_type where y.task_type = $1",
-        &[&task_type],
-    )
-    .await?;
-    let seq: String = get(&row, "seq")?;
-    let shard: i32 = get(&row, "end_pos")?;
-    let first: i64 = get(&query_one(c, "select nextval(($1::text)::regclass) as n", &[&seq]).await?, "n")?;
-    let last = first + rows - 1;
-    query(c, "select setval(($1::text)::regclass, $2)", &[&seq, &last]).await?;
-    let log = serde_json::json!([{"worker": "bench", "stage": "start", "attempt": 1, "start": finished_at,
-        "cost_ms": 1, "outcome": "succeed"}]);
-    query(
-        c,
-        "insert into asyncflow.tasks (task_type, shard, id, stage, status, attempt, max_retry_num, \
-           max_retry_interval, claim_seq, order_time, context, result, schedule_log, created_at, updated_at, finished_at) \
-         select $1, $2, g, 'start', 'succeeded', 1, 3, 10, 1, $5, '{}'::jsonb, 'null'::jsonb, $6, $5, $5, $5 \
-         from generate_series($3::bigint, $4::bigint) g",
-        &[&task_type, &shard, &first, &last, &finished_at, &log],
-    )
-    .await
-    .map(|_| ())
-}
-
-/// ANALYZE of a type's partition set.
-pub async fn bench_analyze<C: GenericClient>(c: &C, task_type: &str) -> Result<()> {
-    let ty = TypeName::new(task_type)?;
-    c.batch_execute(&format!("analyze asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
-}
-
-/// VACUUM ANALYZE of every shard of a type (the benchmark's closed aged shards).
-pub async fn bench_vacuum_analyze<C: GenericClient>(c: &C, task_type: &str) -> Result<()> {
-    let ty = TypeName::new(task_type)?;
-    c.batch_execute(&format!("vacuum analyze asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
-}
-
-/// Empties a type's partition set.
-pub async fn bench_truncate<C: GenericClient>(c: &C, task_type: &str) -> Result<()> {
-    let ty = TypeName::new(task_type)?;
-    c.batch_execute(&format!("truncate asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
-}
-
-/// Dead tuples the statistics count in a type's task partitions.
-pub async fn bench_dead_tuples<C: GenericClient>(c: &C, task_type: &str) -> Result<i64> {
-    c.batch_execute("select pg_stat_clear_snapshot()").await.map_err(Error::from_db)?;
-    let row = query_one(
-        c,
-        "select coalesce(sum(n_dead_tup), 0)::bigint as n from pg_stat_user_tables \
-         where schemaname = 'asyncflow' and starts_with(relname::text, 'tasks_' || $1::text || '_')",
-        &[&task_type],
-    )
-    .await?;
-    get(&row, "n")
-}
-
-/// CHECKPOINT, so that a timed phase does not inherit the previous phase's WAL debt (full-page
-/// images after a checkpoint that the previous phase's volume triggered). Needs superuser or
-/// Autovacuum workers busy in the current database.
-pub async fn bench_autovacuum_workers<C: GenericClient>(c: &C) -> Result<i64> {
-    let row = query_one(
-        c,
-        "select count(*) as n from pg_stat_activity \
-         where backend_type = 'autovacuum worker' and datname = current_database()",
-        &[],
-    )
-    .await?;
-    get(&row, "n")
-}
-
-/// pg_checkpoint; false when not allowed.
-pub async fn bench_checkpoint<C: GenericClient>(c: &C) -> Result<bool> {
-    match c.batch_execute("checkpoint").await {
-        Ok(()) => Ok(true),
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => Ok(false),
-        Err(e) => Err(Error::from_db(e)),
-    }
 }
 
 /// Per-type figures for `GET /metrics` that `queue_depth` does not give.
