@@ -965,17 +965,24 @@ begin
     $body$
     $f$, v_hold, 'tasks_' || p_task_type, p_task_type, 'type_claim__' || p_task_type);
 
-  -- type_finish__<type>(owner, shards, ids, claim_seqs, done, results, seconds): ends a hold, in
-  -- the hold's transaction. A task with done and a result within max_context_bytes has
-  -- succeeded, its call having taken `seconds` from the claim (finished_at, the stage-time
-  -- histogram); every other is claimed ('running', leased). Only rows this transaction has
-  -- locked (the hold's: their xmax is its xid), pending, whose claim_seq is one behind the one
-  -- given, change: without a hold the finish changes nothing. Answers (accepted, status, lease) come only for
-  -- the tasks that did not end as asked: refused (not accepted), or claimed although done (a
-  -- result too large: its report will say so); no answer means succeeded, or claimed.
+  -- type_finish__<type>(owner, shards, ids, claim_seqs, outcomes, results, stages, contexts,
+  -- seconds): ends a hold, in the hold's transaction. Each task's outcome is its call's reply when
+  -- it came while the hold was open: 'succeed' (with its result) or 'advance' (with the next
+  -- stage and, or null to keep it, the next context), its call having taken `seconds` from the
+  -- claim; null when the call has not replied. A success within max_context_bytes ends
+  -- succeeded (finished_at, the stage-time histogram); an advance whose stage and context would
+  -- pass report_tasks' checks goes on to its next stage as a report would have put it (pending,
+  -- attempt 0, its schedule-log entry, ready at once); every other task is claimed ('running',
+  -- leased) and its reply, if any, is reported as usual. Only rows this transaction has locked
+  -- (the hold's: their xmax is its xid), pending, whose claim_seq is one behind the one given,
+  -- change: without the hold a finish changes nothing. Answers (accepted, status, lease) come
+  -- only for the tasks that did not end as asked: refused (not accepted), or claimed although
+  -- their call replied (a result too large, a bad stage: its report will say so); no answer
+  -- means the reply was written, or the task claimed.
   execute format($f$
     create or replace function asyncflow.%1$I(p_owner text, p_shards integer[], p_ids bigint[],
-      p_claim_seqs integer[], p_done boolean[], p_results jsonb[], p_seconds double precision[])
+      p_claim_seqs integer[], p_outcomes text[], p_results jsonb[], p_stages text[], p_contexts jsonb[],
+      p_seconds double precision[])
     returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
     language plpgsql security definer set search_path = pg_catalog, pg_temp
     set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $body$
@@ -993,16 +1000,21 @@ begin
       end if;
       if cardinality(p_ids) > 10000 or cardinality(p_shards) is distinct from cardinality(p_ids)
         or cardinality(p_claim_seqs) is distinct from cardinality(p_ids)
-        or cardinality(p_done) is distinct from cardinality(p_ids)
+        or cardinality(p_outcomes) is distinct from cardinality(p_ids)
         or cardinality(p_results) is distinct from cardinality(p_ids)
+        or cardinality(p_stages) is distinct from cardinality(p_ids)
+        or cardinality(p_contexts) is distinct from cardinality(p_ids)
         or cardinality(p_seconds) is distinct from cardinality(p_ids) then
         perform asyncflow.raise_error('AF006',
-          'shards, ids, claim_seqs, done, results and seconds: arrays of one length, at most 10000');
+          'shards, ids, claim_seqs, outcomes, results, stages, contexts and seconds: arrays of one length, at most 10000');
+      end if;
+      if exists (select 1 from unnest(p_outcomes) o where o not in ('succeed', 'advance')) then
+        perform asyncflow.raise_error('AF006', 'a held task''s outcome must be succeed, advance or null');
       end if;
       select v_claimed_at + make_interval(secs => max_processing_time) into v_lease_until
       from asyncflow.task_types where task_type = v_task_type;
       select max_context_bytes into v_max_bytes from asyncflow.config;
-      if not true = any (p_done) then
+      if array_position(p_outcomes, 'succeed') is null and array_position(p_outcomes, 'advance') is null then
         -- claims only: as type_claim__, not waiting for the disk
         perform set_config('synchronous_commit', 'off', true);
       end if;
@@ -1011,25 +1023,50 @@ begin
         -- the hold's tasks, named by shard and number (no ids to parse); each once, as the
         -- worker names them (a task named twice is changed for one of its mentions, which one
         -- is not defined, and the other is answered as refused)
-        select x.n, x.shard, x.id, x.claim_seq, coalesce(x.done, false) as asked,
-          coalesce(x.done, false) and coalesce(pg_column_size(x.result) <= v_max_bytes, true) as done, x.result,
+        select x.n, x.shard, x.id, x.claim_seq, x.outcome, x.result, x.stage,
+          nullif(x.context, 'null'::jsonb) as context,
+          -- the reply can be written here: report_tasks' checks of a success or an advance
+          case x.outcome
+            when 'succeed' then coalesce(pg_column_size(x.result) <= v_max_bytes, true)
+            when 'advance' then coalesce(x.stage ~ '^[A-Za-z0-9_.:/-]{1,64}$', false)
+              and coalesce(jsonb_typeof(x.context) in ('object', 'null'), true)
+              and coalesce(pg_column_size(x.context) <= v_max_bytes, true)
+            else false end as ok,
           -- the call's time, within what has passed since the claim; to the millisecond
           floor(least(greatest(coalesce(x.secs, v_ended), 0), v_ended) * 1000) / 1000 as secs
-        from unnest(p_shards, p_ids, p_claim_seqs, p_done, p_results, p_seconds)
-          with ordinality as x(shard, id, claim_seq, done, result, secs, n)
+        from unnest(p_shards, p_ids, p_claim_seqs, p_outcomes, p_results, p_stages, p_contexts, p_seconds)
+          with ordinality as x(shard, id, claim_seq, outcome, result, stage, context, secs, n)
       ), changed as (
         update asyncflow.%2$I t set
-          status = case when r.done then 'succeeded' else 'running' end::asyncflow.task_status,
-          owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1, claimed_at = v_claimed_at,
-          lease_until = case when not r.done then v_lease_until end,
-          result = case when r.done then coalesce(r.result, '{}'::jsonb) else t.result end,
-          finished_at = case when r.done then v_claimed_at + make_interval(secs => r.secs) else t.finished_at end,
-          updated_at = case when r.done then v_claimed_at + make_interval(secs => r.secs) else v_claimed_at end
+          status = case when not r.ok then 'running' when r.outcome = 'succeed' then 'succeeded'
+            else 'pending' end::asyncflow.task_status,
+          -- an advance leaves no owner, as its report would have
+          owner = case when r.ok and r.outcome = 'advance' then null else p_owner end,
+          attempt = case when r.ok and r.outcome = 'advance' then 0 else t.attempt + 1 end,
+          claim_seq = t.claim_seq + 1, claimed_at = v_claimed_at,
+          lease_until = case when not r.ok then v_lease_until end,
+          stage = case when r.ok and r.outcome = 'advance' then r.stage else t.stage end,
+          context = case when r.ok and r.outcome = 'advance' then coalesce(r.context, t.context) else t.context end,
+          order_time = case when r.ok and r.outcome = 'advance'
+            then v_claimed_at + make_interval(secs => r.secs) - make_interval(secs => t.priority)
+            else t.order_time end,
+          -- the entry report_tasks writes for an advance; a success's is made from the row when read
+          schedule_log = case when r.ok and r.outcome = 'advance'
+            then asyncflow.append_log(t.schedule_log, jsonb_build_object('worker', p_owner, 'stage', t.stage,
+              'attempt', t.attempt + 1, 'start', v_claimed_at, 'cost_ms', floor(r.secs * 1000)::bigint,
+              'outcome', 'advance'))
+            else t.schedule_log end,
+          result = case when r.ok and r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
+          finished_at = case when r.ok and r.outcome = 'succeed' then v_claimed_at + make_interval(secs => r.secs)
+            else t.finished_at end,
+          updated_at = case when r.ok then v_claimed_at + make_interval(secs => r.secs) else v_claimed_at end
         from r
         where t.shard = r.shard and t.id = r.id
           -- status compared as text: the ready index must not look like a way in
           and t.status::text = 'pending' and t.claim_seq + 1 = r.claim_seq and t.xmax = v_xid
-        returning r.n, t.status, t.lease_until, t.stage, r.secs
+        -- the stage the call ran: an advance's is in the entry just written
+        returning r.n, t.status, t.lease_until, r.ok, r.secs,
+          case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage
       ), counted as (
         insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded)
         select v_task_type, pg_backend_pid() %% 16, count(*), count(*) filter (where c.status = 'succeeded')
@@ -1037,12 +1074,12 @@ begin
         on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
           succeeded = k.succeeded + excluded.succeeded
       ), per_bucket as (
-        -- the calls that succeeded into the stage-time histogram, as type_report__ does
+        -- the calls whose replies were written into the stage-time histogram, as type_report__ does
         select c.stage, d.k, count(*) as n, sum(c.secs) as secs
         from changed c
         cross join lateral (select width_bucket(c.secs, asyncflow.stage_time_bounds())
           - (c.secs = any (asyncflow.stage_time_bounds()))::integer as k) d
-        where c.status = 'succeeded'
+        where c.ok
         group by c.stage, d.k
       ), timed as (
         insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
@@ -1062,17 +1099,21 @@ begin
         c.lease_until
       from r
       left join changed c on c.n = r.n
-      where c.n is null or (c.status = 'succeeded') <> r.asked
+      where c.n is null or (r.outcome is not null and not r.ok)
       order by r.n;
+      -- Tasks that went on to their next stage are ready for any worker of the type (one NOTIFY).
+      if array_position(p_outcomes, 'advance') is not null then
+        perform asyncflow.wake(v_task_type);
+      end if;
     end
     $body$
     $f$, v_finish, 'tasks_' || p_task_type, p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer) from public', v_hold);
   execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker', v_hold);
-  execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], integer[], boolean[], jsonb[], '
-    'double precision[]) from public', v_finish);
-  execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], integer[], boolean[], jsonb[], '
-    'double precision[]) to asyncflow_worker', v_finish);
+  execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
+    'jsonb[], double precision[]) from public', v_finish);
+  execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
+    'jsonb[], double precision[]) to asyncflow_worker', v_finish);
 end
 $_$;
 

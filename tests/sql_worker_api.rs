@@ -806,15 +806,16 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     b.batch_execute("rollback").await.unwrap();
 
     // the first succeeded, the second is still running, the third's result is too large
-    let big = json!({"blob": "x".repeat(2 * 1024 * 1024)});
+    let big = ReportKind::Succeed { result: json!({"blob": "x".repeat(2 * 1024 * 1024)}) };
     let ok = json!({"ok": 1});
+    let ok_reply = ReportKind::Succeed { result: ok.clone() };
     let t: Vec<_> = held.iter().map(|(t, _)| t).collect();
     let answers = api::finish_held(
         &a,
         &ty,
         &w,
         &[
-            (&t[0].task_id, 1, Some(&ok), Some(0.002)),
+            (&t[0].task_id, 1, Some(&ok_reply), Some(0.002)),
             (&t[1].task_id, 1, None, None),
             (&t[2].task_id, 1, Some(&big), Some(0.5)),
         ],
@@ -859,7 +860,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     a.batch_execute("begin").await.unwrap();
     let again = api::hold_tasks(&a, &ty, &w, 10).await.unwrap();
     assert_eq!(again.len(), 2);
-    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok), None)).collect();
+    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok_reply), None)).collect();
     api::finish_held(&a, &ty, &w, &fences).await.unwrap();
     a.batch_execute("rollback").await.unwrap();
     // a finish without the hold (another transaction, the right fences) changes nothing either
@@ -876,7 +877,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
         .get(0);
     assert_eq!(pending, 2);
     // a finish of tasks not held as given (wrong fence) changes nothing and says so
-    let wrong: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq + 5, Some(&ok), None)).collect();
+    let wrong: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq + 5, Some(&ok_reply), None)).collect();
     let refused = api::finish_held(&b, &ty, &w, &wrong).await.unwrap();
     assert_eq!(refused.len(), 2);
     assert!(refused.iter().all(|r| !r.accepted && r.status == Some(TaskStatus::Pending)));
@@ -899,7 +900,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     let err = b.execute(key_share, &[&keyed[1].number()]).await.expect_err("the held row's lock keeps it out");
     assert_eq!(sqlstate(&err), "55P03", "{err}");
     b.batch_execute("rollback").await.unwrap();
-    let fences: Vec<_> = held.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok), None)).collect();
+    let fences: Vec<_> = held.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok_reply), None)).collect();
     assert!(api::finish_held(&a, &kt, &w, &fences).await.unwrap().is_empty(), "finished as asked");
     a.batch_execute("commit").await.unwrap();
     assert_eq!(task(&**b, keyed[1].as_str()).await["status"], "succeeded");
@@ -914,4 +915,121 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     assert_eq!(claimed.len(), 2, "the limit holds");
     assert!(claimed.iter().all(|(_, held)| !held));
     assert_eq!(task(&**b, claimed[0].0.task_id.as_str()).await["status"], "running");
+}
+
+/// Held advances (V24): a finish writes a call's "next stage" as its report would have (pending
+/// at the next stage, attempt 0, no owner, the same schedule-log entry, ready at once, the call
+/// in the stage-time histogram); an advance report_tasks would refuse is claimed instead, and
+/// an outcome other than succeed or advance is refused whole.
+#[tokio::test]
+async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
+    let db = TestDb::new().await;
+    let a = db.conn().await;
+    let b = db.conn().await;
+    register(&**a, "staged", json!({"max_processing_time": 60})).await;
+    let ty = asyncflow::TypeName::new("staged").unwrap();
+    let context = json!({"n": 0});
+    let new = asyncflow::task::NewTask { context: Some(context.clone()), ..Default::default() };
+    api::create_tasks(&a, "staged", &vec![new; 5]).await.unwrap();
+    let w = worker("w");
+
+    // one task claimed and reported the usual way, as the reference
+    let claimed = api::claim_tasks(&b, "staged", &w, 1, None).await.unwrap();
+    let next = |context: Option<Value>| ReportKind::Advance { stage: "s2".into(), context };
+    let r = api::report_tasks(&b, &w, &[rep(claimed[0].task_id.as_str(), 1, next(Some(json!({"n": 1}))))], None)
+        .await
+        .unwrap();
+    assert!(r[0].accepted && r[0].status == Some(TaskStatus::Pending));
+    let reported = task(&**b, claimed[0].task_id.as_str()).await;
+
+    a.batch_execute("begin").await.unwrap();
+    let held = api::hold_tasks(&a, &ty, &w, 10).await.unwrap();
+    assert_eq!(held.len(), 5, "the reported task is ready again, at s2");
+    // the reported task is left out of the finish: a held task not named stays as it was
+    let held: Vec<_> = held.into_iter().map(|(t, _)| t).filter(|t| t.stage == "start").collect();
+    assert_eq!(held.len(), 4);
+    let with_context = next(Some(json!({"n": 1})));
+    let keeps_context = next(None);
+    let bad_stage = ReportKind::Advance { stage: "no spaces".into(), context: None };
+    let big_context = next(Some(json!({"blob": "x".repeat(2 * 1024 * 1024)})));
+    let answers = api::finish_held(
+        &a,
+        &ty,
+        &w,
+        &[
+            (&held[0].task_id, 1, Some(&with_context), Some(0.003)),
+            (&held[1].task_id, 1, Some(&keeps_context), Some(0.001)),
+            (&held[2].task_id, 1, Some(&bad_stage), Some(0.001)),
+            (&held[3].task_id, 1, Some(&big_context), Some(0.001)),
+        ],
+    )
+    .await
+    .unwrap();
+    a.batch_execute("commit").await.unwrap();
+    let claimed_instead: Vec<_> = answers.iter().map(|r| (r.task_id.as_str(), r.accepted, r.status)).collect();
+    assert_eq!(
+        claimed_instead,
+        vec![
+            (held[2].task_id.as_str(), true, Some(TaskStatus::Running)),
+            (held[3].task_id.as_str(), true, Some(TaskStatus::Running))
+        ],
+        "only the advances report_tasks would refuse are answered, claimed"
+    );
+
+    let advanced = task(&**b, held[0].task_id.as_str()).await;
+    for field in ["status", "stage", "context", "attempt", "claim_seq", "owner", "lease_until", "result", "retry_count"]
+    {
+        assert_eq!(advanced[field], reported[field], "{field}: held {advanced} reported {reported}");
+    }
+    let (entry, reference) = (&advanced["schedule_log"][0], &reported["schedule_log"][0]);
+    let keys = |v: &Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    assert_eq!(keys(entry), keys(reference), "the same entry: {entry} {reference}");
+    for field in ["worker", "stage", "attempt", "outcome"] {
+        assert_eq!(entry[field], reference[field], "{field}");
+    }
+    assert_eq!(entry["cost_ms"], 3, "the call's own time");
+    assert_eq!(advanced["schedule_log"].as_array().map(Vec::len), Some(1));
+    let kept = task(&**b, held[1].task_id.as_str()).await;
+    assert_eq!((kept["stage"].clone(), kept["context"].clone()), (json!("s2"), context));
+    for refused in [&held[2], &held[3]] {
+        let row = task(&**b, refused.task_id.as_str()).await;
+        assert_eq!((row["status"].clone(), row["stage"].clone()), (json!("running"), json!("start")));
+    }
+    // the two advances are in the histogram of the stage they ran, as the reported one
+    let calls: i64 = b
+        .query_one(
+            "select coalesce(sum(calls), 0)::bigint from asyncflow.stage_times where task_type = 'staged' and stage = 'start'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(calls, 3);
+
+    // the advanced tasks are ready at their next stage: held again, and succeed there
+    a.batch_execute("begin").await.unwrap();
+    let again = api::hold_tasks(&a, &ty, &w, 10).await.unwrap();
+    let mut stages: Vec<_> = again.iter().map(|(t, _)| (t.stage.clone(), t.attempt, t.claim_seq)).collect();
+    stages.sort();
+    assert_eq!(stages, vec![("s2".to_string(), 1, 2), ("s2".to_string(), 1, 2), ("s2".to_string(), 1, 2)]);
+    let done = ReportKind::Succeed { result: json!("ok") };
+    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&done), Some(0.001))).collect();
+    assert!(api::finish_held(&a, &ty, &w, &fences).await.unwrap().is_empty());
+    a.batch_execute("commit").await.unwrap();
+    let finished = task(&**b, held[0].task_id.as_str()).await;
+    assert_eq!(finished["status"], "succeeded");
+    assert_eq!(finished["schedule_log"].as_array().map(Vec::len), Some(2), "{finished}");
+
+    // an outcome a hold does not write is refused whole, and nothing changes
+    a.batch_execute("begin").await.unwrap();
+    let err = a
+        .query(
+            "select * from asyncflow.type_finish__staged('w', array[1], array[1::bigint], array[1], array['fail'], \
+             array[null::jsonb], array[null::text], array[null::jsonb], array[null::float8])",
+            &[],
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(sqlstate(&err), "AF006", "{err}");
+    a.batch_execute("rollback").await.unwrap();
 }

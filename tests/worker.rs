@@ -45,6 +45,27 @@ async fn end_other_connections(c: &tokio_postgres::Client) {
     .unwrap();
 }
 
+/// Row changes made in the task shards of `task_type`, once at least `expected` have been
+/// counted (or 10 s have passed). The other connections (the worker's) are ended first, so that
+/// their statistics reach the server at once.
+async fn row_updates(c: &tokio_postgres::Client, task_type: &str, expected: i64) -> i64 {
+    end_other_connections(c).await;
+    let pattern = format!("tasks\\_{task_type}\\_%");
+    let updates = || async {
+        let n: i64 = c
+            .query_one(
+                "select coalesce(sum(n_tup_upd), 0)::bigint from pg_stat_user_tables where relname like $1",
+                &[&pattern],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    wait_until(Duration::from_secs(10), "the worker's statistics", || async { updates().await >= expected }).await;
+    updates().await
+}
+
 async fn all_final(db: &TestDb, ids: &[TaskId]) -> bool {
     let counts = api::count_by_status_of(&db.conn().await, ids).await.unwrap();
     counts.iter().filter(|(s, _)| s.is_final()).map(|(_, n)| n).sum::<i64>() == ids.len() as i64
@@ -433,22 +454,61 @@ async fn calls_within_the_hold_window_end_with_it_and_slower_ones_are_claimed_ru
         assert_eq!(task.result.as_ref().map(|r| r["attempt"].clone()), Some(json!(1)), "{task:?}");
     }
     // One row change per fast task, two per slow one (claimed at the hold's end, then its
-    // report): 25, where claims without holds make 40. The worker's connections are ended so
-    // that their statistics reach the server at once.
-    end_other_connections(&c).await;
-    let updates = || async {
-        let n: i64 = c
-            .query_one(
-                "select coalesce(sum(n_tup_upd), 0)::bigint from pg_stat_user_tables where relname like 'tasks\\_mixed\\_%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        n
-    };
-    wait_until(Duration::from_secs(10), "the worker's statistics", || async { updates().await >= 25 }).await;
-    assert_eq!(updates().await, 25);
+    // report): 25, where claims without holds make 40.
+    assert_eq!(row_updates(&c, "mixed", 25).await, 25);
+}
+
+/// Held advances (V24): a call that goes on to a next stage within the hold window is written by
+/// the hold too (pending at that stage, one row change, no report), so a three-stage task whose
+/// calls are quick costs three row changes instead of five, and ends as reported ones do.
+#[tokio::test]
+async fn quick_stages_go_on_with_their_hold_and_cost_one_row_change_each() {
+    let db = TestDb::new().await;
+    let ty = TypeName::new("steps").unwrap();
+    let worker = Worker::new(
+        db.pool.clone(),
+        db.url.clone(),
+        WorkerConfig { hold_window: Duration::from_millis(500), exit_when_idle: true, ..config(20) },
+    )
+    .register(
+        ty.clone(),
+        |call: StageCall| async move {
+            let n = call.context["n"].as_u64().unwrap_or(0);
+            match call.stage.as_str() {
+                "start" => {
+                    StageReply::Next { next_stage: "two".into(), context: Some(json!({"n": n, "seen": ["start"]})) }
+                }
+                "two" => StageReply::Next { next_stage: "three".into(), context: None },
+                _ => StageReply::Succeeded { result: json!({"n": n, "context": call.context}) },
+            }
+        },
+        None,
+        fast(TaskTypeUpdate::default()),
+    );
+    api::register_task_type(&db.conn().await, &ty, &fast(TaskTypeUpdate::default())).await.unwrap();
+    let tasks: Vec<NewTask> =
+        (0..10).map(|n| NewTask { context: Some(json!({"n": n})), ..Default::default() }).collect();
+    let ids = api::create_tasks(&db.conn().await, "steps", &tasks).await.unwrap();
+    let summary = worker.run(CancellationToken::new()).await.unwrap();
+    assert_eq!((summary.advanced, summary.succeeded, summary.refused), (20, 10, 0), "{summary:?}");
+    for (n, id) in ids.iter().enumerate() {
+        let task = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+        assert_eq!(task.status, TaskStatus::Succeeded);
+        // the context the first stage wrote, kept by the second
+        assert_eq!(task.result, Some(json!({"n": n, "context": {"n": n, "seen": ["start"]}})), "{task:?}");
+        let log: Vec<(String, String)> = task
+            .schedule_log
+            .iter()
+            .map(|e| (e.stage.clone().unwrap_or_default(), e.outcome.clone().unwrap_or_default()))
+            .collect();
+        let expected = [("start", "advance"), ("two", "advance"), ("three", "succeed")];
+        assert_eq!(log, expected.map(|(s, o)| (s.to_string(), o.to_string())), "{task:?}");
+        assert_eq!(task.attempt, 1);
+    }
+    // three row changes per task (each stage written by its hold), where a claim and a report
+    // per advance make five
+    let c = db.raw().await;
+    assert_eq!(row_updates(&c, "steps", 30).await, 30);
 }
 
 /// While a hold is open its tasks are pending and ready: a producer whose claim came back short

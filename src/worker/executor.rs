@@ -80,14 +80,15 @@ pub(super) async fn run(
         }
     }
 
-    // A held claim's success is written by the hold while it is open, which then also counts
-    // it and frees its slot; any other reply waits for the hold's end (the task is claimed then).
+    // A held claim's success or advance is written by the hold while it is open, which then
+    // also counts it and frees its slot; any other reply waits for the hold's end (the task is
+    // claimed then).
     let (kind, permit, answer) = match (hold, kind) {
-        (Some((hold, index)), Some(ReportKind::Succeed { result })) => match hold.take_success(index, result, permit) {
+        (Some((hold, index)), Some(kind)) => match hold.take(index, kind, permit) {
             Ok(()) => return,
-            Err((result, permit)) => (Some(ReportKind::Succeed { result }), permit, hold.ended(&task_id, true).await),
+            Err((kind, permit)) => (Some(kind), permit, hold.ended(&task_id).await),
         },
-        (Some((hold, _)), kind) => (kind, permit, hold.ended(&task_id, false).await),
+        (Some((hold, _)), None) => (None, permit, hold.ended(&task_id).await),
         (None, kind) => (kind, permit, Answer::Report),
     };
     match (kind, answer) {

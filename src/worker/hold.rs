@@ -1,11 +1,12 @@
 //! Held claims (V22): on the database a batch is claimed as row locks in an open transaction
 //! (`type_hold__<type>`), and the transaction ends (`type_finish__<type>`) when every call of the
 //! batch has replied or the hold window (`WorkerConfig::hold_window`) has passed. The calls that
-//! succeeded by then go from pending straight to succeeded in that transaction: one row version
-//! per task instead of two (claim, then report), and no report of their own; the hold counts
-//! them and frees their slots after its commit. The others are claimed as running when it ends
-//! and report through the reporter as usual; a reply that came before the end waits for the
-//! commit, so that its report finds the task running.
+//! succeeded by then go from pending straight to succeeded in that transaction, and those that
+//! went on to a next stage straight to pending at that stage (V24): one row version per task
+//! instead of two (claim, then report), and no report of their own; the hold counts them and
+//! frees their slots after its commit. The others are claimed as running when it ends and report
+//! through the reporter as usual; a reply that came before the end waits for the commit, so that
+//! its report finds the task running.
 //!
 //! If the finish fails (the connection is lost, say), the calls still running are abandoned
 //! (their `lost` token, before the rollback makes their tasks ready again) and the transaction
@@ -19,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Object;
-use serde_json::Value;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
@@ -50,16 +50,16 @@ struct State {
     open: bool,
     /// Calls of the batch that have not replied.
     waiting: usize,
-    /// By the batch's order: the result and time of each call that succeeded while the hold was
-    /// open.
-    succeeded: Vec<Option<(Value, f64)>>,
-    /// The slots of the calls that succeeded, freed when the hold has ended.
+    /// By the batch's order: the reply (a success or an advance) and time of each call that
+    /// replied so while the hold was open.
+    taken: Vec<Option<(ReportKind, f64)>>,
+    /// The slots of the calls whose replies the hold took, freed when the hold has ended.
     slots: Vec<OwnedSemaphorePermit>,
 }
 
 enum Outcome {
     /// Committed: the finish's answers, by task id, for the tasks that did not end as asked
-    /// (succeeded when their call had, claimed otherwise).
+    /// (as their call's reply when the hold took it, claimed otherwise).
     Ended(HashMap<String, ReportResult>),
     /// Rolled back: nothing of the batch was written.
     Failed,
@@ -96,32 +96,36 @@ impl Hold {
         self.lost.get(index).cloned().unwrap_or_default()
     }
 
-    /// The call at `index` of the batch succeeded. While the hold is open it takes the result
-    /// and the call's slot, and the executor is done: the hold writes the success, counts it and
-    /// frees the slot when it ends. Once it has ended (the task is claimed), both come back.
-    pub(super) fn take_success(
+    /// The call at `index` of the batch replied with `reply`. While the hold is open it takes a
+    /// success or an advance and the call's slot, and the executor is done: the hold writes the
+    /// reply, counts it and frees the slot when it ends. Any other reply, or any once the hold
+    /// has ended (the task is claimed), comes back with the slot.
+    pub(super) fn take(
         &self,
         index: usize,
-        result: Value,
+        reply: ReportKind,
         slot: OwnedSemaphorePermit,
-    ) -> std::result::Result<(), (Value, OwnedSemaphorePermit)> {
+    ) -> std::result::Result<(), (ReportKind, OwnedSemaphorePermit)> {
+        if !matches!(reply, ReportKind::Succeed { .. } | ReportKind::Advance { .. }) {
+            return Err((reply, slot));
+        }
         let secs = self.started.elapsed().as_secs_f64();
         let mut state = self.lock();
         if !state.open {
-            return Err((result, slot));
+            return Err((reply, slot));
         }
-        if let Some(place) = state.succeeded.get_mut(index) {
-            *place = Some((result, secs));
+        if let Some(place) = state.taken.get_mut(index) {
+            *place = Some((reply, secs));
         }
         state.slots.push(slot);
         self.replied(&mut state);
         Ok(())
     }
 
-    /// The call of `task_id` ended otherwise (another reply, or none). Waits for the end of the
-    /// hold and says what becomes of the reply.
-    pub(super) async fn ended(&self, task_id: &TaskId, counted: bool) -> Answer {
-        if !counted {
+    /// The call of `task_id` ended otherwise (a reply the hold did not take, or none). Waits for
+    /// the end of the hold and says what becomes of the reply.
+    pub(super) async fn ended(&self, task_id: &TaskId) -> Answer {
+        {
             let mut state = self.lock();
             if state.open {
                 self.replied(&mut state);
@@ -211,7 +215,7 @@ pub(super) async fn claim(
         state: Mutex::new(State {
             open: true,
             waiting: tasks.len(),
-            succeeded: vec![None; tasks.len()],
+            taken: (0..tasks.len()).map(|_| None).collect(),
             slots: Vec::with_capacity(tasks.len()),
         }),
         started: Instant::now(),
@@ -242,16 +246,16 @@ async fn finish(
     permit: OwnedSemaphorePermit,
 ) {
     let _ = tokio::time::timeout(window, hold.all_in.notified()).await;
-    let (succeeded, slots) = {
+    let (taken, slots) = {
         let mut state = hold.lock();
         state.open = false;
-        (std::mem::take(&mut state.succeeded), std::mem::take(&mut state.slots))
+        (std::mem::take(&mut state.taken), std::mem::take(&mut state.slots))
     };
     let lost = &hold.lost;
-    let tasks: Vec<(&TaskId, i32, Option<&Value>, Option<f64>)> = fences
+    let tasks: Vec<(&TaskId, i32, Option<&ReportKind>, Option<f64>)> = fences
         .iter()
-        .zip(&succeeded)
-        .map(|((id, seq), done)| (id, *seq, done.as_ref().map(|d| &d.0), done.as_ref().map(|d| d.1)))
+        .zip(&taken)
+        .map(|((id, seq), reply)| (id, *seq, reply.as_ref().map(|r| &r.0), reply.as_ref().map(|r| r.1)))
         .collect();
     let outcome = match api::finish_held(conn.client(), &task_type, &shared.worker_id, &tasks).await {
         // the connection goes back to the pool at once: the reports below may need one
@@ -296,17 +300,16 @@ async fn finish(
     hold.outcome.send_replace(Some(outcome.clone()));
     drop(permit);
 
-    // The successes the hold took: counted here, their slots freed; one whose task was claimed
-    // instead (its result too large) is reported as usual, and says why.
-    let mut written = 0u64;
-    for ((id, seq), done) in fences.iter().zip(succeeded) {
-        let Some((result, _)) = done else { continue };
+    // The replies the hold took: counted here, their slots freed; one whose task was claimed
+    // instead (a result too large, a bad next stage) is reported as usual, and says why.
+    let (mut succeeded, mut advanced) = (0u64, 0u64);
+    for ((id, seq), reply) in fences.iter().zip(taken) {
+        let Some((reply, _)) = reply else { continue };
         match &*outcome {
             Outcome::Ended(exceptions) => match exceptions.get(id.as_str()) {
-                None => written += 1,
-                Some(r) if r.accepted => {
-                    super::executor::report_reply(&shared, id, *seq, ReportKind::Succeed { result }).await
-                }
+                None if matches!(reply, ReportKind::Succeed { .. }) => succeeded += 1,
+                None => advanced += 1,
+                Some(r) if r.accepted => super::executor::report_reply(&shared, id, *seq, reply).await,
                 Some(_) => {
                     shared.stats.refused.fetch_add(1, Ordering::Relaxed);
                 }
@@ -314,7 +317,8 @@ async fn finish(
             Outcome::Failed => {}
         }
     }
-    shared.stats.succeeded.fetch_add(written, Ordering::Relaxed);
+    shared.stats.succeeded.fetch_add(succeeded, Ordering::Relaxed);
+    shared.stats.advanced.fetch_add(advanced, Ordering::Relaxed);
     let taken = slots.len();
     drop(slots);
     shared.calls_ended(taken);

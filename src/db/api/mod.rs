@@ -191,32 +191,57 @@ pub async fn hold_tasks<C: GenericClient>(
     rows.iter().map(|r| Ok((claimed_task(r)?, get(r, "held")?))).collect()
 }
 
-/// `asyncflow.type_finish__<type>` (V22), in the hold's transaction: per task its id, claim_seq,
-/// `result` Some if its call succeeded (it ends succeeded; with the call's seconds since the
-/// claim), None if it is still to report (it is claimed as running). Answers only for the
-/// tasks that did not end so: refused, or claimed although their call succeeded (a result too
-/// large).
+/// `asyncflow.type_finish__<type>` (V22, V24), in the hold's transaction: per task its id,
+/// claim_seq, and its call's reply if it came while the hold was open (a success or an advance,
+/// with the call's seconds since the claim; it is written as its report would have been), None
+/// if it is still to report (it is claimed as running). Any other reply is refused whole.
+/// Answers only for the tasks that did not end so: refused, or claimed although their call
+/// replied (a result too large, a bad stage).
 pub async fn finish_held<C: GenericClient>(
     c: &C,
     task_type: &TypeName,
     owner: &WorkerId,
-    tasks: &[(&TaskId, i32, Option<&Value>, Option<f64>)],
+    tasks: &[(&TaskId, i32, Option<&ReportKind>, Option<f64>)],
 ) -> Result<Vec<ReportResult>> {
-    let shards: Vec<i32> = tasks.iter().map(|t| t.0.shard()).collect();
-    let numbers: Vec<i64> = tasks.iter().map(|t| t.0.number()).collect();
-    let claim_seqs: Vec<i32> = tasks.iter().map(|t| t.1).collect();
-    let done: Vec<bool> = tasks.iter().map(|t| t.2.is_some()).collect();
-    let results: Vec<Option<&Value>> = tasks.iter().map(|t| t.2).collect();
-    let seconds: Vec<Option<f64>> = tasks.iter().map(|t| t.3).collect();
+    let n = tasks.len();
+    let (mut shards, mut numbers, mut claim_seqs) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut outcomes, mut results, mut stages, mut contexts, mut seconds) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for (id, claim_seq, reply, secs) in tasks {
+        shards.push(id.shard());
+        numbers.push(id.number());
+        claim_seqs.push(*claim_seq);
+        let (outcome, result, stage, context): (Option<&str>, Option<&Value>, Option<&str>, Option<&Value>) =
+            match reply {
+                None => (None, None, None, None),
+                Some(ReportKind::Succeed { result }) => (Some("succeed"), Some(result), None, None),
+                Some(ReportKind::Advance { stage, context }) => (Some("advance"), None, Some(stage), context.as_ref()),
+                Some(_) => return Err(Error::InvalidArgument("a hold writes only successes and advances".into())),
+            };
+        outcomes.push(outcome);
+        results.push(result);
+        stages.push(stage);
+        contexts.push(context);
+        seconds.push(*secs);
+    }
     let sql = format!(
         "select task_id, accepted, status::text as status, lease_until \
-         from asyncflow.\"type_finish__{}\"($1, $2, $3, $4, $5, $6, $7)",
+         from asyncflow.\"type_finish__{}\"($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         task_type.as_str()
     );
-    let rows =
-        query_type_function(c, &sql, &[&owner.as_str(), &shards, &numbers, &claim_seqs, &done, &results, &seconds])
-            .await?
-            .ok_or_else(|| unknown_type(task_type))?;
+    let rows = query_type_function(
+        c,
+        &sql,
+        &[&owner.as_str(), &shards, &numbers, &claim_seqs, &outcomes, &results, &stages, &contexts, &seconds],
+    )
+    .await?
+    .ok_or_else(|| unknown_type(task_type))?;
     rows.iter().map(report_result).collect()
 }
 
