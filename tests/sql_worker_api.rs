@@ -1020,6 +1020,66 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     assert_eq!(finished["status"], "succeeded");
     assert_eq!(finished["schedule_log"].as_array().map(Vec::len), Some(2), "{finished}");
 
+    // The call's time in whole milliseconds, as a report counts it (1.0015 s is 1001 ms: not
+    // floored to 1.001 and then again from 1000.99..., as double precision has it); an advance with a result too large is claimed, as
+    // report_tasks refuses it; and the V22 form of the finish, kept for workers of the version
+    // before during a migration, still works (done is a success).
+    api::create_tasks(&a, "staged", &vec![asyncflow::task::NewTask::default(); 3]).await.unwrap();
+    a.batch_execute("begin").await.unwrap();
+    let last: Vec<_> = api::hold_tasks(&a, &ty, &w, 10).await.unwrap().into_iter().map(|(t, _)| t).collect();
+    assert_eq!(last.len(), 3);
+    a.batch_execute("select pg_sleep(1.01)").await.unwrap();
+    let with_result = ReportKind::Advance { stage: "s2".into(), context: None };
+    let answers =
+        api::finish_held(&a, &ty, &w, &[(&last[0].task_id, 1, Some(&with_result), Some(1.0015))]).await.unwrap();
+    assert!(answers.is_empty(), "{answers:?}");
+    // the advance's result (which the worker never sends) is checked as report_tasks checks it
+    let claimed = a
+        .query(
+            "select accepted, status::text from asyncflow.type_finish__staged('w', array[$1::integer], array[$2::bigint], \
+             array[1], array['advance'], array[$3::jsonb], array['s2'], array[null::jsonb], array[0.001::float8])",
+            &[&last[1].task_id.shard(), &last[1].task_id.number(), &json!({"blob": "x".repeat(2 * 1024 * 1024)})],
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].get::<_, bool>(0), claimed[0].get::<_, String>(1)), (true, "running".to_string()));
+    let old_form = a
+        .query(
+            "select * from asyncflow.type_finish__staged($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &"w",
+                &vec![last[2].task_id.shard()],
+                &vec![last[2].task_id.number()],
+                &vec![1i32],
+                &vec![true],
+                &vec![Some(json!(7))],
+                &vec![Some(0.002f64)],
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(old_form.is_empty());
+    a.batch_execute("commit").await.unwrap();
+    let timed = task(&**b, last[0].task_id.as_str()).await;
+    assert_eq!(timed["schedule_log"][0]["cost_ms"], 1001, "{timed}");
+    assert_eq!(task(&**b, last[1].task_id.as_str()).await["status"], "running");
+    let old = task(&**b, last[2].task_id.as_str()).await;
+    assert_eq!((old["status"].clone(), old["result"].clone()), (json!("succeeded"), json!(7)));
+
+    // arrays of more than one dimension are refused, not flattened
+    a.batch_execute("begin").await.unwrap();
+    let err = a
+        .query(
+            "select * from asyncflow.type_finish__staged('w', array[[1]], array[[1::bigint]], array[[1]], \
+             array[['succeed']], array[[null::jsonb]], array[[null::text]], array[[null::jsonb]], array[[null::float8]])",
+            &[],
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(sqlstate(&err), "AF006", "{err}");
+    a.batch_execute("rollback").await.unwrap();
+
     // an outcome a hold does not write is refused whole, and nothing changes
     a.batch_execute("begin").await.unwrap();
     let err = a

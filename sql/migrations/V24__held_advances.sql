@@ -11,7 +11,8 @@
 -- claimed instead, and the worker reports it as before, which says why.
 --
 -- create_hold_functions is replaced whole (the migration convention): type_hold__ is as in V22;
--- type_finish__ has new arguments, so each type's old finish function is dropped and made anew.
+-- type_finish__ has new arguments, and its V22 form stays beside it as a wrapper (a worker of the
+-- version before, still running during the migration, goes on working).
 
 create or replace function asyncflow.create_hold_functions(p_task_type text) returns void
 language plpgsql as $fn$
@@ -110,9 +111,14 @@ begin
         or cardinality(p_results) is distinct from cardinality(p_ids)
         or cardinality(p_stages) is distinct from cardinality(p_ids)
         or cardinality(p_contexts) is distinct from cardinality(p_ids)
-        or cardinality(p_seconds) is distinct from cardinality(p_ids) then
-        perform asyncflow.raise_error('AF006',
-          'shards, ids, claim_seqs, outcomes, results, stages, contexts and seconds: arrays of one length, at most 10000');
+        or cardinality(p_seconds) is distinct from cardinality(p_ids)
+        -- unnest would flatten an array of more dimensions
+        or coalesce(array_ndims(p_shards), 1) <> 1 or coalesce(array_ndims(p_ids), 1) <> 1
+        or coalesce(array_ndims(p_claim_seqs), 1) <> 1 or coalesce(array_ndims(p_outcomes), 1) <> 1
+        or coalesce(array_ndims(p_results), 1) <> 1 or coalesce(array_ndims(p_stages), 1) <> 1
+        or coalesce(array_ndims(p_contexts), 1) <> 1 or coalesce(array_ndims(p_seconds), 1) <> 1 then
+        perform asyncflow.raise_error('AF006', 'shards, ids, claim_seqs, outcomes, results, stages, contexts and '
+          'seconds: one-dimensional arrays of one length, at most 10000');
       end if;
       if exists (select 1 from unnest(p_outcomes) o where o not in ('succeed', 'advance')) then
         perform asyncflow.raise_error('AF006', 'a held task''s outcome must be succeed, advance or null');
@@ -137,9 +143,12 @@ begin
             when 'advance' then coalesce(x.stage ~ '^[A-Za-z0-9_.:/-]{1,64}$', false)
               and coalesce(jsonb_typeof(x.context) in ('object', 'null'), true)
               and coalesce(pg_column_size(x.context) <= v_max_bytes, true)
+              and coalesce(pg_column_size(x.result) <= v_max_bytes, true)
             else false end as ok,
-          -- the call's time, within what has passed since the claim; to the millisecond
-          floor(least(greatest(coalesce(x.secs, v_ended), 0), v_ended) * 1000) / 1000 as secs
+          -- the call's time, within what has passed since the claim, in whole milliseconds
+          -- (the log entry's cost_ms; secs below is made from it, not floored again: 1.001 * 1000
+          -- is 1000.99... in double precision)
+          floor(least(greatest(coalesce(x.secs, v_ended), 0), v_ended) * 1000)::bigint as ms
         from unnest(p_shards, p_ids, p_claim_seqs, p_outcomes, p_results, p_stages, p_contexts, p_seconds)
           with ordinality as x(shard, id, claim_seq, outcome, result, stage, context, secs, n)
       ), changed as (
@@ -154,24 +163,24 @@ begin
           stage = case when r.ok and r.outcome = 'advance' then r.stage else t.stage end,
           context = case when r.ok and r.outcome = 'advance' then coalesce(r.context, t.context) else t.context end,
           order_time = case when r.ok and r.outcome = 'advance'
-            then v_claimed_at + make_interval(secs => r.secs) - make_interval(secs => t.priority)
+            then v_claimed_at + make_interval(secs => r.ms / 1000.0::float8) - make_interval(secs => t.priority)
             else t.order_time end,
           -- the entry report_tasks writes for an advance; a success's is made from the row when read
           schedule_log = case when r.ok and r.outcome = 'advance'
             then asyncflow.append_log(t.schedule_log, jsonb_build_object('worker', p_owner, 'stage', t.stage,
-              'attempt', t.attempt + 1, 'start', v_claimed_at, 'cost_ms', floor(r.secs * 1000)::bigint,
+              'attempt', t.attempt + 1, 'start', v_claimed_at, 'cost_ms', r.ms,
               'outcome', 'advance'))
             else t.schedule_log end,
           result = case when r.ok and r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
-          finished_at = case when r.ok and r.outcome = 'succeed' then v_claimed_at + make_interval(secs => r.secs)
-            else t.finished_at end,
-          updated_at = case when r.ok then v_claimed_at + make_interval(secs => r.secs) else v_claimed_at end
+          finished_at = case when r.ok and r.outcome = 'succeed'
+            then v_claimed_at + make_interval(secs => r.ms / 1000.0::float8) else t.finished_at end,
+          updated_at = case when r.ok then v_claimed_at + make_interval(secs => r.ms / 1000.0::float8) else v_claimed_at end
         from r
         where t.shard = r.shard and t.id = r.id
           -- status compared as text: the ready index must not look like a way in
           and t.status::text = 'pending' and t.claim_seq + 1 = r.claim_seq and t.xmax = v_xid
         -- the stage the call ran: an advance's is in the entry just written
-        returning r.n, t.status, t.lease_until, r.ok, r.secs,
+        returning r.n, t.status, t.lease_until, r.ok, r.ms / 1000.0::float8 as secs,
           case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage
       ), counted as (
         insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded)
@@ -214,23 +223,31 @@ begin
     end
     $body$
     $f$, v_finish, 'tasks_' || p_task_type, p_task_type);
+  -- The finish as V22 had it (done instead of outcomes; done is 'succeed'), for the workers of
+  -- the version before still running while the database is migrated: without it their every
+  -- hold would fail (42883) and roll back until they were restarted.
+  execute format($f$
+    create or replace function asyncflow.%1$I(p_owner text, p_shards integer[], p_ids bigint[],
+      p_claim_seqs integer[], p_done boolean[], p_results jsonb[], p_seconds double precision[])
+    returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+    language sql set search_path = pg_catalog, pg_temp as $body$
+      select * from asyncflow.%1$I(p_owner, p_shards, p_ids, p_claim_seqs,
+        array(select case when u.done then 'succeed' end from unnest(p_done) with ordinality u(done, i) order by u.i),
+        p_results, array_fill(null::text, array[coalesce(cardinality(p_ids), 0)]),
+        array_fill(null::jsonb, array[coalesce(cardinality(p_ids), 0)]), p_seconds)
+    $body$
+    $f$, v_finish);
   execute format('revoke all on function asyncflow.%I(text, integer) from public', v_hold);
   execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker', v_hold);
   execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
     'jsonb[], double precision[]) from public', v_finish);
   execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
     'jsonb[], double precision[]) to asyncflow_worker', v_finish);
+  execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], integer[], boolean[], jsonb[], '
+    'double precision[]) from public', v_finish);
+  execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], integer[], boolean[], jsonb[], '
+    'double precision[]) to asyncflow_worker', v_finish);
 end
 $fn$;
 
-do $$
-declare
-  v_type text;
-begin
-  for v_type in select task_type from asyncflow.task_types loop
-    execute format('drop function if exists asyncflow.%I(text, integer[], bigint[], integer[], boolean[], jsonb[], '
-      'double precision[])', 'type_finish__' || v_type);
-    perform asyncflow.create_hold_functions(v_type);
-  end loop;
-end
-$$;
+select asyncflow.create_hold_functions(task_type) from asyncflow.task_types;

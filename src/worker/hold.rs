@@ -35,7 +35,7 @@ pub(super) const HOLDS_MAX: usize = 4;
 /// One open hold, shared by its finisher and its calls' executors.
 pub(super) struct Hold {
     state: Mutex<State>,
-    /// When the batch's rows arrived: a success's time is counted from here.
+    /// When the batch's rows arrived: the time of a reply the hold takes is counted from here.
     started: Instant,
     /// Notified when the last call of the batch has replied.
     all_in: Notify,
@@ -303,13 +303,14 @@ async fn finish(
     // The replies the hold took: counted here, their slots freed; one whose task was claimed
     // instead (a result too large, a bad next stage) is reported as usual, and says why.
     let (mut succeeded, mut advanced) = (0u64, 0u64);
+    let mut to_report = Vec::new();
     for ((id, seq), reply) in fences.iter().zip(taken) {
         let Some((reply, _)) = reply else { continue };
         match &*outcome {
             Outcome::Ended(exceptions) => match exceptions.get(id.as_str()) {
                 None if matches!(reply, ReportKind::Succeed { .. }) => succeeded += 1,
                 None => advanced += 1,
-                Some(r) if r.accepted => super::executor::report_reply(&shared, id, *seq, reply).await,
+                Some(r) if r.accepted => to_report.push((id, *seq, reply)),
                 Some(_) => {
                     shared.stats.refused.fetch_add(1, Ordering::Relaxed);
                 }
@@ -319,9 +320,21 @@ async fn finish(
     }
     shared.stats.succeeded.fetch_add(succeeded, Ordering::Relaxed);
     shared.stats.advanced.fetch_add(advanced, Ordering::Relaxed);
-    let taken = slots.len();
+    // the slots of the written replies are free now (slots are alike: any of them will do);
+    // those of the replies still to report, once reported, all at once
+    let mut slots = slots;
+    let kept = slots.split_off(slots.len().saturating_sub(to_report.len()));
+    let freed = slots.len();
     drop(slots);
-    shared.calls_ended(taken);
+    shared.calls_ended(freed);
+    if !kept.is_empty() {
+        let reports =
+            to_report.into_iter().map(|(id, seq, reply)| super::executor::report_reply(&shared, id, seq, reply));
+        futures_util::future::join_all(reports).await;
+        let freed = kept.len();
+        drop(kept);
+        shared.calls_ended(freed);
+    }
 }
 
 /// Abandons the calls of a failed hold that are still running (and those not yet started).
