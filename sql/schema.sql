@@ -1348,10 +1348,39 @@ declare
   v_pos integer;
   v_id bigint;
   v_max_bytes integer;
+  v_seq regclass;
+  v_initial_stage text;
+  v_retry_num integer;
+  v_retry_interval integer;
 begin
   -- The common case (no idempotency key) takes a direct path: the same checks and errors as
   -- insert_tasks, then one INSERT ... VALUES; about four times the rate of the general path.
   if idempotency_key is null then
+    -- Faster still (V25): what the checks and the row need in one read of enqueue_info, the
+    -- checks in one expression, and the wake written out (asyncflow.wake's try-lock and NOTIFY)
+    -- rather than called. When the type has no row there or an argument fails a check, the
+    -- steps below run as before, and raise the error they always raised.
+    select e.end_pos, e.id_seq, e.initial_stage, e.max_retry_num, e.max_retry_interval, e.max_context_bytes
+      into v_pos, v_seq, v_initial_stage, v_retry_num, v_retry_interval, v_max_bytes
+      from asyncflow.enqueue_info e where e.task_type = create_task.task_type;
+    if found and (context is null or jsonb_typeof(context) in ('object', 'null'))
+      and (priority is null or priority between 0 and 31104000)
+      and coalesce(pg_column_size(context) <= v_max_bytes, true)
+      and (run_at is null or isfinite(run_at))
+      and (stage is null or stage ~ '^[A-Za-z0-9_.:/-]{1,64}$')
+      and coalesce(length(user_id) <= 255, true) then
+      v_id := nextval(v_seq);
+      insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+        max_retry_interval, order_time, user_id, context, created_at, updated_at)
+      values (create_task.task_type, v_pos, v_id, coalesce(stage, v_initial_stage), 'pending',
+        coalesce(priority, 0), v_retry_num, v_retry_interval,
+        coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
+        user_id, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
+      if pg_try_advisory_xact_lock(16712, hashtext(create_task.task_type)) then
+        perform pg_notify('asyncflow', create_task.task_type);
+      end if;
+      return asyncflow.format_task_id(create_task.task_type, v_pos, v_id);
+    end if;
     select * into v_type from asyncflow.task_types y where y.task_type = create_task.task_type;
     if not found then
       perform asyncflow.check_type_name(create_task.task_type);
@@ -2013,6 +2042,23 @@ begin
 end
 $$;
 
+CREATE FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  insert into asyncflow.enqueue_info as e (task_type, end_pos, id_seq, initial_stage, max_retry_num,
+    max_retry_interval, max_context_bytes)
+  select y.task_type, p.end_pos, y.id_seq, y.initial_stage, y.max_retry_num, y.max_retry_interval,
+    c.max_context_bytes
+  from asyncflow.task_types y
+  join asyncflow.positions p on p.task_type = y.task_type
+  cross join asyncflow.config c
+  where y.task_type = p_task_type
+  on conflict (task_type) do update set end_pos = excluded.end_pos, id_seq = excluded.id_seq,
+    initial_stage = excluded.initial_stage, max_retry_num = excluded.max_retry_num,
+    max_retry_interval = excluded.max_retry_interval, max_context_bytes = excluded.max_context_bytes
+$$;
+
 CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFAULT '{}'::jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2545,6 +2591,21 @@ CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     'max_retry_interval', p.max_retry_interval, 'shard_max_rows', p.shard_max_rows, 'retention', p.retention,
     'concurrency', p.concurrency, 'paused', p.paused, 'initial_stage', p.initial_stage,
     'created_at', p.created_at, 'updated_at', p.updated_at)
+$$;
+
+CREATE FUNCTION asyncflow.tg_enqueue_info() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if tg_table_name = 'config' then
+    update asyncflow.enqueue_info set max_context_bytes = (select c.max_context_bytes from asyncflow.config c)
+    where max_context_bytes is distinct from (select c.max_context_bytes from asyncflow.config c);
+  else
+    perform asyncflow.refresh_enqueue_info(new.task_type);
+  end if;
+  return null;
+end
 $$;
 
 CREATE FUNCTION asyncflow.tg_task_types__functions() RETURNS trigger
@@ -3268,6 +3329,16 @@ CREATE TABLE asyncflow.config (
     CONSTRAINT config_singleton_check CHECK (singleton)
 );
 
+CREATE TABLE asyncflow.enqueue_info (
+    task_type text NOT NULL,
+    end_pos integer NOT NULL,
+    id_seq regclass NOT NULL,
+    initial_stage text NOT NULL,
+    max_retry_num integer NOT NULL,
+    max_retry_interval integer NOT NULL,
+    max_context_bytes integer NOT NULL
+);
+
 CREATE TABLE asyncflow.idempotency_keys (
     task_type text NOT NULL,
     idempotency_key text NOT NULL,
@@ -3397,6 +3468,9 @@ ALTER TABLE ONLY asyncflow.callbacks
 ALTER TABLE ONLY asyncflow.config
     ADD CONSTRAINT config_pkey PRIMARY KEY (singleton);
 
+ALTER TABLE ONLY asyncflow.enqueue_info
+    ADD CONSTRAINT enqueue_info_pkey PRIMARY KEY (task_type);
+
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (task_type, idempotency_key);
 
@@ -3465,7 +3539,16 @@ CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
 
+CREATE TRIGGER tg_config__enqueue_info AFTER UPDATE ON asyncflow.config FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
+
+CREATE TRIGGER tg_positions__enqueue_info AFTER INSERT OR UPDATE OF end_pos ON asyncflow.positions FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_enqueue_info();
+
+CREATE TRIGGER tg_task_types__enqueue_info AFTER INSERT OR UPDATE ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_enqueue_info();
+
 CREATE TRIGGER tg_task_types__functions AFTER INSERT ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_task_types__functions();
+
+ALTER TABLE ONLY asyncflow.enqueue_info
+    ADD CONSTRAINT enqueue_info_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
@@ -3579,6 +3662,8 @@ REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM P
 
 REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_now timestamp with time zone) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) TO asyncflow_client;
 
@@ -3622,6 +3707,8 @@ REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.task_log(t asyncflow.tasks) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.tg_enqueue_info() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
 

@@ -466,3 +466,77 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let _ = admin.batch_execute(&format!("drop owned by {app}, {wrk}; drop role {app}; drop role {wrk}")).await;
 }
+
+/// create_task reads what it needs of a type from one row (V25, asyncflow.enqueue_info), kept by
+/// triggers: a settings change, a roll to a new shard and a new context limit reach the next
+/// create_task at once, in the transaction that made them; without the row it takes the path it
+/// took before, with the same result.
+#[tokio::test]
+async fn create_task_follows_settings_shards_and_the_context_limit_as_they_change() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let settings =
+        json!({"initial_stage": "probe", "max_retry_num": 2, "max_retry_interval": 30, "shard_max_rows": 10});
+    register(&c, "clip", settings).await;
+    let create = |context: Value| {
+        let c = &c;
+        async move {
+            let id: String = c.query_one("select asyncflow.create_task('clip', $1)", &[&context]).await.unwrap().get(0);
+            task(c, &id).await
+        }
+    };
+    let first = create(json!({})).await;
+    assert_eq!((first["stage"].clone(), first["max_retry_num"].clone()), (json!("probe"), json!(2)));
+    assert_eq!(first["max_retry_interval"], 30);
+    assert!(first["id"].as_str().unwrap_or("").starts_with("clip-1-"), "{first}");
+
+    // settings, changed inside a transaction: seen there at once, and not at all if rolled back
+    c.batch_execute("begin").await.unwrap();
+    register(&c, "clip", json!({"initial_stage": "fetch", "max_retry_num": 7})).await;
+    let changed = create(json!({})).await;
+    assert_eq!((changed["stage"].clone(), changed["max_retry_num"].clone()), (json!("fetch"), json!(7)));
+    c.batch_execute("rollback").await.unwrap();
+    let after_rollback = create(json!({})).await;
+    assert_eq!((after_rollback["stage"].clone(), after_rollback["max_retry_num"].clone()), (json!("probe"), json!(2)));
+
+    // a roll to a new shard (the first is full at 10 rows): the next task is in it
+    c.batch_execute(
+        "select asyncflow.create_tasks('clip', (select jsonb_agg('{}'::jsonb) from generate_series(1, 10)))",
+    )
+    .await
+    .unwrap();
+    let shard: i32 = c.query_one("select asyncflow.roll_shard('clip')", &[]).await.unwrap().get(0);
+    assert_eq!(shard, 2);
+    let rolled = create(json!({})).await;
+    assert!(rolled["id"].as_str().unwrap_or("").starts_with("clip-2-"), "{rolled}");
+
+    // a smaller context limit refuses what it allowed a moment before, with create_task's error
+    let context = json!({"blob": "x".repeat(3000)});
+    create(context.clone()).await;
+    c.batch_execute("update asyncflow.config set max_context_bytes = 2048").await.unwrap();
+    let err = c.query_one("select asyncflow.create_task('clip', $1)", &[&context]).await.expect_err("too large");
+    assert_eq!(sqlstate(&err), "AF005", "{err}");
+    c.batch_execute("update asyncflow.config set max_context_bytes = 1048576").await.unwrap();
+
+    // the row is what the three tables say
+    let same: bool = c
+        .query_one(
+            "select (e.end_pos, e.id_seq, e.initial_stage, e.max_retry_num, e.max_retry_interval, e.max_context_bytes) \
+             = (p.end_pos, y.id_seq, y.initial_stage, y.max_retry_num, y.max_retry_interval, f.max_context_bytes) \
+             from asyncflow.enqueue_info e join asyncflow.task_types y using (task_type) \
+             join asyncflow.positions p using (task_type) cross join asyncflow.config f where e.task_type = 'clip'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(same);
+
+    // without its row (never expected: the triggers keep it), create_task still works, as before
+    c.batch_execute("delete from asyncflow.enqueue_info").await.unwrap();
+    let without = create(json!({"k": 1})).await;
+    assert_eq!((without["stage"].clone(), without["context"].clone()), (json!("probe"), json!({"k": 1})));
+    assert!(without["id"].as_str().unwrap_or("").starts_with("clip-2-"), "{without}");
+    let err = c.query_one("select asyncflow.create_task('nope', '{}')", &[]).await.expect_err("unknown");
+    assert_eq!(sqlstate(&err), "AF001", "{err}");
+}
