@@ -271,7 +271,34 @@ async fn bad_input_found_by_review_is_refused_with_its_code_and_the_rest_answers
         let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
         assert_eq!(message, format!("{at}: must be a JSON object"));
     }
+    // A run_at so early that run_at less the priority is no timestamp (V26): AF006 naming run_at
+    // in both insert paths (a raw 22008 before), and the earliest allowed day is taken.
+    let early = "4714-11-24 00:00:00+00 BC";
+    for sql in [
+        "select asyncflow.create_task('t', '{}', priority => 5, run_at => $1::text::timestamptz)",
+        "select asyncflow.create_task('t', '{}', run_at => $1::text::timestamptz)",
+        "select asyncflow.create_tasks('t', jsonb_build_array(jsonb_build_object('run_at', $1::text, 'priority', 5)))",
+    ] {
+        let err = c.query(sql, &[&early]).await.expect_err(sql);
+        assert_eq!(sqlstate(&err), "AF006", "{sql}: {err:?}");
+        let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.contains("run_at"), "{sql}: {message}");
+    }
     assert_eq!(task_count(&c).await, 0, "nothing was written");
+    let earliest = "4713-11-24 00:00:00+00 BC";
+    c.query_one(
+        "select asyncflow.create_task('t', '{}', priority => 31104000, run_at => $1::text::timestamptz)",
+        &[&earliest],
+    )
+    .await
+    .unwrap();
+    c.query_one(
+        "select asyncflow.create_tasks('t', jsonb_build_array(jsonb_build_object('run_at', $1::text)))",
+        &[&earliest],
+    )
+    .await
+    .unwrap();
+    c.batch_execute("delete from asyncflow.tasks").await.unwrap();
     // Reports of no known type: answered (empty, or refused), not a 42703.
     let rows = c.query("select * from asyncflow.report_tasks('w1', '[]')", &[]).await.unwrap();
     assert!(rows.is_empty());

@@ -105,7 +105,7 @@ begin
     if found and (context is null or jsonb_typeof(context) in ('object', 'null'))
       and (priority is null or priority between 0 and 31104000)
       and coalesce(pg_column_size(context) <= v_max_bytes, true)
-      and (run_at is null or isfinite(run_at))
+      and (run_at is null or run_at between '4713-11-24 00:00:00+00 BC' and 'infinity' and isfinite(run_at))
       and (stage is null or stage ~ '^[A-Za-z0-9_.:/-]{1,64}$')
       and coalesce(length(user_id) <= 255, true) then
       v_id := nextval(v_seq);
@@ -135,8 +135,10 @@ begin
       perform asyncflow.raise_error('AF005', format(
         'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
         pg_column_size(context), v_max_bytes));
-    elsif run_at is not null and not isfinite(run_at) then
-      perform asyncflow.raise_error('AF006', format('run_at must be a finite timestamp, got %s', run_at));
+    elsif run_at is not null and (not isfinite(run_at) or run_at < '4713-11-24 00:00:00+00 BC') then
+      -- (V26) a year after the earliest timestamp: run_at less the priority must be one too
+      perform asyncflow.raise_error('AF006',
+        format('run_at must be a finite timestamp from 4713-11-24 BC on, got %s', run_at));
     elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
       perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));
     elsif length(user_id) > 255 then
