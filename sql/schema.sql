@@ -98,13 +98,26 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
     AS $_$
 #variable_conflict use_column
 declare
-  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_run asyncflow.runs;
 begin
-  if v_run.status not in ('scheduled', 'running') then
-    return false;
-  end if;
-  perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
-  return true;
+  for v_try in 1..3 loop
+    begin
+      v_run := asyncflow.wf_run_for_update($1);
+      if v_run.status not in ('scheduled', 'running') then
+        return false;
+      end if;
+      perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
+      return true;
+    exception when deadlock_detected then
+      if v_try = 3 then
+        raise;
+      end if;
+      -- let the report that was waiting take the locks and finish first: trying again at once
+      -- would lock the run before it and meet it again
+      perform pg_sleep(0.05 * v_try);
+    end;
+  end loop;
+  return false;
 end
 $_$;
 

@@ -435,6 +435,60 @@ async fn an_asynchronous_node_waits_for_its_external_completion() {
     assert_eq!(common::sqlstate(&err), "AF012");
 }
 
+/// A report locks its task and then (the workflow trigger) its run; cancel_run locks the run and
+/// then its tasks. When the two meet, the deadlock detector ends one of them (40P01): cancel_run,
+/// which waited first here, now retries in a savepoint of its own and ends the run, and the
+/// report is written.
+#[tokio::test]
+async fn cancelling_a_run_while_its_task_reports_retries_past_the_deadlock() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({})).await;
+    pipeline(&c, "dia", diamond()).await;
+    let id = start(&c, "dia", json!({}), None, None).await;
+    let a = claim(&c, "wf", None).await;
+    let number: i64 = a[0].task_id.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap();
+
+    // the worker's transaction holds the task's row, as its report's update would
+    let worker = db.raw().await;
+    worker.batch_execute("begin").await.unwrap();
+    worker
+        .execute("select 1 from asyncflow.tasks where task_type = 'wf' and id = $1 for update", &[&number])
+        .await
+        .unwrap();
+    // cancel_run locks the run and waits for the task
+    let canceller = db.raw().await;
+    let run_id = id.clone();
+    let cancelling = tokio::spawn(async move {
+        canceller.query_one("select asyncflow.cancel_run($1)", &[&run_id]).await.map(|r| r.get::<_, bool>(0))
+    });
+    let waiting = || async {
+        let n: i64 = c
+            .query_one(
+                "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' \
+                 and query like '%cancel_run%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 1
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !waiting().await {
+        assert!(std::time::Instant::now() < deadline, "cancel_run never waited for the task");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // the report's trigger now wants the run: a deadlock, found after deadlock_timeout (1 s)
+    assert_eq!(report(&worker, vec![(&a[0], ok(json!(1)))], None).await, [true]);
+    worker.batch_execute("commit").await.unwrap();
+    let cancelled = cancelling.await.unwrap();
+    assert_eq!(cancelled.map_err(|e| common::sqlstate(&e)), Ok(true));
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "cancelled", "{r}");
+    assert_eq!(event(&r, "a")["status"], "succeeded", "the report landed first: {r}");
+}
+
 #[tokio::test]
 async fn cancelling_a_run_cancels_its_tasks_and_bad_input_changes_nothing() {
     let db = TestDb::new().await;
