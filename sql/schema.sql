@@ -109,7 +109,8 @@ begin
       perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
       return true;
     exception when deadlock_detected then
-      if v_try = 3 then
+      -- in REPEATABLE READ or SERIALIZABLE a try after a concurrent change cannot succeed
+      if v_try = 3 or current_setting('transaction_isolation') <> 'read committed' then
         raise;
       end if;
       -- let the report that was waiting take the locks and finish first: trying again at once
@@ -1411,8 +1412,7 @@ begin
         pg_column_size(context), v_max_bytes));
     elsif run_at is not null and (not isfinite(run_at) or run_at < '4713-11-24 00:00:00+00 BC') then
       -- (V26) a year after the earliest timestamp: run_at less the priority must be one too
-      perform asyncflow.raise_error('AF006',
-        format('run_at must be a finite timestamp from 4713-11-24 BC on, got %s', run_at));
+      perform asyncflow.raise_error('AF006', format('run_at must be a finite timestamp, got %s', run_at));
     elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
       perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));
     elsif length(user_id) > 255 then
@@ -2069,6 +2069,7 @@ CREATE FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) RETURNS void
   join asyncflow.positions p on p.task_type = y.task_type
   cross join asyncflow.config c
   where y.task_type = p_task_type
+  for share of y, c
   on conflict (task_type) do update set end_pos = excluded.end_pos, id_seq = excluded.id_seq,
     initial_stage = excluded.initial_stage, max_retry_num = excluded.max_retry_num,
     max_retry_interval = excluded.max_retry_interval, max_context_bytes = excluded.max_context_bytes
@@ -2614,8 +2615,11 @@ CREATE FUNCTION asyncflow.tg_enqueue_info() RETURNS trigger
     AS $$
 begin
   if tg_table_name = 'config' then
-    update asyncflow.enqueue_info set max_context_bytes = (select c.max_context_bytes from asyncflow.config c)
-    where max_context_bytes is distinct from (select c.max_context_bytes from asyncflow.config c);
+    delete from asyncflow.enqueue_info;
+    perform asyncflow.refresh_enqueue_info(y.task_type) from asyncflow.task_types y;
+  elsif tg_level = 'STATEMENT' then
+    delete from asyncflow.enqueue_info e
+    where not exists (select 1 from asyncflow.positions p where p.task_type = e.task_type);
   else
     perform asyncflow.refresh_enqueue_info(new.task_type);
   end if;
@@ -3554,9 +3558,11 @@ CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
 
-CREATE TRIGGER tg_config__enqueue_info AFTER UPDATE ON asyncflow.config FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
+CREATE TRIGGER tg_config__enqueue_info AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON asyncflow.config FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
 
 CREATE TRIGGER tg_positions__enqueue_info AFTER INSERT OR UPDATE OF end_pos ON asyncflow.positions FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_enqueue_info();
+
+CREATE TRIGGER tg_positions__enqueue_info_gone AFTER DELETE OR TRUNCATE ON asyncflow.positions FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
 
 CREATE TRIGGER tg_task_types__enqueue_info AFTER INSERT OR UPDATE ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_enqueue_info();
 

@@ -559,6 +559,31 @@ async fn create_task_follows_settings_shards_and_the_context_limit_as_they_chang
         .get(0);
     assert!(same);
 
+    // a registration while a config change is under way waits for it and takes its value (read
+    // without a lock, the new type's row kept the old limit)
+    c.batch_execute("begin; update asyncflow.config set max_context_bytes = 4096").await.unwrap();
+    let other = db.raw().await;
+    let registering =
+        tokio::spawn(
+            async move { other.query_one("select asyncflow.register_task_type('late')", &[]).await.map(|_| ()) },
+        );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.batch_execute("commit").await.unwrap();
+    registering.await.unwrap().unwrap();
+    let limit: i32 = c
+        .query_one("select max_context_bytes from asyncflow.enqueue_info where task_type = 'late'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(limit, 4096);
+    // the config emptied and filled again: every row made anew (none while it is empty)
+    c.batch_execute("begin; delete from asyncflow.config").await.unwrap();
+    let rows: i64 = c.query_one("select count(*) from asyncflow.enqueue_info", &[]).await.unwrap().get(0);
+    assert_eq!(rows, 0);
+    c.batch_execute("insert into asyncflow.config (max_context_bytes) values (1048576); commit").await.unwrap();
+    let rows: i64 = c.query_one("select count(*) from asyncflow.enqueue_info", &[]).await.unwrap().get(0);
+    assert_eq!(rows, 2);
+
     // without its row (never expected: the triggers keep it), create_task still works, as before
     c.batch_execute("delete from asyncflow.enqueue_info").await.unwrap();
     let without = create(json!({"k": 1})).await;

@@ -24,7 +24,14 @@ create table asyncflow.enqueue_info (
   max_context_bytes integer not null
 );
 
--- The row of one type from the three tables (none while the type has no positions row yet).
+-- The row of one type from the three tables (none while the type has no positions row, or the
+-- config none). The type's row and the config's are locked FOR SHARE: a change to either that is
+-- under way is waited for and then read (in READ COMMITTED a locked row is read again once its
+-- writer commits), and one that starts later waits for this transaction, whose row its own
+-- trigger then sees. Read without those locks, a settings change racing a shard roll, or a
+-- config change racing a registration or a roll, left the row with the value the other one
+-- replaced (found by review). The positions row is not locked: a roll holds it FOR UPDATE while
+-- its trigger waits for the type's row, which a settings change holds while its trigger runs.
 create function asyncflow.refresh_enqueue_info(p_task_type text) returns void
 language sql security definer set search_path = pg_catalog, pg_temp as $$
   insert into asyncflow.enqueue_info as e (task_type, end_pos, id_seq, initial_stage, max_retry_num,
@@ -35,6 +42,7 @@ language sql security definer set search_path = pg_catalog, pg_temp as $$
   join asyncflow.positions p on p.task_type = y.task_type
   cross join asyncflow.config c
   where y.task_type = p_task_type
+  for share of y, c
   on conflict (task_type) do update set end_pos = excluded.end_pos, id_seq = excluded.id_seq,
     initial_stage = excluded.initial_stage, max_retry_num = excluded.max_retry_num,
     max_retry_interval = excluded.max_retry_interval, max_context_bytes = excluded.max_context_bytes
@@ -42,13 +50,18 @@ $$;
 revoke all on function asyncflow.refresh_enqueue_info(text) from public;
 
 -- Definer rights: whoever may change a type's settings or the config need not be able to write
--- enqueue_info.
+-- enqueue_info. A change to the config (any statement, TRUNCATE included) makes every row anew
+-- (none while the config is empty: create_task then takes the path that reads the tables); a
+-- positions row deleted takes its type's row with it.
 create function asyncflow.tg_enqueue_info() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   if tg_table_name = 'config' then
-    update asyncflow.enqueue_info set max_context_bytes = (select c.max_context_bytes from asyncflow.config c)
-    where max_context_bytes is distinct from (select c.max_context_bytes from asyncflow.config c);
+    delete from asyncflow.enqueue_info;
+    perform asyncflow.refresh_enqueue_info(y.task_type) from asyncflow.task_types y;
+  elsif tg_level = 'STATEMENT' then
+    delete from asyncflow.enqueue_info e
+    where not exists (select 1 from asyncflow.positions p where p.task_type = e.task_type);
   else
     perform asyncflow.refresh_enqueue_info(new.task_type);
   end if;
@@ -61,7 +74,9 @@ create trigger tg_task_types__enqueue_info after insert or update on asyncflow.t
   for each row execute function asyncflow.tg_enqueue_info();
 create trigger tg_positions__enqueue_info after insert or update of end_pos on asyncflow.positions
   for each row execute function asyncflow.tg_enqueue_info();
-create trigger tg_config__enqueue_info after update on asyncflow.config
+create trigger tg_positions__enqueue_info_gone after delete or truncate on asyncflow.positions
+  for each statement execute function asyncflow.tg_enqueue_info();
+create trigger tg_config__enqueue_info after insert or update or delete or truncate on asyncflow.config
   for each statement execute function asyncflow.tg_enqueue_info();
 
 select asyncflow.refresh_enqueue_info(task_type) from asyncflow.task_types;
@@ -137,8 +152,7 @@ begin
         pg_column_size(context), v_max_bytes));
     elsif run_at is not null and (not isfinite(run_at) or run_at < '4713-11-24 00:00:00+00 BC') then
       -- (V26) a year after the earliest timestamp: run_at less the priority must be one too
-      perform asyncflow.raise_error('AF006',
-        format('run_at must be a finite timestamp from 4713-11-24 BC on, got %s', run_at));
+      perform asyncflow.raise_error('AF006', format('run_at must be a finite timestamp, got %s', run_at));
     elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
       perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));
     elsif length(user_id) > 255 then
