@@ -242,6 +242,9 @@ pub struct ReportResult {
     pub status: Option<TaskStatus>,
     /// The new lease end, for an accepted heartbeat.
     pub lease_until: Option<DateTime<Utc>>,
+    /// The report was refused as malformed and a failure of its task written in its place (the
+    /// worker's reporter does this for a reply the server will not take).
+    pub failed_instead: bool,
 }
 
 /// Queue depth of one task type (the `asyncflow.queue_depth` view).

@@ -129,7 +129,7 @@ async fn a_reply_the_server_refuses_fails_only_its_own_task_and_the_rest_of_its_
             }
         },
         None,
-        fast(TaskTypeUpdate { max_retry_num: Some(0), ..Default::default() }),
+        fast(TaskTypeUpdate { max_retry_num: Some(1), ..Default::default() }),
     );
     let running = tokio::spawn(worker.run(stop.clone()));
     wait_until(Duration::from_secs(10), "type registered", || async {
@@ -142,6 +142,9 @@ async fn a_reply_the_server_refuses_fails_only_its_own_task_and_the_rest_of_its_
     stop.cancel();
     let summary = running.await.unwrap().unwrap();
     assert_eq!((summary.succeeded, summary.failed, summary.refused), (58, 2, 0));
+    // each bad reply's first try failed instead and was retried (one retry allowed): counted
+    // as a retry, not as the advance or the later it was meant to be
+    assert_eq!((summary.retried, summary.advanced, summary.later), (2, 0, 0), "{summary:?}");
     for (i, id) in ids.iter().enumerate() {
         let t = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
         if i == 7 || i == 13 {

@@ -406,6 +406,7 @@ impl RemoteClient {
                     accepted: r.accepted,
                     status: r.status,
                     lease_until: r.lease_until.map(|t| t.checked_sub_signed(skew).unwrap_or(t)),
+                    failed_instead: false,
                 }
             })
             .collect())

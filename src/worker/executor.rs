@@ -109,13 +109,12 @@ pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i
         ReportKind::Release => &shared.stats.released,
         ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
     };
-    let is_succeed = matches!(kind, ReportKind::Succeed { .. });
     let result = shared.reporter.send(vec![report(task_id, claim_seq, kind)]).await;
     match result.into_iter().next().flatten() {
         Some(r) if r.accepted => {
             if r.status == Some(TaskStatus::Failed) {
                 shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-            } else if is_succeed && r.status != Some(TaskStatus::Succeeded) {
+            } else if r.failed_instead {
                 // the reply was refused and the reporter failed the task instead (a retry)
                 shared.stats.retried.fetch_add(1, Ordering::Relaxed);
             } else {

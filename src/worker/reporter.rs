@@ -137,6 +137,8 @@ async fn write(
 ) {
     let (mut reports, answers): (Vec<Report>, Vec<_>) = batch.into_iter().unzip();
     let mut answers = answers.into_iter();
+    // the reports replaced by a failure of their task, by index
+    let mut replaced = vec![false; reports.len()];
     // A stack of consecutive ranges, the first on top: chunks are written in order, so each
     // takes the next answers.
     let mut todo: Vec<Range<usize>> = backend.chunks(&reports);
@@ -157,6 +159,9 @@ async fn write(
                     // Written in its place (once: a refused failure is answered as refused).
                     tracing::warn!(task = %chunk[0].task_id, reason = %why, "report refused: the task fails instead");
                     reports[range.start] = failure;
+                    if let Some(flag) = replaced.get_mut(range.start) {
+                        *flag = true;
+                    }
                     todo.push(range);
                     continue;
                 }
@@ -167,6 +172,7 @@ async fn write(
                         accepted: false,
                         status: None,
                         lease_until: None,
+                        failed_instead: false,
                     })
                     .collect()
             }
@@ -179,7 +185,8 @@ async fn write(
         if let Some(wakes) = own_wakes {
             wake_requeued(wakes, &results);
         }
-        for (tx, result) in answers.by_ref().take(chunk.len()).zip(results) {
+        for ((tx, mut result), index) in answers.by_ref().take(chunk.len()).zip(results).zip(range) {
+            result.failed_instead = replaced.get(index).copied().unwrap_or(false);
             let _ = tx.send(result);
         }
     }

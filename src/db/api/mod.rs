@@ -251,6 +251,7 @@ fn report_result(r: &Row) -> Result<ReportResult> {
         accepted: get(r, "accepted")?,
         status: status(get(r, "status")?)?,
         lease_until: get(r, "lease_until")?,
+        failed_instead: false,
     })
 }
 
