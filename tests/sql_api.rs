@@ -567,7 +567,7 @@ async fn create_task_follows_settings_shards_and_the_context_limit_as_they_chang
         tokio::spawn(
             async move { other.query_one("select asyncflow.register_task_type('late')", &[]).await.map(|_| ()) },
         );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::wait_for_lock_wait(&c, "register_task_type('late')").await;
     c.batch_execute("commit").await.unwrap();
     registering.await.unwrap().unwrap();
     let limit: i32 = c

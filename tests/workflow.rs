@@ -447,7 +447,7 @@ async fn cancelling_a_run_while_its_task_reports_retries_past_the_deadlock() {
     pipeline(&c, "dia", diamond()).await;
     let id = start(&c, "dia", json!({}), None, None).await;
     let a = claim(&c, "wf", None).await;
-    let number: i64 = a[0].task_id.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap();
+    let number = asyncflow::TaskId::parse(&a[0].task_id).unwrap().number();
 
     // the worker's transaction holds the task's row, as its report's update would
     let worker = db.raw().await;
@@ -462,23 +462,7 @@ async fn cancelling_a_run_while_its_task_reports_retries_past_the_deadlock() {
     let cancelling = tokio::spawn(async move {
         canceller.query_one("select asyncflow.cancel_run($1)", &[&run_id]).await.map(|r| r.get::<_, bool>(0))
     });
-    let waiting = || async {
-        let n: i64 = c
-            .query_one(
-                "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' \
-                 and query like '%cancel_run%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        n == 1
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !waiting().await {
-        assert!(std::time::Instant::now() < deadline, "cancel_run never waited for the task");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    common::wait_for_lock_wait(&c, "cancel_run").await;
     // the report's trigger now wants the run: a deadlock, found after deadlock_timeout (1 s)
     assert_eq!(report(&worker, vec![(&a[0], ok(json!(1)))], None).await, [true]);
     worker.batch_execute("commit").await.unwrap();

@@ -195,6 +195,26 @@ where
     }
 }
 
+/// Waits (at most 10 s) until another backend of `c`'s database, running a statement that
+/// contains `text`, is waiting for a lock: a test that sets up a lock conflict knows its second
+/// statement is blocked rather than merely started.
+pub async fn wait_for_lock_wait(c: &tokio_postgres::Client, text: &str) {
+    let pattern = format!("%{text}%");
+    wait_until(Duration::from_secs(10), &format!("a statement with {text} to wait for a lock"), || async {
+        let n: i64 = c
+            .query_one(
+                "select count(*) from pg_stat_activity where datname = current_database() \
+                 and pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like $1",
+                &[&pattern],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n == 1
+    })
+    .await;
+}
+
 /// The SQLSTATE of a failed call's database error.
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
