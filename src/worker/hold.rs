@@ -246,7 +246,7 @@ async fn finish(
     permit: OwnedSemaphorePermit,
 ) {
     let _ = tokio::time::timeout(window, hold.all_in.notified()).await;
-    let (taken, slots) = {
+    let (taken, mut slots) = {
         let mut state = hold.lock();
         state.open = false;
         (std::mem::take(&mut state.taken), std::mem::take(&mut state.slots))
@@ -322,7 +322,6 @@ async fn finish(
     shared.stats.advanced.fetch_add(advanced, Ordering::Relaxed);
     // the slots of the written replies are free now (slots are alike: any of them will do);
     // those of the replies still to report, once reported, all at once
-    let mut slots = slots;
     let kept = slots.split_off(slots.len().saturating_sub(to_report.len()));
     let freed = slots.len();
     drop(slots);

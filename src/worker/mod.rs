@@ -77,8 +77,9 @@ pub struct WorkerConfig {
     pub max_runtime: Option<Duration>,
     /// On the database, a batch is claimed as row locks in a transaction that ends when all its
     /// calls have replied or this long has passed (at most a quarter of the lease): the calls
-    /// that succeeded by then are written with the claim, as one row change instead of two;
-    /// the others are claimed as running then. Zero claims the usual way. Unused on a server.
+    /// that succeeded or went on to a next stage by then are written with the claim, as one row
+    /// change instead of two; the others are claimed as running then. Zero claims the usual way.
+    /// Unused on a server.
     pub hold_window: Duration,
 }
 
