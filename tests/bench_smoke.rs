@@ -42,6 +42,8 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         "update",
         "insert",
         "enqueue",
+        "parts_row",
+        "parts_function",
         "bulk",
         "burndown",
         "burndown3",
@@ -62,7 +64,19 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
             assert!(f["ratio"].as_f64().is_some_and(|r| r > 0.0), "a rate has its ratio to the baseline: {f}");
         }
     }
-    assert_eq!(written["figures"].as_array().unwrap().iter().find(|f| f["key"] == "drop_dead").unwrap()["value"], 0.0);
+    let figure = |key: &str| written["figures"].as_array().unwrap().iter().find(|f| f["key"] == key).unwrap().clone();
+    assert_eq!(figure("drop_dead")["value"], 0.0);
+    // create_task's parts are compared with the INSERT its bar is measured against
+    for key in ["parts_row", "parts_function"] {
+        assert_eq!(figure(key)["ratio_to"], "INSERT", "{key}");
+    }
+    // the timed phases carry the whole machine's CPU per operation where /proc/stat is read
+    if std::path::Path::new("/proc/stat").exists() {
+        for key in ["update", "insert", "enqueue", "parts_row", "parts_function"] {
+            assert!(figure(key)["cpu_us"].as_f64().is_some_and(|c| c > 0.0), "{key}: {}", figure(key));
+        }
+        assert!(figure("burndown")["cpu_us"].is_null(), "only the timed phases are counted");
+    }
     let svg = std::fs::read_to_string(out.0.join("chart.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("burn-down") && svg.trim_end().ends_with("</svg>"));
     // the benchmark database is gone

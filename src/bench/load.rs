@@ -9,6 +9,7 @@ use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::cpu::{self, CpuSample};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
 use crate::function::{StageCall, StageReply};
@@ -19,8 +20,16 @@ use crate::worker::{Worker, WorkerConfig};
 
 type OpFuture = crate::function::BoxFuture<'static, Result<()>>;
 
-/// Runs `op` in a loop on `connections` connections for `duration`; operations per second.
-async fn timed<F>(pool: &DbPool, connections: usize, duration: Duration, op: F) -> Result<f64>
+/// What a timed phase measured: operations per second, and the whole machine's busy CPU per
+/// operation in microseconds (None where it cannot be read).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timed {
+    pub rate: f64,
+    pub cpu_us: Option<f64>,
+}
+
+/// Runs `op` in a loop on `connections` connections for `duration`.
+async fn timed<F>(pool: &DbPool, connections: usize, duration: Duration, op: F) -> Result<Timed>
 where
     F: Fn(deadpool_postgres::Object, i32) -> OpFuture + Send + Sync + Clone + 'static,
 {
@@ -40,31 +49,61 @@ where
         }));
     }
     let start = Instant::now();
+    let cpu = CpuSample::now();
     tokio::time::sleep(duration).await;
     stop.cancel();
+    let ops = count.load(Ordering::Relaxed);
+    let busy = cpu.and_then(|c| c.busy_seconds_since(cpu::machine_cpus()?));
     for t in tasks {
         t.await.map_err(|e| Error::Config(format!("bench task: {e}")))??;
     }
-    Ok(count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+    // the CPU is read at the stop, before the connections finish their last call; the count
+    // is of calls that ended by then, so it is counted at the same point
+    let rate = count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let cpu_us = busy.filter(|_| ops > 0).map(|b| b / ops as f64 * 1e6);
+    Ok(Timed { rate, cpu_us })
 }
 
 /// The commit-rate ceiling: one-row UPDATEs by primary key in autocommit.
-pub(super) async fn update_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<f64> {
+pub(super) async fn update_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<Timed> {
     timed(pool, connections, duration, |c, id| Box::pin(async move { api::bench_update(&c, id).await })).await
 }
 
 /// The same with one-row INSERTs.
-pub(super) async fn insert_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<f64> {
+pub(super) async fn insert_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<Timed> {
     timed(pool, connections, duration, |c, n| Box::pin(async move { api::bench_insert(&c, n).await })).await
 }
 
 /// `create_task`, one per transaction.
-pub(super) async fn enqueue_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<f64> {
+pub(super) async fn enqueue_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<Timed> {
     register(pool, "bench_enqueue", None).await?;
     timed(pool, connections, duration, |c, _| {
         Box::pin(async move { api::create_task(&c, "bench_enqueue", &NewTask::default()).await.map(|_| ()) })
     })
     .await
+}
+
+/// What `create_task`'s transaction is made of, part by part, each timed like it (one per
+/// transaction, `connections` connections): the INSERT of the task row it writes, sent bare by
+/// the client, and the same INSERT inside the smallest PL/pgSQL function that could wrap it
+/// (SECURITY DEFINER with a fixed search_path, as create_task is). What create_task adds beyond
+/// the second is its own work: the type's row, the checks, the wake.
+pub(super) async fn enqueue_parts(pool: &DbPool, connections: usize, duration: Duration) -> Result<(Timed, Timed)> {
+    let name = "bench_parts";
+    register(pool, name, None).await?;
+    let row = Arc::new(api::bench_task_row_prepare(&pool.get().await?, name).await?);
+    let bare = row.clone();
+    let bare = timed(pool, connections, duration, move |c, _| {
+        let row = bare.clone();
+        Box::pin(async move { api::bench_task_row(&c, &row).await })
+    })
+    .await?;
+    let wrapped = timed(pool, connections, duration, move |c, _| {
+        let row = row.clone();
+        Box::pin(async move { api::bench_task_row_in_function(&c, &row).await })
+    })
+    .await?;
+    Ok((bare, wrapped))
 }
 
 /// `create_tasks` with 1,000 tasks per call, `tasks` in all, from `connections` connections at

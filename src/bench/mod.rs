@@ -10,6 +10,8 @@
 //!   update, insert   baselines: 8 connections, a one-row UPDATE / INSERT in autocommit
 //!   enqueue, bulk    create_task one per transaction (8 connections); create_tasks 1,000 per call
 //!                    from 2 connections at once
+//!   parts            what create_task is made of, timed the same way: its task row's INSERT sent
+//!                    bare, then inside the smallest PL/pgSQL function that could wrap it
 //!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function)
 //!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
 //!   aging            the burn-down again beside 10 M finished tasks, in closed shards as the type's
@@ -18,10 +20,15 @@
 //!   drop             retention dropping an expired 1 M-row shard
 //! ```
 //!
+//! The timed phases (baselines, enqueue, parts) also give the whole machine's busy CPU per
+//! operation (server, kernel and the benchmark's client together, from `/proc/stat`): a cost that
+//! moves less than a rate when the VM's speed does.
+//!
 //! Results go to the terminal (a table, or `--json`), to `<out>/results.json` and to
 //! `<out>/chart.svg`.
 
 mod aging;
+mod cpu;
 mod load;
 mod output;
 
@@ -64,8 +71,8 @@ pub struct BenchArgs {
     /// Tasks per second inserted during the wake-latency phase.
     #[arg(long, default_value_t = 50.0)]
     pub wake_rate: f64,
-    /// Only these phases (comma-separated: update, insert, enqueue, bulk, burndown, burndown3,
-    /// wake, aging, drop).
+    /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
+    /// burndown3, wake, aging, drop).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -80,7 +87,8 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 9] = ["update", "insert", "enqueue", "bulk", "burndown", "burndown3", "wake", "aging", "drop"];
+pub const PHASES: [&str; 10] =
+    ["update", "insert", "enqueue", "parts", "bulk", "burndown", "burndown3", "wake", "aging", "drop"];
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -101,6 +109,8 @@ pub struct Figure {
     pub bar: Option<String>,
     /// Whether it does.
     pub pass: Option<bool>,
+    /// The whole machine's busy CPU per operation, in microseconds (timed phases on Linux).
+    pub cpu_us: Option<f64>,
 }
 
 impl Figure {
@@ -114,7 +124,13 @@ impl Figure {
             ratio_to: None,
             bar: None,
             pass: None,
+            cpu_us: None,
         }
+    }
+
+    fn cpu(mut self, cpu_us: Option<f64>) -> Self {
+        self.cpu_us = cpu_us;
+        self
     }
 
     fn ratio(mut self, baseline: Option<f64>, to: &str) -> Self {
@@ -227,23 +243,28 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     }
     if wants(args, "update") {
         progress.phase("baseline: one-row UPDATE");
-        let rate = load::update_rate(pool, args.connections, seconds).await?;
-        update = Some(rate);
+        let timed = load::update_rate(pool, args.connections, seconds).await?;
+        update = Some(timed.rate);
         figures.push(
-            Figure::new("update", "baseline: one-row UPDATE, autocommit", rate, "commits/s").ratio(update, "UPDATE"),
+            Figure::new("update", "baseline: one-row UPDATE, autocommit", timed.rate, "commits/s")
+                .ratio(update, "UPDATE")
+                .cpu(timed.cpu_us),
         );
     }
     if wants(args, "insert") {
         progress.phase("baseline: one-row INSERT");
-        let rate = load::insert_rate(pool, args.connections, seconds).await?;
-        insert = Some(rate);
+        let timed = load::insert_rate(pool, args.connections, seconds).await?;
+        insert = Some(timed.rate);
         figures.push(
-            Figure::new("insert", "baseline: one-row INSERT, autocommit", rate, "commits/s").ratio(update, "UPDATE"),
+            Figure::new("insert", "baseline: one-row INSERT, autocommit", timed.rate, "commits/s")
+                .ratio(update, "UPDATE")
+                .cpu(timed.cpu_us),
         );
     }
     if wants(args, "enqueue") {
         progress.phase("enqueue: create_task");
-        let rate = load::enqueue_rate(pool, args.connections, seconds).await?;
+        let timed = load::enqueue_rate(pool, args.connections, seconds).await?;
+        let rate = timed.rate;
         let pass = insert.map(|i| rate >= 0.8 * i);
         // the ratio column is to UPDATE, as for every rate; the bar's own ratio is to INSERT
         let bar = match insert {
@@ -253,7 +274,23 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         figures.push(
             Figure::new("enqueue", "enqueue: create_task, one per transaction", rate, "tasks/s")
                 .ratio(update, "UPDATE")
-                .bar(&bar, pass),
+                .bar(&bar, pass)
+                .cpu(timed.cpu_us),
+        );
+    }
+    if wants(args, "parts") {
+        progress.phase("enqueue parts: create_task's task row, bare and in a function");
+        let (bare, wrapped) = load::enqueue_parts(pool, args.connections, seconds).await?;
+        // their ratio is to INSERT, which create_task's bar is measured against
+        figures.push(
+            Figure::new("parts_row", "create_task's task row: bare INSERT", bare.rate, "rows/s")
+                .ratio(insert, "INSERT")
+                .cpu(bare.cpu_us),
+        );
+        figures.push(
+            Figure::new("parts_function", "the same row in a PL/pgSQL function", wrapped.rate, "rows/s")
+                .ratio(insert, "INSERT")
+                .cpu(wrapped.cpu_us),
         );
     }
     if wants(args, "bulk") {

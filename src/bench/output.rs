@@ -20,9 +20,14 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
         results.cpus,
         results.started_at.format("%Y-%m-%d %H:%M UTC")
     );
-    println!("{:<46} {:>12} {:<10} {:>9}  {:<28} {:<4}", "figure", "value", "unit", "ratio", "bar", "");
+    println!("{:<46} {:>12} {:<10} {:>9} {:>8}  {:<28} {:<4}", "figure", "value", "unit", "ratio", "CPU/op", "bar", "");
     for f in &results.figures {
-        let ratio = f.ratio.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into());
+        let ratio = match (f.ratio, f.ratio_to.as_deref()) {
+            (Some(r), Some("UPDATE")) | (Some(r), None) => format!("{r:.2}x"),
+            (Some(r), Some(to)) => format!("{r:.2}x {}", to.chars().next().unwrap_or('?')),
+            (None, _) => "-".into(),
+        };
+        let cpu = f.cpu_us.map(|c| format!("{c:.0} us")).unwrap_or_default();
         let value = if f.value >= 100.0 { format!("{:.0}", f.value) } else { format!("{:.2}", f.value) };
         let ok = match f.pass {
             Some(true) => "ok",
@@ -30,11 +35,12 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
             None => "",
         };
         println!(
-            "{:<46} {:>12} {:<10} {:>9}  {:<28} {:<4}",
+            "{:<46} {:>12} {:<10} {:>9} {:>8}  {:<28} {:<4}",
             f.name,
             value,
             f.unit,
             ratio,
+            cpu,
             f.bar.as_deref().unwrap_or(""),
             ok
         );
@@ -46,7 +52,10 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
         v
     });
     if !bases.is_empty() {
-        println!("ratio: value / the same run's {}", bases.join(" or "));
+        println!("ratio: value / the same run's {} (marked with its initial when not UPDATE)", bases.join(" or "));
+    }
+    if results.figures.iter().any(|f| f.cpu_us.is_some()) {
+        println!("CPU/op: the whole machine's busy CPU (server, kernel, this client) per operation");
     }
 }
 
@@ -113,7 +122,13 @@ pub(super) fn chart(results: &BenchResults) -> String {
         results.started_at.format("%Y-%m-%d %H:%M UTC")
     );
 
-    let max_ratio = rates.iter().filter_map(|f| f.ratio).fold(5.5_f64, f64::max);
+    // every bar as a multiple of UPDATE, also for the figures whose ratio is to another baseline
+    let update = results.figures.iter().find(|f| f.key == "update").map(|f| f.value).filter(|v| *v > 0.0);
+    let to_update = |f: &Figure| match f.ratio_to.as_deref() {
+        Some("UPDATE") => f.ratio,
+        _ => update.map(|u| f.value / u),
+    };
+    let max_ratio = rates.iter().filter_map(|f| to_update(f)).fold(5.5_f64, f64::max);
     let scale = width / max_ratio;
     let _ = writeln!(
         svg,
@@ -121,7 +136,7 @@ pub(super) fn chart(results: &BenchResults) -> String {
         top_rates - 12.0
     );
     for (i, f) in rates.iter().enumerate() {
-        let r = f.ratio.unwrap_or(0.0);
+        let r = to_update(f).unwrap_or(0.0);
         let label = format!("{r:.2}x ({:.0} {})", f.value, f.unit);
         bar(&mut svg, f, top_rates + row * i as f64, r * scale, &label);
     }

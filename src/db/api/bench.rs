@@ -34,6 +34,87 @@ pub async fn bench_insert<C: GenericClient>(c: &C, n: i32) -> Result<()> {
     query(c, "insert into asyncflow_bench.inserts (n) values ($1)", &[&n]).await.map(|_| ())
 }
 
+/// What the enqueue-parts phase writes for one task: the values `create_task` would give a task
+/// of the type with no arguments but its name.
+#[derive(Debug, Clone)]
+pub struct BenchTaskRow {
+    /// The type.
+    pub task_type: String,
+    /// Its shard receiving inserts (end_pos).
+    pub shard: i32,
+    /// The type's id sequence, as an OID (nextval takes it without a name lookup, as
+    /// create_task's regclass does).
+    pub seq: u32,
+    /// Its initial stage.
+    pub stage: String,
+    /// Its max_retry_num setting.
+    pub max_retry_num: i32,
+    /// Its max_retry_interval setting.
+    pub max_retry_interval: i32,
+}
+
+/// Reads a registered type's row of `enqueue_info` and creates the benchmark's wrapping function
+/// `asyncflow_bench.task_row`: the INSERT create_task writes, inside the smallest PL/pgSQL
+/// function that could hold it (SECURITY DEFINER with a fixed search_path, as create_task is).
+pub async fn bench_task_row_prepare<C: GenericClient>(c: &C, task_type: &str) -> Result<BenchTaskRow> {
+    c.batch_execute(
+        "create schema if not exists asyncflow_bench; \
+         create or replace function asyncflow_bench.task_row(p_type text, p_shard integer, p_seq regclass, \
+           p_stage text, p_retry_num integer, p_retry_interval integer) returns text \
+         language plpgsql security definer set search_path = pg_catalog, pg_temp as $$ \
+         declare v_id bigint; \
+         begin \
+           v_id := nextval(p_seq); \
+           insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num, \
+             max_retry_interval, order_time, user_id, context, created_at, updated_at) \
+           values (p_type, p_shard, v_id, p_stage, 'pending', 0, p_retry_num, p_retry_interval, now(), null, \
+             '{}'::jsonb, now(), now()); \
+           return asyncflow.format_task_id(p_type, p_shard, v_id); \
+         end $$",
+    )
+    .await
+    .map_err(Error::from_db)?;
+    let row = query_one(
+        c,
+        "select e.end_pos, e.id_seq::oid as seq, e.initial_stage, e.max_retry_num, e.max_retry_interval \
+         from asyncflow.enqueue_info e where e.task_type = $1",
+        &[&task_type],
+    )
+    .await?;
+    Ok(BenchTaskRow {
+        task_type: task_type.to_string(),
+        shard: get(&row, "end_pos")?,
+        seq: get(&row, "seq")?,
+        stage: get(&row, "initial_stage")?,
+        max_retry_num: get(&row, "max_retry_num")?,
+        max_retry_interval: get(&row, "max_retry_interval")?,
+    })
+}
+
+/// The task row of `create_task`, inserted by the client in one statement.
+pub async fn bench_task_row<C: GenericClient>(c: &C, row: &BenchTaskRow) -> Result<()> {
+    query(
+        c,
+        "insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num, \
+           max_retry_interval, order_time, user_id, context, created_at, updated_at) \
+         values ($1, $2, nextval($3::oid::regclass), $4, 'pending', 0, $5, $6, now(), null, '{}'::jsonb, now(), now())",
+        &[&row.task_type, &row.shard, &row.seq, &row.stage, &row.max_retry_num, &row.max_retry_interval],
+    )
+    .await
+    .map(|_| ())
+}
+
+/// The same row through `asyncflow_bench.task_row` (made by [`bench_task_row_prepare`]).
+pub async fn bench_task_row_in_function<C: GenericClient>(c: &C, row: &BenchTaskRow) -> Result<()> {
+    query(
+        c,
+        "select asyncflow_bench.task_row($1, $2, $3::oid::regclass, $4, $5, $6)",
+        &[&row.task_type, &row.shard, &row.seq, &row.stage, &row.max_retry_num, &row.max_retry_interval],
+    )
+    .await
+    .map(|_| ())
+}
+
 /// The server's version, e.g. "PostgreSQL 15.19".
 pub async fn server_version<C: GenericClient>(c: &C) -> Result<String> {
     let row = query_one(c, "select 'PostgreSQL ' || current_setting('server_version') as v", &[]).await?;
