@@ -1,7 +1,8 @@
-//! The whole machine's busy CPU over a timed phase, from `/proc/stat` (Linux): what an operation
-//! costs the server, the kernel and the benchmark's client together. Less noisy than a rate on a
-//! shared VM whose speed moves between phases: a phase that waits (on a lock, on the disk) shows
-//! it as idle time, not as cost.
+//! CPU spent over a measured phase: the whole machine's busy CPU, from `/proc/stat` (Linux), what
+//! an operation costs the server, the kernel and the benchmark's process together; and this
+//! process's own (`getrusage`), the benchmark's client in the timed phases and the worker in the
+//! burn-downs. Less noisy than a rate on a shared VM whose speed moves between phases: a phase
+//! that waits (on a lock, on the disk) shows it as idle time, not as cost.
 
 use std::time::Instant;
 
@@ -32,6 +33,47 @@ impl CpuSample {
         let busy = later.busy.checked_sub(self.busy)?;
         let wall = later.at.duration_since(self.at).as_secs_f64();
         Some(busy as f64 / total as f64 * wall * cpus as f64)
+    }
+}
+
+/// This process's CPU time (user and system, all threads) in seconds.
+fn own_seconds() -> Option<f64> {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok()?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Some(secs(usage.user_time()) + secs(usage.system_time()))
+}
+
+/// CPU per operation over a phase, in microseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct CpuPerOp {
+    /// The whole machine's busy CPU.
+    pub machine_us: Option<f64>,
+    /// This process's.
+    pub own_us: Option<f64>,
+}
+
+/// Counts both from its start.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CpuMeter {
+    machine: Option<CpuSample>,
+    own: Option<f64>,
+}
+
+impl CpuMeter {
+    pub(super) fn start() -> CpuMeter {
+        CpuMeter { machine: CpuSample::now(), own: own_seconds() }
+    }
+
+    /// What `ops` operations cost each since the start (None where nothing was counted).
+    pub(super) fn per_op(&self, ops: u64) -> CpuPerOp {
+        if ops == 0 {
+            return CpuPerOp::default();
+        }
+        let each = |seconds: f64| seconds / ops as f64 * 1e6;
+        CpuPerOp {
+            machine_us: self.machine.and_then(|m| m.busy_seconds_since(machine_cpus()?)).map(each),
+            own_us: self.own.and_then(|before| Some(own_seconds()? - before)).map(each),
+        }
     }
 }
 
@@ -72,6 +114,19 @@ mod tests {
         assert_eq!(parse("cpu0 1 2 3 4 5 6 7 8"), None);
         assert_eq!(parse("cpu 1 2 x 4 5 6 7 8"), None);
         assert_eq!(parse("cpu 1 2 3"), None);
+    }
+
+    #[test]
+    fn this_process_counts_its_own_time() {
+        let meter = CpuMeter::start();
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let cost = meter.per_op(1);
+        assert!(cost.own_us.is_some_and(|us| us > 0.0), "{cost:?}");
+        assert!(CpuMeter::start().per_op(0).own_us.is_none());
     }
 
     #[test]

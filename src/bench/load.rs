@@ -9,7 +9,7 @@ use rand::Rng;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::cpu::{self, CpuSample};
+use super::cpu::{CpuMeter, CpuPerOp};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
 use crate::function::{StageCall, StageReply};
@@ -25,7 +25,7 @@ type OpFuture = crate::function::BoxFuture<'static, Result<()>>;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Timed {
     pub rate: f64,
-    pub cpu_us: Option<f64>,
+    pub cpu: CpuPerOp,
 }
 
 /// Runs `op` in a loop on `connections` connections for `duration`.
@@ -49,19 +49,17 @@ where
         }));
     }
     let start = Instant::now();
-    let cpu = CpuSample::now();
+    let meter = CpuMeter::start();
     tokio::time::sleep(duration).await;
     stop.cancel();
-    let ops = count.load(Ordering::Relaxed);
-    let busy = cpu.and_then(|c| c.busy_seconds_since(cpu::machine_cpus()?));
+    let cpu = meter.per_op(count.load(Ordering::Relaxed));
     for t in tasks {
         t.await.map_err(|e| Error::Config(format!("bench task: {e}")))??;
     }
-    // the CPU is read at the stop, before the connections finish their last call; the count
-    // is of calls that ended by then, so it is counted at the same point
+    // the CPU is read at the stop, before the connections finish their last call, and divided
+    // by the calls that had ended by then
     let rate = count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    let cpu_us = busy.filter(|_| ops > 0).map(|b| b / ops as f64 * 1e6);
-    Ok(Timed { rate, cpu_us })
+    Ok(Timed { rate, cpu })
 }
 
 /// The commit-rate ceiling: one-row UPDATEs by primary key in autocommit.
@@ -162,7 +160,7 @@ pub(super) async fn burn_down(
     tasks: usize,
     stages: u32,
     concurrency: usize,
-) -> Result<f64> {
+) -> Result<Timed> {
     let config =
         WorkerConfig { worker_id: WorkerId::generate(), concurrency, exit_when_idle: true, ..WorkerConfig::default() };
     let worker = Worker::new(pool.clone(), url, config).register(
@@ -182,12 +180,14 @@ pub(super) async fn burn_down(
     // before it (the aged one would otherwise pay for the 10 M-row fill)
     api::bench_checkpoint(&pool.get().await?).await?;
     let start = Instant::now();
+    let meter = CpuMeter::start();
     let summary = worker.run(CancellationToken::new()).await?;
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = meter.per_op(tasks as u64);
     if summary.succeeded != tasks as u64 {
         return Err(Error::Config(format!("burn-down {name} finished {} of {tasks} tasks", summary.succeeded)));
     }
-    Ok(tasks as f64 / elapsed)
+    Ok(Timed { rate: tasks as f64 / elapsed, cpu })
 }
 
 /// p50 / p95 / p99 in milliseconds.

@@ -20,9 +20,10 @@
 //!   drop             retention dropping an expired 1 M-row shard
 //! ```
 //!
-//! The timed phases (baselines, enqueue, parts) also give the whole machine's busy CPU per
-//! operation (server, kernel and the benchmark's client together, from `/proc/stat`): a cost that
-//! moves less than a rate when the VM's speed does.
+//! The timed phases (baselines, enqueue, parts) and the burn-downs also give the CPU per operation:
+//! the whole machine's (server, kernel and this process together, from `/proc/stat`) and this
+//! process's own (the client, or the worker in a burn-down): costs that move less than a rate
+//! when the VM's speed does.
 //!
 //! Results go to the terminal (a table, or `--json`), to `<out>/results.json` and to
 //! `<out>/chart.svg`.
@@ -109,8 +110,12 @@ pub struct Figure {
     pub bar: Option<String>,
     /// Whether it does.
     pub pass: Option<bool>,
-    /// The whole machine's busy CPU per operation, in microseconds (timed phases on Linux).
+    /// The whole machine's busy CPU per operation (a task, a commit), in microseconds: the timed
+    /// phases and the burn-downs, on Linux.
     pub cpu_us: Option<f64>,
+    /// This process's CPU per operation, in microseconds: the benchmark's client in the timed
+    /// phases, the worker in the burn-downs.
+    pub own_cpu_us: Option<f64>,
 }
 
 impl Figure {
@@ -125,11 +130,13 @@ impl Figure {
             bar: None,
             pass: None,
             cpu_us: None,
+            own_cpu_us: None,
         }
     }
 
-    fn cpu(mut self, cpu_us: Option<f64>) -> Self {
-        self.cpu_us = cpu_us;
+    fn cpu(mut self, cpu: cpu::CpuPerOp) -> Self {
+        self.cpu_us = cpu.machine_us;
+        self.own_cpu_us = cpu.own_us;
         self
     }
 
@@ -248,7 +255,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         figures.push(
             Figure::new("update", "baseline: one-row UPDATE, autocommit", timed.rate, "commits/s")
                 .ratio(update, "UPDATE")
-                .cpu(timed.cpu_us),
+                .cpu(timed.cpu),
         );
     }
     if wants(args, "insert") {
@@ -258,7 +265,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         figures.push(
             Figure::new("insert", "baseline: one-row INSERT, autocommit", timed.rate, "commits/s")
                 .ratio(update, "UPDATE")
-                .cpu(timed.cpu_us),
+                .cpu(timed.cpu),
         );
     }
     if wants(args, "enqueue") {
@@ -275,7 +282,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             Figure::new("enqueue", "enqueue: create_task, one per transaction", rate, "tasks/s")
                 .ratio(update, "UPDATE")
                 .bar(&bar, pass)
-                .cpu(timed.cpu_us),
+                .cpu(timed.cpu),
         );
     }
     if wants(args, "parts") {
@@ -285,12 +292,12 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         figures.push(
             Figure::new("parts_row", "create_task's task row: bare INSERT", bare.rate, "rows/s")
                 .ratio(insert, "INSERT")
-                .cpu(bare.cpu_us),
+                .cpu(bare.cpu),
         );
         figures.push(
             Figure::new("parts_function", "the same row in a PL/pgSQL function", wrapped.rate, "rows/s")
                 .ratio(insert, "INSERT")
-                .cpu(wrapped.cpu_us),
+                .cpu(wrapped.cpu),
         );
     }
     if wants(args, "bulk") {
@@ -306,19 +313,24 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     if wants(args, "burndown") {
         progress.phase("burn-down: 1-stage");
         load::queue(pool, "bench_burn1", args.tasks, None).await?;
-        let rate = load::burn_down(pool, url, "bench_burn1", args.tasks, 1, args.concurrency).await?;
+        let timed = load::burn_down(pool, url, "bench_burn1", args.tasks, 1, args.concurrency).await?;
+        let rate = timed.rate;
         figures.push(
             Figure::new("burndown", "burn-down: 1-stage no-op tasks", rate, "tasks/s")
                 .ratio(update, "UPDATE")
-                .bar(">= 5 x UPDATE", update.map(|u| rate >= 5.0 * u)),
+                .bar(">= 5 x UPDATE", update.map(|u| rate >= 5.0 * u))
+                .cpu(timed.cpu),
         );
     }
     if wants(args, "burndown3") {
         progress.phase("burn-down: 3-stage");
         load::queue(pool, "bench_burn3", args.tasks, None).await?;
-        let rate = load::burn_down(pool, url, "bench_burn3", args.tasks, 3, args.concurrency).await?;
-        figures
-            .push(Figure::new("burndown3", "burn-down: 3-stage no-op tasks", rate, "tasks/s").ratio(update, "UPDATE"));
+        let timed = load::burn_down(pool, url, "bench_burn3", args.tasks, 3, args.concurrency).await?;
+        figures.push(
+            Figure::new("burndown3", "burn-down: 3-stage no-op tasks", timed.rate, "tasks/s")
+                .ratio(update, "UPDATE")
+                .cpu(timed.cpu),
+        );
     }
     if wants(args, "wake") {
         progress.phase("wake latency");
@@ -378,7 +390,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             for aged_first in [round % 2 == 1, round % 2 == 0] {
                 let (name, into) = if aged_first { (ty, &mut aged) } else { (fresh.as_str(), &mut empty) };
                 load::queue(pool, name, args.tasks, None).await?;
-                into.push(load::burn_down(pool, url, name, args.tasks, 1, args.concurrency).await?);
+                into.push(load::burn_down(pool, url, name, args.tasks, 1, args.concurrency).await?.rate);
             }
             aging::clear(pool, &fresh).await?;
         }

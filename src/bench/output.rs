@@ -20,14 +20,17 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
         results.cpus,
         results.started_at.format("%Y-%m-%d %H:%M UTC")
     );
-    println!("{:<46} {:>12} {:<10} {:>9} {:>8}  {:<28} {:<4}", "figure", "value", "unit", "ratio", "CPU/op", "bar", "");
+    println!(
+        "{:<46} {:>12} {:<10} {:>9} {:>8} {:>8}  {:<28} {:<4}",
+        "figure", "value", "unit", "ratio", "CPU/op", "own/op", "bar", ""
+    );
     for f in &results.figures {
         let ratio = match (f.ratio, f.ratio_to.as_deref()) {
             (Some(r), Some("UPDATE")) | (Some(r), None) => format!("{r:.2}x"),
             (Some(r), Some(to)) => format!("{r:.2}x {}", to.chars().next().unwrap_or('?')),
             (None, _) => "-".into(),
         };
-        let cpu = f.cpu_us.map(|c| format!("{c:.0} us")).unwrap_or_default();
+        let us = |c: Option<f64>| c.map(|c| format!("{c:.1} us")).unwrap_or_default();
         let value = if f.value >= 100.0 { format!("{:.0}", f.value) } else { format!("{:.2}", f.value) };
         let ok = match f.pass {
             Some(true) => "ok",
@@ -35,12 +38,13 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
             None => "",
         };
         println!(
-            "{:<46} {:>12} {:<10} {:>9} {:>8}  {:<28} {:<4}",
+            "{:<46} {:>12} {:<10} {:>9} {:>8} {:>8}  {:<28} {:<4}",
             f.name,
             value,
             f.unit,
             ratio,
-            cpu,
+            us(f.cpu_us),
+            us(f.own_cpu_us),
             f.bar.as_deref().unwrap_or(""),
             ok
         );
@@ -55,7 +59,10 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
         println!("ratio: value / the same run's {} (marked with its initial when not UPDATE)", bases.join(" or "));
     }
     if results.figures.iter().any(|f| f.cpu_us.is_some()) {
-        println!("CPU/op: the whole machine's busy CPU (server, kernel, this client) per operation");
+        println!(
+            "CPU/op: the whole machine's busy CPU (server, kernel, this process) per operation; \
+             own/op: this process's (the client, or the worker in a burn-down)"
+        );
     }
 }
 
