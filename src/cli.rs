@@ -11,6 +11,7 @@ use crate::config::{DbConfig, DATA_DIR_DEFAULT, POOL_SIZE_DEFAULT};
 use crate::db;
 use crate::error::Result;
 use crate::maintenance::{leader, Maintainer, MaintenanceConfig};
+use crate::workflow::targets::Targets;
 
 /// asyncflow: multi-stage asynchronous tasks on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -140,6 +141,10 @@ pub struct WorkerArgs {
     /// Key that signs workflow callbacks (HMAC-SHA256), when this worker runs maintenance.
     #[arg(long, env = "ASYNCFLOW_CALLBACK_SECRET", hide_env_values = true)]
     pub callback_secret: Option<String>,
+    /// Where workflow callbacks may connect, when this worker runs maintenance: `any`, or
+    /// `public` (no loopback, private or link-local address) and/or networks, comma-separated.
+    #[arg(long, env = "ASYNCFLOW_CALLBACK_ALLOW", default_value = "any")]
+    pub callback_allow: Targets,
     /// Claim and report through an asyncflow server (the HTTP worker protocol) instead of the
     /// database: no database connection is made.
     #[command(flatten)]
@@ -173,7 +178,7 @@ impl WorkerArgs {
             dir: self.functions.clone(),
             types: self.types.clone(),
             maintenance: (!self.no_maintenance && self.target.server.is_none()).then(|| MaintenanceConfig {
-                callbacks: callback_config(self.callback_secret.clone()),
+                callbacks: callback_config(self.callback_secret.clone(), self.callback_allow.clone()),
                 ..MaintenanceConfig::default()
             }),
         };
@@ -202,17 +207,21 @@ pub struct MaintainArgs {
     /// Key that signs workflow callbacks (HMAC-SHA256).
     #[arg(long, env = "ASYNCFLOW_CALLBACK_SECRET", hide_env_values = true)]
     pub callback_secret: Option<String>,
+    /// Where workflow callbacks may connect: `any`, or `public` (no loopback, private or
+    /// link-local address) and/or networks (10.1.2.0/24), comma-separated.
+    #[arg(long, env = "ASYNCFLOW_CALLBACK_ALLOW", default_value = "any")]
+    pub callback_allow: Targets,
 }
 
-/// Callback delivery settings with this secret (an empty one counts as none).
-fn callback_config(secret: Option<String>) -> crate::workflow::callback::CallbackConfig {
+/// Callback delivery settings with this secret (an empty one counts as none) and these targets.
+fn callback_config(secret: Option<String>, targets: Targets) -> crate::workflow::callback::CallbackConfig {
     let secret = secret.filter(|s| !s.is_empty());
     if secret.is_none() {
         tracing::warn!(
             "no callback secret (--callback-secret / ASYNCFLOW_CALLBACK_SECRET): workflow callbacks go unsigned"
         );
     }
-    crate::workflow::callback::CallbackConfig { secret, ..Default::default() }
+    crate::workflow::callback::CallbackConfig { secret, targets, ..Default::default() }
 }
 
 fn seconds(name: &str, value: f64) -> Result<Duration> {
@@ -356,7 +365,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 shard_interval: seconds("shard-interval", args.shard_interval)?,
                 retention_interval: seconds("retention-interval", args.retention_interval)?,
                 check_interval: seconds("check-interval", args.check_interval)?,
-                callbacks: callback_config(args.callback_secret),
+                callbacks: callback_config(args.callback_secret, args.callback_allow),
                 ..MaintenanceConfig::default()
             };
             let pool = db::pool(&url, 4)?;

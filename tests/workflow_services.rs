@@ -1,6 +1,6 @@
 //! The workflow services with an injected clock: the checker (delayed starts, stuck nodes, run
 //! deadlines and run retries), callback delivery (endpoint down then up, signature, give-up,
-//! callback nodes), run retention; and the HTTP routes.
+//! callback nodes, allowed targets), run retention; and the HTTP routes.
 mod common;
 
 use std::time::Duration;
@@ -226,6 +226,45 @@ async fn a_callback_that_is_never_accepted_is_given_up_and_a_callback_node_fails
         .collect();
     assert_eq!(kinds, ["node", "run"], "the node's POST, then the run's outcome");
     let _ = accepting.stop.send(());
+}
+
+#[tokio::test]
+async fn callbacks_reach_only_the_allowed_networks_whether_named_by_address_or_by_host_name() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_retry_num": 0})).await;
+    pipeline(&c, "p", one_task(None, json!({}))).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let up = receiver(listener, 200).await;
+    // an IP literal (checked before connecting) and a host name (checked at resolution)
+    let mut ids = Vec::new();
+    for url in [format!("http://127.0.0.1:{port}/hook"), format!("http://localhost:{port}/hook")] {
+        let id = start(&c, "p", json!({}), Some(&url), Some(t0())).await;
+        let a = claim(&c, "wf", Some(t0())).await;
+        report(&c, vec![(&a[0], json!({"outcome": "fail", "error": "no", "retry": false}))], Some(t0())).await;
+        ids.push(id);
+    }
+
+    let public = CallbackConfig { targets: "public".parse().unwrap(), ..Default::default() };
+    let pass = CallbackSender::new(db.pool.clone(), public).run_once(Some(t0())).await.unwrap();
+    assert_eq!(pass.changed, 2, "{pass:?}");
+    for id in &ids {
+        let cb = &run(&c, id).await["callbacks"][0];
+        assert_eq!((cb["status"].clone(), cb["attempts"].clone()), (json!("pending"), json!(1)), "retried later");
+        let error = cb["log"][0]["error"].as_str().unwrap();
+        assert!(error.contains("is not an allowed callback target (--callback-allow public)"), "{error}");
+    }
+    assert!(up.seen.lock().unwrap().is_empty(), "no connection was made");
+
+    let local = CallbackConfig { targets: "127.0.0.0/8".parse().unwrap(), ..Default::default() };
+    let pass = CallbackSender::new(db.pool.clone(), local).run_once(Some(t0() + secs(2.0))).await.unwrap();
+    assert_eq!(pass.changed, 2, "{pass:?}");
+    for id in &ids {
+        assert_eq!(run(&c, id).await["callbacks"][0]["status"], "delivered");
+    }
+    assert_eq!(up.seen.lock().unwrap().len(), 2);
+    let _ = up.stop.send(());
 }
 
 #[tokio::test]

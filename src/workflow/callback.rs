@@ -13,13 +13,16 @@
 //! sha256=<hex HMAC-SHA256(secret, body)>` (the same scheme as HTTP function calls, see
 //! [`crate::function::http::verify`]). Delivery is at least once: a receiver dedups on the
 //! callback id (also in the body as `callback_id`). Every attempt is recorded in the callback's
-//! log, and a failed run calls back like any other.
+//! log, and a failed run calls back like any other. Where callbacks may connect is
+//! [`CallbackConfig::targets`] (`--callback-allow`, see [`super::targets`]): a refused target is
+//! a failed attempt, recorded with why, and retried like any other until the callback gives up.
 
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 
+use super::targets::{TargetResolver, Targets};
 use super::CallbackDelivery;
 use crate::db::{api, DbPool};
 use crate::error::{with_causes, Error, Result};
@@ -45,6 +48,8 @@ pub struct CallbackConfig {
     pub batch: i32,
     /// Deliveries in flight at once.
     pub concurrency: usize,
+    /// The addresses callbacks may connect to (default: any).
+    pub targets: Targets,
 }
 
 /// Default pass interval.
@@ -58,6 +63,7 @@ impl Default for CallbackConfig {
             timeout: Duration::from_secs(10),
             batch: 100,
             concurrency: 16,
+            targets: Targets::default(),
         }
     }
 }
@@ -74,11 +80,13 @@ pub struct CallbackSender {
 impl CallbackSender {
     /// A sender with its own HTTP client.
     pub fn new(pool: DbPool, config: CallbackConfig) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("callback HTTP client: {}", with_causes(&e)));
+        let mut builder =
+            reqwest::Client::builder().timeout(config.timeout).redirect(reqwest::redirect::Policy::none());
+        if !config.targets.is_any() {
+            // names resolve to allowed addresses only; a proxy would connect on our behalf
+            builder = builder.dns_resolver(std::sync::Arc::new(TargetResolver::new(config.targets.clone()))).no_proxy();
+        }
+        let http = builder.build().map_err(|e| format!("callback HTTP client: {}", with_causes(&e)));
         let owner = format!("callbacks-{}", crate::WorkerId::generate());
         CallbackSender { pool, config, http, owner }
     }
@@ -89,6 +97,9 @@ impl CallbackSender {
         if let Some(obj) = payload.as_object_mut() {
             obj.insert("callback_id".into(), delivery.callback_id.clone().into());
             obj.insert("kind".into(), delivery.kind.clone().into());
+        }
+        if let Some(refused) = self.config.targets.check_url(&delivery.url) {
+            return (None, Some(refused));
         }
         let body = match serde_json::to_vec(&payload) {
             Ok(b) => b,

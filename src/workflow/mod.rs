@@ -26,6 +26,7 @@ pub mod callback;
 pub mod checker;
 pub mod definition;
 pub mod demo;
+pub mod targets;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
