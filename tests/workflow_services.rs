@@ -255,6 +255,9 @@ async fn callbacks_reach_only_the_allowed_networks_whether_named_by_address_or_b
         let error = cb["log"][0]["error"].as_str().unwrap();
         assert!(error.contains("is not an allowed callback target (--callback-allow public)"), "{error}");
     }
+    // the host name's refusal does not tell whoever started the run what it resolved to
+    let named = run(&c, &ids[1]).await["callbacks"][0]["log"][0]["error"].as_str().unwrap().to_string();
+    assert!(named.contains("localhost (as resolved)") && !named.contains("127.0.0.1"), "{named}");
     assert!(up.seen.lock().unwrap().is_empty(), "no connection was made");
 
     let local = CallbackConfig { targets: "127.0.0.0/8".parse().unwrap(), ..Default::default() };

@@ -50,9 +50,10 @@ where
     }
     let start = Instant::now();
     let meter = CpuMeter::start();
+    let before = count.load(Ordering::Relaxed);
     tokio::time::sleep(duration).await;
     stop.cancel();
-    let cpu = meter.per_op(count.load(Ordering::Relaxed));
+    let cpu = meter.per_op(count.load(Ordering::Relaxed).saturating_sub(before));
     for t in tasks {
         t.await.map_err(|e| Error::Config(format!("bench task: {e}")))??;
     }
@@ -75,10 +76,13 @@ pub(super) async fn insert_rate(pool: &DbPool, connections: usize, duration: Dur
 /// `create_task`, one per transaction.
 pub(super) async fn enqueue_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<Timed> {
     register(pool, "bench_enqueue", None).await?;
-    timed(pool, connections, duration, |c, _| {
+    let timed = timed(pool, connections, duration, |c, _| {
         Box::pin(async move { api::create_task(&c, "bench_enqueue", &NewTask::default()).await.map(|_| ()) })
     })
-    .await
+    .await?;
+    // the phases after this one do not share the server with vacuuming its rows
+    super::aging::clear(pool, "bench_enqueue").await?;
+    Ok(timed)
 }
 
 /// What `create_task`'s transaction is made of, part by part, each timed like it (one per
@@ -101,6 +105,8 @@ pub(super) async fn enqueue_parts(pool: &DbPool, connections: usize, duration: D
         Box::pin(async move { api::bench_task_row_in_function(&c, &row).await })
     })
     .await?;
+    // the phases after this one do not share the server with vacuuming its rows
+    super::aging::clear(pool, name).await?;
     Ok((bare, wrapped))
 }
 

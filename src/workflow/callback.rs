@@ -87,6 +87,7 @@ impl CallbackSender {
             builder = builder.dns_resolver(std::sync::Arc::new(TargetResolver::new(config.targets.clone()))).no_proxy();
         }
         let http = builder.build().map_err(|e| format!("callback HTTP client: {}", with_causes(&e)));
+        tracing::info!(allow = %config.targets, "callback targets (--callback-allow)");
         let owner = format!("callbacks-{}", crate::WorkerId::generate());
         CallbackSender { pool, config, http, owner }
     }

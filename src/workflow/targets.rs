@@ -64,14 +64,26 @@ impl FromStr for Targets {
             if item == "public" {
                 targets.public = true;
             } else if let Ok(net) = item.parse::<IpNet>() {
-                targets.nets.push(net.trunc());
+                targets.nets.push(as_ipv4_net(net.trunc()));
             } else if let Ok(ip) = item.parse::<IpAddr>() {
-                targets.nets.push(IpNet::from(ip));
+                targets.nets.push(as_ipv4_net(IpNet::from(ip)));
             } else {
                 return Err(format!("{item:?} is neither `public`, `any`, a network (10.0.0.0/8) nor an address"));
             }
         }
         Ok(targets)
+    }
+}
+
+/// An IPv4 network written as IPv6 (`::ffff:10.0.0.0/104`) as the IPv4 network it is, since
+/// addresses are judged in their IPv4 form.
+fn as_ipv4_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map(IpNet::V4).unwrap_or(net),
+            None => net,
+        },
+        other => other,
     }
 }
 
@@ -98,11 +110,11 @@ impl Targets {
         if self.any {
             return true;
         }
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        let as_v4 = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
             v4 => v4,
         };
-        (self.public && is_public(ip)) || self.nets.iter().any(|n| n.contains(&ip))
+        (self.public && is_public(as_v4)) || self.nets.iter().any(|n| n.contains(&as_v4))
     }
 
     /// The refusal for a URL whose host is an IP literal that is not allowed; None otherwise
@@ -160,25 +172,24 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         return is_public_v4(v4);
     }
     let s = ip.segments();
-    // NAT64 (64:ff9b::/96) reaches the IPv4 address in its last 32 bits
+    // NAT64's well-known prefix (64:ff9b::/96) reaches the IPv4 address in its last 32 bits
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         return is_public_v4(Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8));
     }
-    !(
-        ip.is_unspecified()
-        || ip.is_loopback()
-        || (s[0] & 0xfe00) == 0xfc00                  // unique local
-        || (s[0] & 0xffc0) == 0xfe80                  // link-local
-        || (s[0] & 0xff00) == 0xff00                  // multicast
-        || (s[0] == 0x2001 && s[1] == 0x0db8)         // documentation
-        || (s[0] == 0x0100 && s[1..4] == [0, 0, 0])   // discard-only
-        || s[0] == 0
-        // IPv4-compatible and other reserved space under ::/16
-    )
+    // Global unicast is 2000::/3; everything else (loopback, unspecified, unique local,
+    // link-local, site-local, multicast, the local-use NAT64 prefix 64:ff9b:1::/48, discard-only
+    // 100::/64, IPv4-compatible ::/96, reserved space) is not. Within it, left out: the IETF
+    // protocol assignments 2001::/23 (Teredo, benchmarking, ORCHID among them), documentation
+    // 2001:db8::/32 and 3fff::/20, and 6to4 2002::/16, whose addresses lead to an IPv4 one.
+    (s[0] & 0xe000) == 0x2000
+        && !(s[0] == 0x2001 && s[1] < 0x0200)
+        && !(s[0] == 0x2001 && s[1] == 0x0db8)
+        && s[0] != 0x2002
+        && !(s[0] == 0x3fff && s[1] < 0x1000)
 }
 
 /// The HTTP client's resolver when callbacks are restricted: resolves a host name and keeps only
-/// the allowed addresses; none left is an error that names what the name resolved to.
+/// the allowed addresses; none left is an error naming the host (its addresses are traced).
 #[derive(Debug, Clone)]
 pub struct TargetResolver {
     targets: Arc<Targets>,
@@ -199,9 +210,11 @@ impl reqwest::dns::Resolve for TargetResolver {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let allowed: Vec<SocketAddr> = found.iter().copied().filter(|a| targets.allows(a.ip())).collect();
             if allowed.is_empty() {
+                // the addresses go to the operator's log, not to the callback's (whoever starts
+                // runs could otherwise read the internal DNS through it)
                 let ips: Vec<String> = found.iter().map(|a| a.ip().to_string()).collect();
-                let what = format!("{host} ({})", if ips.is_empty() { "no address".into() } else { ips.join(", ") });
-                return Err(targets.refusal(&what).into());
+                tracing::warn!(host = %host, addresses = %ips.join(", "), "callback target refused");
+                return Err(targets.refusal(&format!("{host} (as resolved)")).into());
             }
             let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
             Ok(addrs)
@@ -253,10 +266,21 @@ mod tests {
             "ff02::1",
             "2001:db8::1",
             "::127.0.0.1",
+            "64:ff9b:1::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:2::1",
+            "2001:10::1",
+            "fec0::1",
+            "3fff::1",
+            "100:0:0:1::1",
+            "5f00::1",
         ] {
             assert!(!is_public(ip(internal)), "{internal}");
         }
-        for public in ["1.1.1.1", "8.8.8.8", "100.128.0.1", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for public in
+            ["1.1.1.1", "8.8.8.8", "100.128.0.1", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8", "2a00:1450::1"]
+        {
             assert!(is_public(ip(public)), "{public}");
         }
     }
@@ -269,6 +293,11 @@ mod tests {
         let p: Targets = "public".parse().unwrap();
         assert!(p.allows(ip("8.8.8.8")) && !p.allows(ip("::ffff:10.0.0.1")));
         assert!(Targets::default().allows(ip("169.254.169.254")));
+        // an IPv4 network written as IPv6 is the same network
+        let mapped: Targets = "::ffff:10.0.0.0/104, ::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(mapped.to_string(), "10.0.0.0/8,192.0.2.7/32");
+        assert!(mapped.allows(ip("::ffff:10.1.2.3")) && mapped.allows(ip("10.1.2.3")));
+        assert!(!mapped.allows(ip("11.0.0.1")));
     }
 
     #[test]
