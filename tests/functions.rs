@@ -75,6 +75,21 @@ printf '{"result": {"stdin": %s, "env": ["%s", "%s", "%s", "%s"], "cwd": "%s"}}'
 }
 
 #[tokio::test]
+async fn an_executable_does_not_inherit_the_worker_credentials() {
+    // set in this test binary's environment as a worker would have them (no other test here
+    // reads them)
+    for (k, v) in [("DATABASE_URL", "postgres://w:pw@db/q"), ("ASYNCFLOW_CALLBACK_SECRET", "s"), ("AF_TEST_KEPT", "k")]
+    {
+        std::env::set_var(k, v);
+    }
+    let (_dir, f) = script(
+        r#"printf '{"result": ["%s", "%s", "%s", "%s", "%s"]}' "${DATABASE_URL-unset}" "${ASYNCFLOW_TOKEN-unset}" "${ASYNCFLOW_TOKENS-unset}" "${ASYNCFLOW_CALLBACK_SECRET-unset}" "${AF_TEST_KEPT-unset}""#,
+    );
+    let reply = f.call(call("s", json!({}))).await;
+    assert_eq!(reply, StageReply::Succeeded { result: json!(["unset", "unset", "unset", "unset", "k"]) });
+}
+
+#[tokio::test]
 async fn each_reply_form_of_an_executable_is_understood() {
     let cases = [
         (
@@ -130,6 +145,10 @@ async fn malformed_and_oversize_replies_are_failures() {
     assert!(error_of(&f.call(call("s", json!({}))).await).contains("malformed reply"));
     let (_dir, f) = script("echo '[1, 2]'");
     assert!(error_of(&f.call(call("s", json!({}))).await).contains("malformed reply"));
+    // `retry` belongs to the error form only
+    let (_dir, f) = script(r#"echo '{"result": 1, "retry": "banana"}'"#);
+    let e = error_of(&f.call(call("s", json!({}))).await);
+    assert!(e.contains("malformed reply") && e.contains("unknown field \"retry\""), "{e}");
     let (_dir, f) = script("head -c 2000000 /dev/zero | tr '\\0' 'x'");
     assert!(error_of(&f.call(call("s", json!({}))).await).contains("larger than 1048576 bytes"));
     let (_dir, f) = script("exit 0");
@@ -211,6 +230,7 @@ mod http {
                     }
                 }),
             )
+            .route("/moved", post(|| async { axum::response::Redirect::to("/stage") }))
             .route(
                 "/slow",
                 post(|| async {
@@ -259,6 +279,10 @@ mod http {
         assert!(e.contains("HTTP 500") && e.contains("database unavailable"), "{e}");
         assert!(error_of(&f.call(call("huge", json!({}))).await).contains("larger than"));
         assert!(error_of(&f.call(call("bad", json!({}))).await).contains("malformed reply"));
+        // a redirect is not followed: the answer is a 303, not the reply of a GET elsewhere
+        let moved = function(&base, "/moved", b"topsecret");
+        let e = error_of(&moved.call(call("z", json!({}))).await);
+        assert!(e.contains("HTTP 303"), "{e}");
         let slow = function(&base, "/slow", b"topsecret");
         assert!(!error_of(&slow.call(call("z", json!({}))).await).is_empty());
         let nowhere = function("http://127.0.0.1:1", "/x", b"s");

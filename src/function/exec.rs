@@ -21,6 +21,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{BoxFuture, Function, StageCall, StageReply};
 
+/// The worker's own credentials, taken out of the environment a function inherits: a function
+/// is handed a task, not the queue's database or the server's tokens.
+pub const WORKER_CREDENTIALS: [&str; 4] =
+    ["DATABASE_URL", "ASYNCFLOW_TOKEN", "ASYNCFLOW_TOKENS", "ASYNCFLOW_CALLBACK_SECRET"];
+
 /// Largest reply read from stdout.
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
 /// How much of stderr is kept for the error message.
@@ -81,6 +86,9 @@ impl ExecInner {
             return StageReply::Failed { error: "empty command".into(), retry: false };
         };
         let mut cmd = tokio::process::Command::new(program);
+        for credential in WORKER_CREDENTIALS {
+            cmd.env_remove(credential);
+        }
         cmd.args(args)
             .current_dir(&self.dir)
             .env("ASYNCFLOW_TASK_ID", &call.task_id)

@@ -59,7 +59,11 @@ impl HttpFunction {
         secret: Option<Vec<u8>>,
         max_reply: usize,
     ) -> Result<Self, String> {
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+        // A redirect is an answer that is not 2xx, so a failure: followed, a POST would come
+        // back as a GET without the call, and whatever answered that taken for the reply.
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(t) = timeout {
             builder = builder.timeout(t);
         }

@@ -149,7 +149,8 @@ impl StageReply {
             };
             StageReply::Later { later, context: context(&mut map)? }
         };
-        if let Some(key) = map.keys().find(|k| k.as_str() != "retry") {
+        // `retry` belongs to the error form, which took it out above
+        if let Some(key) = map.keys().next() {
             return Err(format!("unknown field {key:?} in the reply"));
         }
         Ok(reply)
