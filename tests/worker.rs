@@ -556,3 +556,74 @@ async fn a_producer_does_not_spin_while_a_hold_is_open() {
     // a few claims, next_due and idle checks; spinning through the 300 ms made hundreds
     assert!(spent < 40, "{spent} transactions");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_tasks_over_several_types_ends_when_the_budget_is_spent() {
+    // One type's producer may reserve the whole budget for a claim that finds less; the other
+    // producers, finding the budget empty meanwhile, must wait for what comes back rather than
+    // for a stop that never comes (found by a bug hunt: the worker hung with tasks ready).
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    for (name, tasks) in [("qa", 1), ("qb", 10)] {
+        api::register_task_type(&c, &TypeName::new(name).unwrap(), &fast(TaskTypeUpdate::default())).await.unwrap();
+        api::create_tasks(&c, name, &vec![NewTask::default(); tasks]).await.unwrap();
+    }
+    // 11 tasks: two runs of 5 each find enough to spend their whole budget
+    for _ in 0..2 {
+        let config = WorkerConfig { max_tasks: Some(5), ..config(10) };
+        let mut worker = Worker::new(db.pool.clone(), db.url.clone(), config);
+        for name in ["qa", "qb"] {
+            worker = worker.register(
+                TypeName::new(name).unwrap(),
+                |_call: StageCall| async { StageReply::Succeeded { result: json!(null) } },
+                None,
+                fast(TaskTypeUpdate::default()),
+            );
+        }
+        let run = tokio::time::timeout(Duration::from_secs(20), worker.run(CancellationToken::new()));
+        let summary = run.await.expect("the worker stops once its budget is spent").unwrap();
+        assert_eq!((summary.claimed, summary.succeeded), (5, 5), "{summary:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_shutdown_ends_even_while_the_database_is_unreachable() {
+    // After the grace period the worker hands its calls back; when the database stays away,
+    // those reports are given up after a few tries (the leases run out and the rescuer queues the
+    // tasks again) instead of keeping the stopping worker alive (found by a bug hunt).
+    let db = TestDb::new().await;
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = started.clone();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(2)).register(
+        TypeName::new("stuck").unwrap(),
+        move |_call: StageCall| {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                StageReply::Succeeded { result: json!(null) }
+            }
+        },
+        None,
+        fast(TaskTypeUpdate::default()),
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let ids = api::create_tasks(&db.conn().await, "stuck", &vec![NewTask::default(); 2]).await.unwrap();
+    wait_until(Duration::from_secs(10), "2 calls running", || async { started.load(Ordering::SeqCst) == 2 }).await;
+    let c = db.raw().await;
+    db.allow_connections(false).await;
+    end_other_connections(&c).await;
+    stop.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(30), running).await;
+    db.allow_connections(true).await;
+    let summary = ended.expect("the worker stops without the database").unwrap().unwrap();
+    assert_eq!(summary.released, 0, "nothing could be handed back: {summary:?}");
+    for id in &ids {
+        assert_eq!(status_of(&db, id).await, TaskStatus::Running, "left to its lease and the rescuer: {id}");
+    }
+}

@@ -251,14 +251,21 @@ impl Shared {
         granted
     }
 
-    /// Gives back reserved claims that were not used.
+    /// Gives back reserved claims that were not used; producers waiting for budget wake up.
     fn unreserve(&self, unused: usize) {
         let mut budget = self.budget.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(left) = budget.as_mut() {
-            *left += unused as u64;
-        }
+        let limited = match budget.as_mut() {
+            Some(left) => {
+                *left += unused as u64;
+                true
+            }
+            None => false,
+        };
         drop(budget);
         self.active.fetch_sub(unused, Ordering::SeqCst);
+        if limited && unused > 0 {
+            self.freed.send_modify(|v| *v = v.wrapping_add(1));
+        }
     }
 
     /// `n` calls have ended and their replies are written (or given up): their slots are free
@@ -371,10 +378,13 @@ impl Worker {
             }
         };
         let reporter_stop = CancellationToken::new();
+        // fired when the grace period ends: calls still running are handed back
+        let release = CancellationToken::new();
         let (reporter, reporter_task) = reporter::spawn(
             self.backend.clone(),
             self.config.worker_id.clone(),
             reporter_stop.clone(),
+            release.clone(),
             own_wakes.clone(),
         );
         let shared = Arc::new(Shared {
@@ -390,7 +400,7 @@ impl Worker {
             active: std::sync::atomic::AtomicUsize::new(0),
             activity: AtomicU64::new(0),
             generations: AtomicU64::new(0),
-            release: CancellationToken::new(),
+            release,
             budget: Mutex::new(self.config.max_tasks),
             budget_spent: CancellationToken::new(),
             holds: (matches!(self.backend, Backend::Database(_)) && !self.config.hold_window.is_zero())

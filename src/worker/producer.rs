@@ -74,9 +74,13 @@ pub(super) async fn run(
         fill_deadline = None;
         let want = shared.reserve(free);
         if want == 0 {
-            // max_tasks reached: the worker is stopping.
-            stop.cancelled().await;
-            return;
+            // max_tasks: the budget is spent (the worker is stopping), or reserved by another
+            // type's claim in flight, which gives back what it does not use and says so on
+            // `freed`.
+            tokio::select! {
+                _ = freed.changed() => continue,
+                _ = stop.cancelled() => return,
+            }
         }
         let Ok(mut permits) = shared.slots.clone().try_acquire_many_owned(want as u32) else {
             shared.unreserve(want);

@@ -69,16 +69,20 @@ impl Reporter {
 /// Producers' wake channels by type (server mode: no NOTIFY tells them of requeued tasks).
 pub(super) type OwnWakes = Arc<BTreeMap<String, broadcast::Sender<Wake>>>;
 
-/// Starts the reporter. After `stop` fires it writes what is queued and ends. `own_wakes`
-/// (server mode) is told the types whose tasks this worker's reports queued again.
+/// Starts the reporter. After `stop` fires it writes what is queued and ends. Once `stop` or
+/// `give_up` (the end of a shutdown's grace period) has fired, a write the backend keeps
+/// failing is given up after a few tries: the leases run out and the rescuer queues the tasks
+/// again, where retrying forever would keep a stopping worker alive while the database is away.
+/// `own_wakes` (server mode) is told the types whose tasks this worker's reports queued again.
 pub(super) fn spawn(
     backend: Backend,
     worker: WorkerId,
     stop: CancellationToken,
+    give_up: CancellationToken,
     own_wakes: Option<OwnWakes>,
 ) -> (Reporter, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(backend, worker, rx, stop, own_wakes));
+    let task = tokio::spawn(run(backend, worker, rx, stop, give_up, own_wakes));
     (Reporter { tx }, task)
 }
 
@@ -87,6 +91,7 @@ async fn run(
     worker: WorkerId,
     mut rx: mpsc::UnboundedReceiver<Pending>,
     stop: CancellationToken,
+    give_up: CancellationToken,
     own_wakes: Option<OwnWakes>,
 ) {
     // A writer is taken before the batch is gathered: while every writer is busy, replies pile
@@ -108,9 +113,10 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let (backend, worker, stop, own_wakes) = (backend.clone(), worker.clone(), stop.clone(), own_wakes.clone());
+        let (backend, worker, own_wakes) = (backend.clone(), worker.clone(), own_wakes.clone());
+        let stopping = [stop.clone(), give_up.clone()];
         in_flight.spawn(async move {
-            write(&backend, &worker, batch, &stop, own_wakes.as_ref()).await;
+            write(&backend, &worker, batch, &stopping, own_wakes.as_ref()).await;
             drop(permit);
         });
         while in_flight.try_join_next().is_some() {}
@@ -132,7 +138,7 @@ async fn write(
     backend: &Backend,
     worker: &WorkerId,
     batch: Vec<Pending>,
-    stop: &CancellationToken,
+    stopping: &[CancellationToken; 2],
     own_wakes: Option<&OwnWakes>,
 ) {
     let (mut reports, answers): (Vec<Report>, Vec<_>) = batch.into_iter().unzip();
@@ -145,7 +151,7 @@ async fn write(
     todo.reverse();
     while let Some(range) = todo.pop() {
         let chunk = &reports[range.clone()];
-        let results = match write_chunk(backend, worker, chunk, stop).await {
+        let results = match write_chunk(backend, worker, chunk, stopping).await {
             Written::Answered(results) => results,
             Written::Refused(_) if chunk.len() > 1 => {
                 // Find the refused report(s) by halving: the others are written.
@@ -192,7 +198,12 @@ async fn write(
     }
 }
 
-async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], stop: &CancellationToken) -> Written {
+async fn write_chunk(
+    backend: &Backend,
+    worker: &WorkerId,
+    reports: &[Report],
+    stopping: &[CancellationToken; 2],
+) -> Written {
     let mut failures: u32 = 0;
     loop {
         match backend.report(worker, reports).await {
@@ -203,7 +214,7 @@ async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], s
                 tracing::error!(error = %e, count = reports.len(), "reports refused");
                 return Written::Refused(e.to_string());
             }
-            Err(e) if stop.is_cancelled() && failures >= 5 => {
+            Err(e) if stopping.iter().any(CancellationToken::is_cancelled) && failures >= 5 => {
                 // Stopping and the database (or server) stays away: the leases will run out and
                 // the rescuer will queue these tasks again.
                 tracing::error!(error = %e, count = reports.len(), "giving up on reports at shutdown");

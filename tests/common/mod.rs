@@ -160,6 +160,16 @@ impl TestDb {
     pub async fn raw(&self) -> tokio_postgres::Client {
         admin(&self.url).await
     }
+
+    /// Refuses (false) or allows again (true) new connections to this test's database, from the
+    /// server's maintenance database: the database going away without the server going down.
+    #[allow(dead_code)] // not every test binary uses it
+    pub async fn allow_connections(&self, allow: bool) {
+        let c = admin(&self.admin_url).await;
+        c.batch_execute(&format!("alter database \"{}\" allow_connections {allow}", self.name))
+            .await
+            .expect("alter database allow_connections");
+    }
 }
 
 impl Drop for TestDb {
