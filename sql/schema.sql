@@ -1934,6 +1934,7 @@ CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time
   select min(order_time) from asyncflow.tasks
   where task_type = p_task_type and status = 'pending'
     and shard >= (select begin_pos from asyncflow.positions where task_type = p_task_type)
+    and not (select y.paused from asyncflow.task_types y where y.task_type = p_task_type)
 $$;
 
 CREATE FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) RETURNS record
@@ -2634,6 +2635,16 @@ begin
   perform asyncflow.create_claim_function(new.task_type);
   perform asyncflow.create_report_function(new.task_type);
   perform asyncflow.create_hold_functions(new.task_type);
+  return null;
+end
+$$;
+
+CREATE FUNCTION asyncflow.tg_task_types__resumed() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform asyncflow.wake(new.task_type);
   return null;
 end
 $$;
@@ -3568,6 +3579,8 @@ CREATE TRIGGER tg_task_types__enqueue_info AFTER INSERT OR UPDATE ON asyncflow.t
 
 CREATE TRIGGER tg_task_types__functions AFTER INSERT ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_task_types__functions();
 
+CREATE TRIGGER tg_task_types__resumed AFTER UPDATE OF paused ON asyncflow.task_types FOR EACH ROW WHEN ((old.paused AND (NOT new.paused))) EXECUTE FUNCTION asyncflow.tg_task_types__resumed();
+
 ALTER TABLE ONLY asyncflow.enqueue_info
     ADD CONSTRAINT enqueue_info_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
@@ -3732,6 +3745,8 @@ REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUB
 REVOKE ALL ON FUNCTION asyncflow.tg_enqueue_info() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.tg_task_types__resumed() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
 

@@ -627,3 +627,79 @@ async fn a_shutdown_ends_even_while_the_database_is_unreachable() {
         assert_eq!(status_of(&db, id).await, TaskStatus::Running, "left to its lease and the rescuer: {id}");
     }
 }
+
+/// Transactions the server counted in the test's database (its other backends are ended first,
+/// so that theirs are in).
+async fn commits(c: &tokio_postgres::Client) -> i64 {
+    end_other_connections(c).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
+    c.query_one("select xact_commit from pg_stat_database where datname = current_database()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Tasks held back by the type's concurrency limit are due but cannot be claimed: the producer
+/// backs off between claims that find nothing instead of claiming back to back (found by a bug
+/// hunt: thousands of statements a second without held claims).
+#[tokio::test]
+async fn a_producer_does_not_spin_on_tasks_held_back_by_the_concurrency_limit() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let ty = TypeName::new("limited").unwrap();
+    let settings = fast(TaskTypeUpdate { concurrency: Some(1), ..Default::default() });
+    api::register_task_type(&db.conn().await, &ty, &settings).await.unwrap();
+    api::create_tasks(&db.conn().await, "limited", &vec![NewTask::default(); 3]).await.unwrap();
+    let before = commits(&c).await;
+    let config = WorkerConfig { hold_window: Duration::ZERO, exit_when_idle: true, ..config(4) };
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config).register(
+        ty,
+        |_call: StageCall| async move {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            StageReply::Succeeded { result: json!(null) }
+        },
+        None,
+        settings,
+    );
+    let summary = worker.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(summary.succeeded, 3);
+    let spent = commits(&c).await - before;
+    // 1.8 s of calls: claims every 10 to 200 ms (the poll), next_due beside each, idle checks
+    assert!(spent < 200, "{spent} transactions");
+}
+
+/// A paused type has nothing due: an ephemeral worker exits although its tasks are pending, and
+/// resuming the type wakes a waiting worker at once rather than at its next poll.
+#[tokio::test]
+async fn a_paused_type_lets_an_idle_worker_exit_and_resuming_it_wakes_workers() {
+    let db = TestDb::new().await;
+    let ty = TypeName::new("napping").unwrap();
+    let paused = TaskTypeUpdate { paused: Some(true), schedule_interval: Some(60.0), ..Default::default() };
+    api::register_task_type(&db.conn().await, &ty, &paused).await.unwrap();
+    let ids = api::create_tasks(&db.conn().await, "napping", &vec![NewTask::default(); 2]).await.unwrap();
+    let noop = |_call: StageCall| async move { StageReply::Succeeded { result: json!(null) } };
+    let ephemeral = Worker::new(db.pool.clone(), db.url.clone(), WorkerConfig { exit_when_idle: true, ..config(4) })
+        .register(ty.clone(), noop, None, TaskTypeUpdate::default());
+    let summary = tokio::time::timeout(Duration::from_secs(10), ephemeral.run(CancellationToken::new()))
+        .await
+        .expect("an idle worker exits while its only type is paused")
+        .unwrap();
+    assert_eq!(summary.claimed, 0);
+
+    // a worker polling once a minute; the resume wakes it
+    let stop = CancellationToken::new();
+    let waiting = Worker::new(db.pool.clone(), db.url.clone(), config(4)).register(
+        ty.clone(),
+        noop,
+        None,
+        TaskTypeUpdate::default(),
+    );
+    let running = tokio::spawn(waiting.run(stop.clone()));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let resume = TaskTypeUpdate { paused: Some(false), ..Default::default() };
+    api::register_task_type(&db.conn().await, &ty, &resume).await.unwrap();
+    wait_until(Duration::from_secs(10), "the resumed type's tasks run", || all_final(&db, &ids)).await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}

@@ -23,6 +23,10 @@ use crate::task_type::TaskTypeSettings;
 /// How soon after a wake-up the producer looks again when the wake-up found less than a batch.
 const RECHECK_AFTER_WAKE: Duration = Duration::from_millis(25);
 
+/// The first pause after a claim that found nothing although tasks were due, when claims are
+/// not held (with held claims the pause starts at the hold window).
+const EMPTY_CLAIM_PAUSE: Duration = Duration::from_millis(10);
+
 /// Longest wait for more free slots before claiming a small batch while saturated.
 const FILL_WAIT: Duration = Duration::from_millis(3);
 
@@ -43,6 +47,8 @@ pub(super) async fn run(
     let mut freed = shared.freed.subscribe();
     let mut failures: u32 = 0;
     let mut recheck = false;
+    // claims in a row that found nothing although tasks were due
+    let mut empty_claims: u32 = 0;
     // a claim waits (at most FILL_WAIT) until a quarter of the batch is free
     let fill_threshold = (batch.min(shared.concurrency) / 4).max(1);
     let mut fill_deadline: Option<tokio::time::Instant> = None;
@@ -133,11 +139,17 @@ pub(super) async fn run(
             Ok(Some(due)) => due.min(poll),
             _ => poll,
         };
-        if wait.is_zero() && got_none && shared.holds.is_some() {
+        if wait.is_zero() && got_none {
             // "Ready now" right after a claim that found nothing: the ready tasks are in a hold
-            // (this worker's or another's), pending until it ends. Looking again at once would
-            // spin for the whole window; a hold lasts at most the window.
-            wait = shared.hold_window;
+            // (this worker's or another's: pending until it ends, at most the window), or behind
+            // the type's concurrency limit until a running task ends. Looking again at once would
+            // spin; look again after a pause that starts at the hold window (or
+            // EMPTY_CLAIM_PAUSE) and doubles while claims keep finding nothing, up to the poll.
+            let base = shared.hold_window.max(EMPTY_CLAIM_PAUSE);
+            wait = base.saturating_mul(1 << empty_claims.min(10)).min(poll);
+            empty_claims = empty_claims.saturating_add(1);
+        } else {
+            empty_claims = 0;
         }
         if std::mem::take(&mut recheck) {
             wait = wait.min(RECHECK_AFTER_WAKE);
