@@ -257,6 +257,8 @@ pub fn shutdown_on_signal() -> CancellationToken {
             _ = term.recv() => {}
         }
         eprintln!("asyncflow: second signal: exiting now");
+        // what the running functions started would outlive them otherwise
+        crate::function::exec::kill_running_groups();
         std::process::exit(130);
     });
     token

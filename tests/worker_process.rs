@@ -275,3 +275,28 @@ async fn max_tasks_and_max_runtime_bound_a_run() {
     assert_eq!(counts, vec![(TaskStatus::Pending, 1)], "the unfinished task was handed back");
     assert!(processes_mentioning(&dir.0.display().to_string()).is_empty(), "function processes left running");
 }
+
+#[tokio::test]
+async fn a_second_signal_exits_at_once_and_takes_the_functions_children_down() {
+    // The parent-death signal reaches a function's own process only: what it started (here a
+    // `sleep` under the shell) would outlive an immediate exit (found by a bug hunt).
+    let db = TestDb::new().await;
+    let marker = format!("{}", 900_000 + std::process::id() % 99_999);
+    let body = format!("cat > /dev/null\nsleep {marker}\necho '{{\"result\": 1}}'");
+    let dir = folder(&[("napper", "command = [\"./run\"]\n[settings]\nschedule_interval = 0.2\n", &body)]);
+    register(&db, "napper", Default::default()).await;
+    api::create_tasks(&db.conn().await, "napper", &vec![NewTask::default(); 2]).await.unwrap();
+    let child = worker(&db, &dir.0, "impatient", &["--concurrency", "2", "--shutdown-grace", "60s"]);
+    let sleeping = format!("sleep {marker}");
+    wait_until(Duration::from_secs(30), "two sleeps running", || async { processes_mentioning(&sleeping).len() == 2 })
+        .await;
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let (status, _) = wait_child(child, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(130));
+    wait_until(Duration::from_secs(5), "the functions' children gone", || async {
+        processes_mentioning(&sleeping).is_empty()
+    })
+    .await;
+}

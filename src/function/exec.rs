@@ -12,7 +12,7 @@
 //! When the call is abandoned (timeout, lease lost, shutdown) its future is dropped, and the drop
 //! kills the whole process group, so no grandchild outlives the call.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -63,11 +63,38 @@ impl Function for ExecFunction {
 /// Kills the process group when dropped: on every way out of a call, including abandonment.
 struct GroupGuard(Option<i32>);
 
+/// The process groups of the functions running now, so that an exit that does not wait for the
+/// calls to end ([`kill_running_groups`]) can still take them down whole: the parent-death signal
+/// reaches a function's own process only, not what it started.
+static RUNNING_GROUPS: std::sync::Mutex<BTreeSet<i32>> = std::sync::Mutex::new(BTreeSet::new());
+
+fn running_groups() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    RUNNING_GROUPS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl GroupGuard {
+    fn new(pgid: Option<i32>) -> Self {
+        if let Some(pgid) = pgid {
+            running_groups().insert(pgid);
+        }
+        GroupGuard(pgid)
+    }
+}
+
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if let Some(pgid) = self.0 {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+            running_groups().remove(&pgid);
         }
+    }
+}
+
+/// Kills the process group of every function running now (SIGKILL): for a worker about to exit
+/// at once (a second shutdown signal), whose calls' guards will not run.
+pub fn kill_running_groups() {
+    for pgid in running_groups().iter() {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(*pgid), nix::sys::signal::Signal::SIGKILL);
     }
 }
 
@@ -112,7 +139,7 @@ impl ExecInner {
             Ok(c) => c,
             Err(e) => return StageReply::fail(format!("cannot start {program}: {e}")),
         };
-        let _guard = GroupGuard(child.id().map(|pid| pid as i32));
+        let _guard = GroupGuard::new(child.id().map(|pid| pid as i32));
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
