@@ -111,6 +111,15 @@ impl Error {
             "AF012" => Error::UnknownRun(message),
             "AF013" => Error::WrongState(message),
             _ if *db.code() == SqlState::INVALID_TEXT_REPRESENTATION => Error::InvalidArgument(message),
+            // a NUL character (U+0000), which PostgreSQL text and JSON strings cannot hold: the
+            // client's input, never the server's trouble
+            _ if *db.code() == SqlState::UNTRANSLATABLE_CHARACTER
+                || *db.code() == SqlState::CHARACTER_NOT_IN_REPERTOIRE =>
+            {
+                Error::InvalidArgument(format!(
+                    "{message}: text and JSON strings may not contain the NUL character (\\u0000)"
+                ))
+            }
             _ => Error::Database(err),
         }
     }

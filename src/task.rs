@@ -124,8 +124,10 @@ pub struct Task {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// One task to create; every field is optional.
+/// One task to create; every field is optional, and a field it does not know is refused (a
+/// misspelt `priorty` would otherwise create the task without it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewTask {
     /// Context for the first stage (default `{}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -141,6 +141,30 @@ async fn errors_are_json_with_the_right_status_and_no_database_text() {
             StatusCode::BAD_REQUEST,
             "context",
         ),
+        // found by a bug hunt: a misspelt field in bulk dropped silently, an array matched to
+        // fields by position, a NUL character answered 500
+        (
+            "POST",
+            "/v1/tasks/bulk",
+            Some(json!({"type": "video", "tasks": [{"priorty": 5}]}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "priorty",
+        ),
+        ("PUT", "/v1/task-types/video", Some("[7]".to_string()), StatusCode::BAD_REQUEST, "JSON object"),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(json!({"type": "video", "context": {"a": "x\u{0}y"}}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "NUL character",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(json!({"type": "video", "user_id": "a\u{0}b"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "NUL character",
+        ),
         ("GET", "/v1/tasks/video-1-999", None, StatusCode::NOT_FOUND, "unknown task"),
         ("GET", "/v1/tasks/garbage", None, StatusCode::NOT_FOUND, "unknown task"),
         ("POST", "/v1/tasks/video-1-999/cancel", None, StatusCode::NOT_FOUND, "unknown task"),
@@ -172,6 +196,11 @@ async fn errors_are_json_with_the_right_status_and_no_database_text() {
         assert!(message.contains(words), "{method} {uri}: {message:?} lacks {words:?}");
         assert!(!message.contains("SQLSTATE") && !message.contains("PL/pgSQL"), "{message}");
     }
+    let (s, v) = api.call("GET", "/v1/tasks?type=video", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["tasks"], json!([]), "bad input created nothing: {v}");
+    let (_, video) = api.call("GET", "/v1/task-types/video", None).await;
+    assert_ne!(video["schedule_limit"], 7, "{video}");
 }
 
 #[tokio::test]

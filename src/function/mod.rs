@@ -177,7 +177,9 @@ impl StageReply {
         match self {
             StageReply::Next { next_stage, context } => ReportKind::Advance { stage: next_stage, context },
             StageReply::Succeeded { result } => ReportKind::Succeed { result },
-            StageReply::Failed { error, retry } => ReportKind::Fail { error, retry },
+            // PostgreSQL text cannot hold NUL, and a failure that could not be written would
+            // leave its task running until the lease ends: the error is written without it
+            StageReply::Failed { error, retry } => ReportKind::Fail { error: error.replace('\0', "\u{FFFD}"), retry },
             StageReply::Later { later, context } => ReportKind::Later { delay: later, context },
         }
     }

@@ -153,5 +153,11 @@ fn parse_body<T: serde::de::DeserializeOwned>(
         }
         _ => ApiError::bad_request(e.body_text()),
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    // every body is an object: an array would be matched to the fields by position
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON object".to_string()));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
