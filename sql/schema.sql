@@ -1380,7 +1380,7 @@ begin
     if found and (context is null or jsonb_typeof(context) in ('object', 'null'))
       and (priority is null or priority between 0 and 31104000)
       and coalesce(pg_column_size(context) <= v_max_bytes, true)
-      and (run_at is null or run_at between '4713-11-24 00:00:00+00 BC' and 'infinity' and isfinite(run_at))
+      and (run_at is null or run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00')
       and (stage is null or stage ~ '^[A-Za-z0-9_.:/-]{1,64}$')
       and coalesce(length(user_id) <= 255, true) then
       v_id := nextval(v_seq);
@@ -1410,9 +1410,10 @@ begin
       perform asyncflow.raise_error('AF005', format(
         'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
         pg_column_size(context), v_max_bytes));
-    elsif run_at is not null and (not isfinite(run_at) or run_at < '4713-11-24 00:00:00+00 BC') then
-      -- (V26) a year after the earliest timestamp: run_at less the priority must be one too
-      perform asyncflow.raise_error('AF006', format('run_at must be a finite timestamp, got %s', run_at));
+    elsif run_at is not null and not run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00' then
+      -- (V29) years 2 to 9998: the task's times stay years 1 to 9999 in any time zone, which
+      -- JSON readers of RFC 3339 can read (V26 allowed from 4713 BC, written "... BC")
+      perform asyncflow.raise_error('AF006', format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', run_at));
     elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
       perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));
     elsif length(user_id) > 255 then
@@ -1735,7 +1736,7 @@ begin
             pg_column_size(e -> 'context'), v_max_bytes)
         when jsonb_typeof(e -> 'run_at') not in ('string', 'null') or (jsonb_typeof(e -> 'run_at') = 'string'
           and not asyncflow.is_timestamptz(e ->> 'run_at'))
-          then 'AF006' || format('run_at must be a finite timestamp, got %s', e -> 'run_at')
+          then 'AF006' || format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', e -> 'run_at')
         when jsonb_typeof(e -> 'stage') not in ('string', 'null') or (e ->> 'stage') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
           then 'AF006' || format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', e -> 'stage')
         when jsonb_typeof(e -> 'idempotency_key') not in ('string', 'null') or length(e ->> 'idempotency_key') not between 1 and 255
@@ -1851,7 +1852,7 @@ CREATE FUNCTION asyncflow.is_timestamptz(p_text text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     AS $$
 begin
-  return isfinite(p_text::timestamptz) and p_text::timestamptz >= '4713-11-24 00:00:00+00 BC';
+  return p_text::timestamptz between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00';
 exception when others then
   return false;
 end

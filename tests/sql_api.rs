@@ -271,33 +271,53 @@ async fn bad_input_found_by_review_is_refused_with_its_code_and_the_rest_answers
         let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
         assert_eq!(message, format!("{at}: must be a JSON object"));
     }
-    // A run_at so early that run_at less the priority is no timestamp (V26): AF006 naming run_at
-    // in both insert paths (a raw 22008 before), and the earliest allowed day is taken.
-    let early = "4714-11-24 00:00:00+00 BC";
-    for sql in [
-        "select asyncflow.create_task('t', '{}', priority => 5, run_at => $1::text::timestamptz)",
-        "select asyncflow.create_task('t', '{}', run_at => $1::text::timestamptz)",
-        "select asyncflow.create_tasks('t', jsonb_build_array(jsonb_build_object('run_at', $1::text, 'priority', 5)))",
+    // A run_at outside 0002-01-01 .. 9999-01-01 (V29; V26 refused only what was so early that
+    // run_at less the priority is no timestamp, a raw 22008 before that): AF006 naming run_at in
+    // both insert paths. A task from 4713 BC or after 9999 was written, and then no reader of
+    // RFC 3339 could read it back.
+    for outside in [
+        "4714-11-24 00:00:00+00 BC",
+        "4713-11-24 00:00:00+00 BC",
+        "0100-01-01 00:00:00+00 BC",
+        "0001-12-31 23:59:59+00",
+        "9999-01-01 00:00:01+00",
+        "10000-01-01 00:00:00+00",
     ] {
-        let err = c.query(sql, &[&early]).await.expect_err(sql);
-        assert_eq!(sqlstate(&err), "AF006", "{sql}: {err:?}");
-        let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
-        assert!(message.contains("run_at"), "{sql}: {message}");
+        for sql in [
+            "select asyncflow.create_task('t', '{}', priority => 5, run_at => $1::text::timestamptz)",
+            "select asyncflow.create_task('t', '{}', run_at => $1::text::timestamptz)",
+            "select asyncflow.create_tasks('t', jsonb_build_array(jsonb_build_object('run_at', $1::text, 'priority', 5)))",
+        ] {
+            let err = c.query(sql, &[&outside]).await.expect_err(sql);
+            assert_eq!(sqlstate(&err), "AF006", "{sql} {outside}: {err:?}");
+            let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+            assert!(message.contains("run_at must be a timestamp from 0002-01-01 to 9999-01-01"), "{sql}: {message}");
+        }
     }
     assert_eq!(task_count(&c).await, 0, "nothing was written");
-    let earliest = "4713-11-24 00:00:00+00 BC";
-    c.query_one(
-        "select asyncflow.create_task('t', '{}', priority => 31104000, run_at => $1::text::timestamptz)",
-        &[&earliest],
-    )
-    .await
-    .unwrap();
-    c.query_one(
-        "select asyncflow.create_tasks('t', jsonb_build_array(jsonb_build_object('run_at', $1::text)))",
-        &[&earliest],
-    )
-    .await
-    .unwrap();
+    // the ends of the range are taken, and the tasks read back
+    for edge in ["0002-01-01 00:00:00+00", "9999-01-01 00:00:00+00"] {
+        let one: String = c
+            .query_one(
+                "select asyncflow.create_task('t', '{}', priority => 31104000, run_at => $1::text::timestamptz)",
+                &[&edge],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let bulk: String = c
+            .query_one(
+                "select asyncflow.create_tasks('t', jsonb_build_array(jsonb_build_object('run_at', $1::text)))",
+                &[&edge],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        for id in [one, bulk] {
+            let task = api::get_task(&db.conn().await, &id).await.unwrap().unwrap();
+            assert!(task.order_time.timestamp() != 0, "{edge}: {task:?}");
+        }
+    }
     c.batch_execute("delete from asyncflow.tasks").await.unwrap();
     // Reports of no known type: answered (empty, or refused), not a 42703.
     let rows = c.query("select * from asyncflow.report_tasks('w1', '[]')", &[]).await.unwrap();
