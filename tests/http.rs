@@ -244,6 +244,21 @@ async fn the_worker_protocol_holds_reports_and_refuses_stale_tokens_with_409() {
     let (_, held) = api.call("POST", "/v1/worker/hold", Some(json!({"type": "remote", "worker_id": "far-away"}))).await;
     let seq2 = held["tasks"][0]["claim_seq"].as_i64().unwrap();
     assert_eq!(held["tasks"][0]["stage"], "two");
+    // a field the outcome does not take is refused, and the batch changes nothing (a misspelt
+    // `contxt` was dropped and the task advanced with its old context)
+    let (s, e) = api
+        .call(
+            "POST",
+            "/v1/worker/report",
+            Some(json!({"worker_id": "far-away", "reports": [
+                {"task_id": id, "claim_seq": seq2, "outcome": "advance", "stage": "three", "contxt": {"n": 3}}
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("reports[0]: unknown field \"contxt\""), "{e}");
+    let (_, task) = api.call("GET", &format!("/v1/tasks/{id}"), None).await;
+    assert_eq!((task["stage"].clone(), task["status"].clone()), (json!("two"), json!("running")));
     let (s, batch) = api
         .call(
             "POST",

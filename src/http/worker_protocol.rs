@@ -93,7 +93,38 @@ struct BatchBody {
     /// The worker that holds the tasks.
     worker_id: String,
     /// One report per task, each fenced by its claim_seq.
-    reports: Vec<Report>,
+    #[schema(value_type = Vec<Report>)]
+    reports: Vec<Value>,
+}
+
+/// The fields a report may carry beside `task_id`, `claim_seq` and `outcome`, by outcome.
+fn report_fields(outcome: &str) -> &'static [&'static str] {
+    match outcome {
+        "advance" => &["stage", "context"],
+        "succeed" => &["result"],
+        "fail" => &["error", "retry"],
+        "later" => &["delay", "context"],
+        _ => &[],
+    }
+}
+
+/// One report of a batch, read strictly: a field its outcome does not take is refused, where
+/// it was dropped (a misspelt `contxt` advanced the task with its old context).
+fn read_report(index: usize, value: Value) -> ApiResult<Report> {
+    if let Some(fields) = value.as_object() {
+        let outcome = fields.get("outcome").and_then(Value::as_str).unwrap_or_default();
+        let known = report_fields(outcome);
+        let unknown = fields
+            .keys()
+            .find(|k| !matches!(k.as_str(), "task_id" | "claim_seq" | "outcome") && !known.contains(&k.as_str()));
+        if let Some(key) = unknown {
+            return Err(ApiError::bad_request(format!(
+                "reports[{index}]: unknown field {key:?} for outcome {outcome:?} (it takes: {})",
+                known.join(", ")
+            )));
+        }
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("reports[{index}]: {e}")))
 }
 
 /// Reports on many held tasks at once (`asyncflow.report_tasks`). A report whose fence no
@@ -112,8 +143,10 @@ async fn report_batch(State(state): State<AppState>, body: Result<Bytes, BytesRe
         return Err(ApiError::bad_request("at most 1000 reports per call"));
     }
     let worker = WorkerId::new(&body.worker_id)?;
+    let reports =
+        body.reports.into_iter().enumerate().map(|(i, v)| read_report(i, v)).collect::<ApiResult<Vec<_>>>()?;
     let c = state.pool.get().await.map_err(crate::Error::from)?;
-    let results = api::report_tasks(&c, &worker, &body.reports, None).await?;
+    let results = api::report_tasks(&c, &worker, &reports, None).await?;
     let results: Vec<Value> = results
         .into_iter()
         .map(
