@@ -280,6 +280,56 @@ async fn the_worker_protocol_holds_reports_and_refuses_stale_tokens_with_409() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
 }
 
+/// Without tokens, a browser's request from another site is refused (found by a bug hunt: any
+/// web page could create tasks on a loopback server, by a form's POST or an image's GET on the
+/// compat routes); the server's own pages and clients that are not browsers pass.
+#[tokio::test]
+async fn without_tokens_requests_from_other_sites_are_refused() {
+    let db = TestDb::new().await;
+    let api = Api::new(&db, &[]);
+    api.call("PUT", "/v1/task-types/video", Some(json!({}))).await;
+    let send = |headers: Vec<(&'static str, &'static str)>, method: &'static str, uri: &'static str| {
+        let app = api.app.clone();
+        async move {
+            let mut req = Request::builder().method(method).uri(uri).header("host", "127.0.0.1:8080");
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            let body = if method == "POST" { Body::from(json!({"type": "video"}).to_string()) } else { Body::empty() };
+            app.oneshot(req.header("content-type", "text/plain").body(body).unwrap()).await.unwrap().status()
+        }
+    };
+    for headers in [
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "same-site")],
+        vec![("origin", "http://evil.example")],
+        vec![("origin", "null")],
+    ] {
+        assert_eq!(send(headers.clone(), "POST", "/v1/tasks").await, StatusCode::FORBIDDEN, "{headers:?}");
+        assert_eq!(send(headers.clone(), "GET", "/create_task?task_type=video").await, StatusCode::FORBIDDEN);
+    }
+    let (_, listed) = api.call("GET", "/v1/tasks?type=video", None).await;
+    assert_eq!(listed["tasks"], json!([]), "nothing was created from another site");
+    for headers in [
+        vec![],
+        vec![("sec-fetch-site", "same-origin")],
+        vec![("sec-fetch-site", "none")],
+        vec![("origin", "http://127.0.0.1:8080")],
+    ] {
+        assert_eq!(send(headers.clone(), "POST", "/v1/tasks").await, StatusCode::CREATED, "{headers:?}");
+    }
+    // with tokens, a browser cannot send the token by itself: the token decides
+    let guarded = Api::new(&db, &[TOKEN]);
+    let req = Request::builder()
+        .method("GET")
+        .uri("/v1/task-types")
+        .header("sec-fetch-site", "cross-site")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(guarded.app.clone().oneshot(req).await.unwrap().status(), StatusCode::OK);
+}
+
 #[tokio::test]
 async fn bearer_tokens_guard_every_route_but_health() {
     let db = TestDb::new().await;

@@ -46,6 +46,17 @@ impl ApiError {
         }
     }
 
+    /// 403: a browser's request from another site to a server without tokens.
+    pub fn cross_site() -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "cross_site_request",
+            message: "a request from another site is refused: this server has no bearer token (--token), so only \
+                      its own pages and clients that are not browsers may call it"
+                .into(),
+        }
+    }
+
     /// 409: the fencing token no longer matches.
     pub fn stale(message: impl Into<String>) -> Self {
         ApiError { status: StatusCode::CONFLICT, code: "stale_fencing_token", message: message.into() }

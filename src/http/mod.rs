@@ -120,6 +120,13 @@ pub async fn serve(pool: DbPool, config: HttpConfig, shutdown: CancellationToken
 
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if state.tokens.is_empty() {
+        // Without tokens any page a browser shows could call this server (a loopback one
+        // included) with the browser's reach: a form's POST, an image's GET on the compat
+        // routes. Browsers say where a request comes from; a request from another site is
+        // refused. Clients that are not browsers send neither header and pass.
+        if is_cross_site(request.headers()) {
+            return axum::response::IntoResponse::into_response(ApiError::cross_site());
+        }
         return next.run(request).await;
     }
     let given = request
@@ -132,6 +139,20 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         next.run(request).await
     } else {
         axum::response::IntoResponse::into_response(ApiError::unauthorized())
+    }
+}
+
+/// Whether a browser sent the request from another site: `Sec-Fetch-Site` when the browser
+/// sends it (every current one does), else an `Origin` whose host is not the one addressed.
+fn is_cross_site(headers: &axum::http::HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("?"));
+    if let Some(site) = text("sec-fetch-site") {
+        return !matches!(site, "same-origin" | "none");
+    }
+    match (text("origin"), text("host")) {
+        (Some(origin), Some(host)) => origin.split_once("://").map(|(_, h)| h) != Some(host),
+        (Some(_), None) => true,
+        (None, _) => false,
     }
 }
 
