@@ -280,6 +280,22 @@ async fn the_worker_protocol_holds_reports_and_refuses_stale_tokens_with_409() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
 }
 
+/// A type's concurrency limit is set, left alone when not named, and removed by `null` (found
+/// by a bug hunt: null read as "not named", so the limit could not be removed over HTTP).
+#[tokio::test]
+async fn a_concurrency_limit_is_removed_by_null() {
+    let db = TestDb::new().await;
+    let api = Api::new(&db, &[]);
+    let (s, t) = api.call("PUT", "/v1/task-types/video", Some(json!({"concurrency": 5}))).await;
+    assert_eq!((s, t["concurrency"].clone()), (StatusCode::OK, json!(5)), "{t}");
+    let (_, t) = api.call("PUT", "/v1/task-types/video", Some(json!({"schedule_limit": 3}))).await;
+    assert_eq!(t["concurrency"], 5, "not named, left as it is: {t}");
+    let (s, t) = api.call("PUT", "/v1/task-types/video", Some(json!({"concurrency": null}))).await;
+    assert_eq!((s, t["concurrency"].clone()), (StatusCode::OK, Value::Null), "{t}");
+    let (s, _) = api.call("PUT", "/v1/task-types/video", Some(json!({"concurrency": "many"}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}
+
 /// Without tokens, a browser's request from another site is refused (found by a bug hunt: any
 /// web page could create tasks on a loopback server, by a form's POST or an image's GET on the
 /// compat routes); the server's own pages and clients that are not browsers pass.

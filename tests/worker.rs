@@ -648,7 +648,7 @@ async fn a_producer_does_not_spin_on_tasks_held_back_by_the_concurrency_limit() 
     let db = TestDb::new().await;
     let c = db.raw().await;
     let ty = TypeName::new("limited").unwrap();
-    let settings = fast(TaskTypeUpdate { concurrency: Some(1), ..Default::default() });
+    let settings = fast(TaskTypeUpdate { concurrency: Some(Some(1)), ..Default::default() });
     api::register_task_type(&db.conn().await, &ty, &settings).await.unwrap();
     api::create_tasks(&db.conn().await, "limited", &vec![NewTask::default(); 3]).await.unwrap();
     let before = commits(&c).await;
