@@ -90,6 +90,27 @@ async fn an_executable_does_not_inherit_the_worker_credentials() {
 }
 
 #[tokio::test]
+async fn an_executable_does_not_inherit_the_signing_keys_of_the_folders_http_functions() {
+    std::env::set_var("AF_TEST_SIGNING_KEY", "sign-me");
+    let dir = TempDir(std::env::temp_dir().join(format!("af-reg-{}", uuid::Uuid::new_v4().simple())));
+    for (name, toml, run) in [
+        ("hooked", "url = \"http://127.0.0.1:1/x\"\nsecret_env = \"AF_TEST_SIGNING_KEY\"\n", None),
+        ("local", "command = [\"./run\"]\n", Some("printf '{\"result\": \"%s\"}' \"${AF_TEST_SIGNING_KEY-unset}\"")),
+    ] {
+        let folder = dir.join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("function.toml"), toml).unwrap();
+        if let Some(body) = run {
+            std::fs::write(folder.join("run"), format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(folder.join("run"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    let specs = asyncflow::function::registry::load_dir(&dir).unwrap();
+    let local = specs.values().find(|s| s.task_type.as_str() == "local").unwrap().function().unwrap();
+    assert_eq!(local.call(call("s", json!({}))).await, StageReply::Succeeded { result: json!("unset") });
+}
+
+#[tokio::test]
 async fn each_reply_form_of_an_executable_is_understood() {
     let cases = [
         (

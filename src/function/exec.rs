@@ -44,12 +44,29 @@ struct ExecInner {
     argv: Vec<String>,
     dir: PathBuf,
     max_reply: usize,
+    /// Variables the process does not inherit, beside the worker's credentials.
+    hidden: Vec<String>,
 }
 
 impl ExecFunction {
     /// `argv[0]` is the program (already resolved), run in `dir`.
     pub fn new(name: impl Into<String>, argv: Vec<String>, dir: PathBuf, max_reply: usize) -> Self {
-        ExecFunction { inner: Arc::new(ExecInner { name: name.into(), argv, dir, max_reply }) }
+        ExecFunction { inner: Arc::new(ExecInner { name: name.into(), argv, dir, max_reply, hidden: Vec::new() }) }
+    }
+
+    /// The same function, its process not inheriting these variables (beside
+    /// [`WORKER_CREDENTIALS`]): the signing keys of HTTP functions in the same folder.
+    pub fn hiding(self, variables: Vec<String>) -> Self {
+        let inner = &self.inner;
+        ExecFunction {
+            inner: Arc::new(ExecInner {
+                name: inner.name.clone(),
+                argv: inner.argv.clone(),
+                dir: inner.dir.clone(),
+                max_reply: inner.max_reply,
+                hidden: variables,
+            }),
+        }
     }
 }
 
@@ -113,7 +130,7 @@ impl ExecInner {
             return StageReply::Failed { error: "empty command".into(), retry: false };
         };
         let mut cmd = tokio::process::Command::new(program);
-        for credential in WORKER_CREDENTIALS {
+        for credential in WORKER_CREDENTIALS.iter().copied().chain(self.hidden.iter().map(String::as_str)) {
             cmd.env_remove(credential);
         }
         cmd.args(args)

@@ -78,18 +78,21 @@ pub struct FunctionSpec {
     pub settings: TaskTypeUpdate,
     /// Free text.
     pub description: Option<String>,
+    /// The variable its HMAC key is read from (HTTP functions).
+    pub secret_env: Option<String>,
+    /// Variables its process must not inherit (executables): the signing keys of the folder's
+    /// HTTP functions, set by [`load_dir`].
+    pub hidden_env: Vec<String>,
 }
 
 impl FunctionSpec {
     /// The callable function.
     pub fn function(&self) -> Result<Arc<dyn Function>> {
         match &self.kind {
-            FunctionKind::Exec { argv } => Ok(Arc::new(ExecFunction::new(
-                self.task_type.to_string(),
-                argv.clone(),
-                self.dir.clone(),
-                MAX_REPLY_BYTES_DEFAULT,
-            ))),
+            FunctionKind::Exec { argv } => Ok(Arc::new(
+                ExecFunction::new(self.task_type.to_string(), argv.clone(), self.dir.clone(), MAX_REPLY_BYTES_DEFAULT)
+                    .hiding(self.hidden_env.clone()),
+            )),
             FunctionKind::Http { url, secret } => {
                 let url = reqwest::Url::parse(url).map_err(|e| bad(&self.file, "url", &e.to_string()))?;
                 let f = HttpFunction::new(url, self.timeout, secret.clone(), MAX_REPLY_BYTES_DEFAULT)
@@ -199,6 +202,8 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
         build: parsed.build,
         settings: parsed.settings,
         description: parsed.description,
+        secret_env: parsed.secret_env,
+        hidden_env: Vec::new(),
     })
 }
 
@@ -233,6 +238,11 @@ pub fn load_dir(dir: &Path) -> Result<BTreeMap<TypeName, FunctionSpec>> {
     }
     if specs.is_empty() {
         return Err(Error::Config(format!("no */function.toml in {}", dir.display())));
+    }
+    // an executable is not handed the keys that sign the calls of the folder's HTTP functions
+    let keys: Vec<String> = specs.values().filter_map(|s| s.secret_env.clone()).collect();
+    for spec in specs.values_mut() {
+        spec.hidden_env = keys.clone();
     }
     Ok(specs)
 }
