@@ -703,3 +703,28 @@ async fn a_paused_type_lets_an_idle_worker_exit_and_resuming_it_wakes_workers() 
     stop.cancel();
     running.await.unwrap().unwrap();
 }
+
+/// A worker's types are registered all or none: a bad setting for one type leaves the others
+/// as they were (found by a bug hunt: the types before it in the folder were already changed).
+#[tokio::test]
+async fn a_bad_setting_for_one_type_registers_none_of_the_workers_types() {
+    let db = TestDb::new().await;
+    let noop = |_call: StageCall| async move { StageReply::Succeeded { result: json!(null) } };
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config(2))
+        .register(
+            TypeName::new("aa").unwrap(),
+            noop,
+            None,
+            TaskTypeUpdate { max_retry_num: Some(7), ..Default::default() },
+        )
+        .register(
+            TypeName::new("zz").unwrap(),
+            noop,
+            None,
+            TaskTypeUpdate { schedule_limit: Some(0), ..Default::default() },
+        );
+    let err = worker.run(CancellationToken::new()).await.expect_err("schedule_limit 0 is refused");
+    assert!(err.to_string().contains("schedule_limit"), "{err}");
+    let types = api::list_task_types(&db.conn().await).await.unwrap();
+    assert!(types.is_empty(), "no type was created: {types:?}");
+}

@@ -65,16 +65,30 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Creates the type or applies the settings named.
-    pub(super) async fn register_task_type(
+    /// Registers every type with its settings, all or none where the backend allows it (the
+    /// database: one transaction; a server takes them one by one). On an error, the index of
+    /// the type refused and why.
+    pub(super) async fn register_task_types(
         &self,
-        task_type: &TypeName,
-        settings: &TaskTypeUpdate,
-    ) -> Result<TaskTypeSettings> {
+        types: &[(&TypeName, &TaskTypeUpdate)],
+    ) -> std::result::Result<Vec<TaskTypeSettings>, (usize, Error)> {
+        let mut registered = Vec::with_capacity(types.len());
         match self {
-            Backend::Database(pool) => api::register_task_type(&pool.get().await?, task_type, settings).await,
-            Backend::Server(remote) => remote.register_task_type(task_type, settings).await,
+            Backend::Database(pool) => {
+                let mut client = pool.get().await.map_err(|e| (0, Error::from(e)))?;
+                let tx = client.transaction().await.map_err(|e| (0, Error::from_db(e)))?;
+                for (i, (name, settings)) in types.iter().enumerate() {
+                    registered.push(api::register_task_type(&tx, name, settings).await.map_err(|e| (i, e))?);
+                }
+                tx.commit().await.map_err(|e| (types.len().saturating_sub(1), Error::from_db(e)))?;
+            }
+            Backend::Server(remote) => {
+                for (i, (name, settings)) in types.iter().enumerate() {
+                    registered.push(remote.register_task_type(name, settings).await.map_err(|e| (i, e))?);
+                }
+            }
         }
+        Ok(registered)
     }
 
     /// Claims up to `want` ready tasks of `task_type` for `owner`.

@@ -357,14 +357,21 @@ impl Worker {
 
     /// Runs until `shutdown` fires, then drains (see the module docs) and returns the counters.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerSummary> {
-        let mut types = Vec::new();
-        for (name, reg) in &self.functions {
-            let settings = self.backend.register_task_type(name, &reg.settings).await.map_err(|e| match e {
-                e if e.is_client_error() => Error::Config(format!("{}: settings: {e}", reg.origin)),
-                e => e,
-            })?;
-            types.push((name.clone(), reg.clone(), settings));
-        }
+        // all the types' settings, or none of them: a bad [settings] table in one function.toml
+        // leaves the other types as they were
+        let wanted: Vec<(&TypeName, &TaskTypeUpdate)> = self.functions.iter().map(|(n, r)| (n, &r.settings)).collect();
+        let registered = self.backend.register_task_types(&wanted).await.map_err(|(i, e)| {
+            match (e.is_client_error(), self.functions.values().nth(i)) {
+                (true, Some(reg)) => Error::Config(format!("{}: settings: {e}", reg.origin)),
+                _ => e,
+            }
+        })?;
+        let types: Vec<_> = self
+            .functions
+            .iter()
+            .zip(registered)
+            .map(|((name, reg), settings)| (name.clone(), reg.clone(), settings))
+            .collect();
         let listener_stop = CancellationToken::new();
         // Database: NOTIFY fans out to every producer. Server: each type has a wake channel of
         // its own with one slot (wakes that come while its producer is busy collapse into one),
