@@ -165,6 +165,9 @@ async fn errors_are_json_with_the_right_status_and_no_database_text() {
             StatusCode::BAD_REQUEST,
             "NUL character",
         ),
+        // axum's own rejections in the same JSON shape (they were plain text)
+        ("POST", "/v1/pipelines/x/versions/abc/activate", None, StatusCode::BAD_REQUEST, "abc"),
+        ("DELETE", "/v1/tasks", None, StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
         ("GET", "/v1/tasks/video-1-999", None, StatusCode::NOT_FOUND, "unknown task"),
         ("GET", "/v1/tasks/garbage", None, StatusCode::NOT_FOUND, "unknown task"),
         ("POST", "/v1/tasks/video-1-999/cancel", None, StatusCode::NOT_FOUND, "unknown task"),

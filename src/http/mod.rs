@@ -102,6 +102,7 @@ pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
         .merge(dashboard::routes())
         .merge(api)
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::map_response(json_client_errors))
         .layer(DefaultBodyLimit::max(config.max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .with_state(state)
@@ -140,6 +141,32 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
     } else {
         axum::response::IntoResponse::into_response(ApiError::unauthorized())
     }
+}
+
+/// A client error that axum's extractors answered in plain text (a path segment that does not
+/// parse, a method a route does not take) gets the API's JSON error body, as every other error
+/// does, its text as the message.
+async fn json_client_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() || is_json {
+        return response;
+    }
+    let code = match status {
+        axum::http::StatusCode::NOT_FOUND => "not_found",
+        axum::http::StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        _ => "bad_request",
+    };
+    let bytes = axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes).trim().to_string();
+    let message = if text.is_empty() { status.canonical_reason().unwrap_or("client error").to_string() } else { text };
+    axum::response::IntoResponse::into_response(ApiError { status, code, message })
 }
 
 /// Whether a browser sent the request from another site: `Sec-Fetch-Site` when the browser
