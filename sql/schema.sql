@@ -1518,6 +1518,10 @@ begin
     v_leaf := 'tasks_' || p_task_type || '_' || v_shard;
     begin
       perform set_config('lock_timeout', '1s', true);
+      -- (V30) the type's table first, then the shard: the order every claim, report and insert
+      -- takes them in. DROP TABLE of a shard locks its parent too; taking the shard first, as V6
+      -- did, deadlocked with claims holding the parent and waiting for the shard.
+      execute format('lock table asyncflow.%I in access exclusive mode', 'tasks_' || p_task_type);
       execute format('lock table asyncflow.%I in access exclusive mode', v_leaf);
       if asyncflow.shard_is_live(p_task_type, v_shard) then
         update asyncflow.shards set closed_at = null where task_type = p_task_type and shard = v_shard;
@@ -1528,7 +1532,9 @@ begin
       end if;
       execute format('drop table asyncflow.%I', v_leaf);
       perform set_config('lock_timeout', v_lock_timeout, true);
-    exception when lock_not_available then
+    exception when lock_not_available or undefined_table then
+      -- busy (tried again at the next pass), or dropped meanwhile by a pass running beside this
+      -- one, which records it
       perform set_config('lock_timeout', v_lock_timeout, true);
       continue;
     end;

@@ -165,6 +165,40 @@ async fn begin_pos_moves_past_finished_shards_and_back_for_a_task_retried_by_han
     assert!(found, "claimable again");
 }
 
+/// Dropping a shard takes the type's table before the shard, the order a claim takes them in
+/// (V30). Found by a bug hunt: taking the shard first deadlocked with a claim that held the
+/// type's table and then reached for the shard.
+#[tokio::test]
+async fn dropping_a_shard_takes_its_locks_in_the_claims_order() {
+    let db = TestDb::new().await;
+    register(&db, "locked", small_shards(Some(0))).await;
+    let c = db.conn().await;
+    let ids = fill(&db, "locked", 2).await;
+    let old: Vec<TaskId> = ids.iter().filter(|i| i.shard() == 1).cloned().collect();
+    finish(&db, "locked", &old).await;
+    assert_eq!(api::advance_begin_pos(&c, "locked", None).await.unwrap(), 2);
+    // a transaction holding the type's table, as a claim does before it reaches the shards
+    let mut claimer = db.raw().await;
+    let tx = claimer.transaction().await.unwrap();
+    tx.batch_execute("lock table only asyncflow.tasks_locked in access share mode").await.unwrap();
+    let dropper = db.raw().await;
+    let later = Utc::now() + chrono::Duration::seconds(60);
+    let dropping = tokio::spawn(async move {
+        dropper.query("select asyncflow.drop_expired_shards('locked', $1)", &[&later]).await.map(|rows| rows.len())
+    });
+    let watcher = db.raw().await;
+    common::wait_for_lock_wait(&watcher, "drop_expired_shards").await;
+    // the shard is not locked by the waiting drop: the claim reaches it at once (before, it met
+    // the drop's lock on the shard: a deadlock, unless the drop's own 1 s lock_timeout ran out
+    // first)
+    tx.batch_execute("set local lock_timeout = '100ms'").await.unwrap();
+    let read = tx.query("select count(*) from asyncflow.tasks_locked_1", &[]).await;
+    assert!(read.is_ok(), "the claim's side went on: {read:?}");
+    tx.commit().await.unwrap();
+    let dropped = dropping.await.unwrap();
+    assert!(dropped.is_ok(), "the drop waited (or gave up for this pass) without a deadlock: {dropped:?}");
+}
+
 #[tokio::test]
 async fn retention_drops_old_finished_shards_whole_and_never_a_live_one() {
     let db = TestDb::new().await;
