@@ -191,6 +191,23 @@ fn usable_data_dir(configured: &Path, user: &Option<nix::unistd::User>) -> Resul
     }
 }
 
+/// The pid and port of a live server on `data_dir`, from its `postmaster.pid` (lines 1 and 4);
+/// None when there is none or its process is gone (a stale file, which the server itself
+/// replaces).
+fn running_server(data_dir: &std::path::Path) -> Option<(i32, u16)> {
+    let text = std::fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    let mut lines = text.lines();
+    let pid: i32 = lines.next()?.trim().parse().ok()?;
+    let port: u16 = lines.nth(2)?.trim().parse().ok()?;
+    // EPERM: the process exists but belongs to another user (the server's, when this one is not)
+    let alive = pid > 0
+        && matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Ok(()) | Err(nix::errno::Errno::EPERM)
+        );
+    alive.then_some((pid, port))
+}
+
 fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
     let bin = find_bin_dir()?;
     let user = server_user()?;
@@ -214,9 +231,18 @@ fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
             )));
         }
     }
+    if let Some((pid, port)) = running_server(&data_dir) {
+        return Err(Error::Embedded(format!(
+            "the data directory {} is in use by a running server (pid {pid}, port {port}), another asyncflow \
+             command's embedded server: set DATABASE_URL=postgres://postgres@127.0.0.1:{port}/postgres to use it \
+             too, or stop that command first",
+            data_dir.display()
+        )));
+    }
     let port = free_port()?;
     let log_path = data_dir.with_extension("log");
-    let log = std::fs::File::create(&log_path)?;
+    // appended to, never truncated: the log of an earlier run is kept
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
     chown_to(&log_path, &user)?;
 
     let mut cmd = Command::new(bin.join("postgres"));
@@ -230,6 +256,10 @@ fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
         cmd.arg("-c").arg(format!("{name}={value}"));
     }
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // A process group of its own: a Ctrl-C at the terminal goes to the command, which shuts down
+    // (a worker hands its tasks back through this server) and then stops the server; in the
+    // terminal's group the server got the signal too and stopped first.
+    cmd.process_group(0);
     as_user(&mut cmd, &user);
     // Stop the server when the thread that started it goes away (it lives as long as the process).
     unsafe {
@@ -293,4 +323,26 @@ fn spawn_from_lasting_thread(mut cmd: Command) -> Result<Child> {
     rx.recv()
         .map_err(|_| Error::Embedded("the start-up thread ended early".into()))?
         .map_err(|e| Error::Embedded(format!("starting postgres: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_server_is_found_from_its_pid_file_and_a_stale_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("af-emb-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("postmaster.pid");
+        assert_eq!(running_server(&dir), None, "no file");
+        let me = std::process::id();
+        std::fs::write(&pid_file, format!("{me}\n{}\n1700000000\n54321\n\n127.0.0.1\n", dir.display())).unwrap();
+        assert_eq!(running_server(&dir), Some((me as i32, 54321)), "this process stands in for a live server");
+        // a pid no process has (beyond the kernel's default pid_max)
+        std::fs::write(&pid_file, "4194304\n/x\n1700000000\n54321\n").unwrap();
+        assert_eq!(running_server(&dir), None, "stale");
+        std::fs::write(&pid_file, "garbage\n").unwrap();
+        assert_eq!(running_server(&dir), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
