@@ -121,6 +121,58 @@ async fn a_timed_out_run_is_retried_as_a_new_run_with_the_same_notify_key_while_
     assert!(new["retried_by"].is_null());
 }
 
+/// What the checker cannot do for one run fails that run alone (V31). Found by a bug hunt: a
+/// timed-out run whose retry needed its version, retired meanwhile, made every pass of the
+/// checker roll back, so no other run began or timed out any more.
+#[tokio::test]
+async fn a_run_the_checker_cannot_retry_times_out_alone_and_the_checker_goes_on() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_processing_time": 3600})).await;
+    let checker = RunChecker::new(db.pool.clone(), Duration::from_secs(1));
+    pipeline(&c, "p", one_task(None, json!({"retries": 1, "timeout": 60}))).await;
+    let stuck = start(&c, "p", json!({}), None, Some(t0())).await;
+    // a newer version of p retires the one the run was started on
+    pipeline(&c, "p", one_task(Some(30), json!({"retries": 1, "timeout": 60}))).await;
+    pipeline(&c, "later", one_task(None, json!({}))).await;
+    let delayed: String = c
+        .query_one("select asyncflow.start_run('later', run_at => $1, p_now => $2)", &[&(t0() + secs(30.0)), &t0()])
+        .await
+        .unwrap()
+        .get(0);
+    let pass = checker.run_once(Some(t0() + secs(61.0))).await.expect("the pass goes through");
+    assert!(pass.changed >= 2, "{pass:?}");
+    let r = run(&c, &stuck).await;
+    assert_eq!(r["status"], "timed_out", "{r}");
+    assert!(r["error"].as_str().unwrap().contains("not retried"), "{}", r["error"]);
+    assert!(r["retried_by"].is_null());
+    assert_eq!(run(&c, &delayed).await["status"], "running", "the other run began");
+
+    // a delayed run that cannot begin (a chain of instant nodes past the server's stack depth)
+    // fails alone, saying why
+    let mut nodes = vec![json!({"name": "start", "type": "start"})];
+    let mut edges = Vec::new();
+    let mut last = "start".to_string();
+    for i in 0..400 {
+        let name = format!("j{i}");
+        nodes.push(json!({"name": name, "type": "parallel"}));
+        edges.push(json!([last, name]));
+        last = name;
+    }
+    nodes.push(json!({"name": "end", "type": "end"}));
+    edges.push(json!([last, "end"]));
+    pipeline(&c, "deep", json!({"nodes": nodes, "edges": edges})).await;
+    let deep: String = c
+        .query_one("select asyncflow.start_run('deep', run_at => $1, p_now => $2)", &[&(t0() + secs(100.0)), &t0()])
+        .await
+        .unwrap()
+        .get(0);
+    checker.run_once(Some(t0() + secs(101.0))).await.expect("the pass goes through");
+    let r = run(&c, &deep).await;
+    assert_eq!(r["status"], "failed", "{}", r["error"]);
+    assert!(r["error"].as_str().unwrap().contains("could not begin"), "{}", r["error"]);
+}
+
 #[tokio::test]
 async fn a_callback_to_an_endpoint_that_is_down_is_delivered_signed_once_it_is_back() {
     let db = TestDb::new().await;
