@@ -470,6 +470,14 @@ async fn a_failed_node_is_retried_and_an_async_node_completed_over_http_and_the_
     assert_eq!((s, b["status"].clone()), (200, json!("succeeded")), "{b}");
     assert_eq!(b["result"], json!({"approve": {"by": "alice"}}));
 
+    // a null result is a result, not "left out" (found by a bug hunt: the server read null as
+    // absent and took the function's result)
+    let id = start(&c, "two", json!({}), None, None).await;
+    let a = claim(&c, "wf", None).await;
+    report(&c, vec![(&a[0], ok(json!("A")))], None).await;
+    let (s, b) = post(format!("/v1/runs/{id}/nodes/approve/complete"), Some(json!({"result": null}))).await;
+    assert_eq!((s, b["result"].clone()), (200, json!({"approve": null})), "{b}");
+
     // with the CLI: the same, and an external failure
     let id = start(&c, "two", json!({}), None, None).await;
     let a = claim(&c, "wf", None).await;

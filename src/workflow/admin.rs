@@ -272,7 +272,12 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
                 }
                 None => {
                     let path = format!("/v1/runs/{}/nodes/{}/complete", encode(&id), encode(&node));
-                    call(target, Method::POST, &path, Some(json!({"result": result, "error": error}))).await
+                    // `result` only when given: null is a result, left out is the function's
+                    let mut body = json!({"error": error});
+                    if let Some(r) = result {
+                        body["result"] = r;
+                    }
+                    call(target, Method::POST, &path, Some(body)).await
                 }
             }
         }
