@@ -2368,9 +2368,14 @@ begin
     where e.day = v_run.day and e.run_id = v_run.run_id and e.status = 'cancelled' order by e.event_id
   loop
     perform asyncflow.wf_rerun_event(v_run, v_other, v_now);
+    -- (V32) a node that fails again at once fails the run again: nothing more is started in it
+    exit when (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) <> 'running';
   end loop;
-  perform asyncflow.wf_rerun_event(v_run, v_event, v_now);
-  return true;
+  if (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) = 'running' then
+    perform asyncflow.wf_rerun_event(v_run, v_event, v_now);
+  end if;
+  -- true when the run is under way again; false when it failed again while its nodes restarted
+  return (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) = 'running';
 end
 $_$;
 

@@ -511,3 +511,43 @@ async fn cancelling_a_run_cancels_its_tasks_and_bad_input_changes_nothing() {
     let missing: Option<Value> = c.query_one("select asyncflow.get_run('nope')", &[]).await.unwrap().get(0);
     assert!(missing.is_none());
 }
+
+/// Retrying a node starts nothing more once the run fails again while its nodes restart (V32).
+/// Found by a bug hunt: a cancelled sub-pipeline node whose child pipeline was retired failed the
+/// run again at once, and the retried node still got a live task in the failed run.
+#[tokio::test]
+async fn retrying_a_node_starts_nothing_more_in_a_run_that_fails_again() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_retry_num": 0})).await;
+    register(&c, "slow", json!({"max_retry_num": 0})).await;
+    let kid = json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "inner", "type": "task", "function": "slow"}, {"name": "end", "type": "end"}],
+        "edges": [["start", "inner"], ["inner", "end"]]});
+    pipeline(&c, "kid", kid.clone()).await;
+    pipeline(
+        &c,
+        "par",
+        json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "sub", "type": "pipeline", "pipeline": "kid"}, {"name": "b", "type": "task", "function": "wf"},
+        {"name": "end", "type": "end"}], "edges": [["start", "sub"], ["start", "b"], ["sub", "end"], ["b", "end"]]}),
+    )
+    .await;
+    let id = start(&c, "par", json!({}), None, None).await;
+    let b = claim(&c, "wf", None).await;
+    report(&c, vec![(&b[0], json!({"outcome": "fail", "error": "no", "retry": false}))], None).await;
+    assert_eq!(run(&c, &id).await["status"], "failed");
+    assert_eq!(event(&run(&c, &id).await, "sub")["status"], "cancelled");
+    // kid's version 1 is retired by a new one...
+    let mut kid2 = kid.clone();
+    kid2["nodes"][1]["timeout"] = json!(30);
+    pipeline(&c, "kid", kid2).await;
+    // ... and that one too: kid starts no child run any more
+    c.query_one("select asyncflow.set_pipeline_status('kid', 2, 'retired')", &[]).await.unwrap();
+    let retried: bool = c.query_one("select asyncflow.retry_node($1, 'b')", &[&id]).await.unwrap().get(0);
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "failed", "sub failed again at once: {r}");
+    assert!(!retried, "retry_node says the run did not get going: {r}");
+    assert_ne!(event(&r, "b")["status"], "pending", "nothing started in the failed run: {r}");
+    assert!(claim(&c, "wf", None).await.is_empty(), "no live task of b");
+}
