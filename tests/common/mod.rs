@@ -207,10 +207,13 @@ where
 
 /// Waits (at most 10 s) until another backend of `c`'s database, running a statement that
 /// contains `text`, is waiting for a lock: a test that sets up a lock conflict knows its second
-/// statement is blocked rather than merely started.
+/// statement is blocked rather than merely started. `c` may be inside a transaction: the
+/// activity snapshot, which a transaction otherwise keeps from its first read, is cleared before
+/// each look.
 pub async fn wait_for_lock_wait(c: &tokio_postgres::Client, text: &str) {
     let pattern = format!("%{text}%");
     wait_until(Duration::from_secs(10), &format!("a statement with {text} to wait for a lock"), || async {
+        c.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
         let n: i64 = c
             .query_one(
                 "select count(*) from pg_stat_activity where datname = current_database() \
