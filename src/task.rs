@@ -124,6 +124,14 @@ pub struct Task {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// For `#[serde(default, deserialize_with = "crate::task::present")]` on an `Option<T>`: a field
+/// that is there is `Some`, `null` included (`Some(None)` for an `Option<Option<_>>`,
+/// `Some(Value::Null)` for a `Value`), where a plain `Option` would read `null` as left out. For
+/// the fields where `null` means something: no concurrency limit, a node's result.
+pub(crate) fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
 /// One task to create; every field is optional, and a field it does not know is refused (a
 /// misspelt `priorty` would otherwise create the task without it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]

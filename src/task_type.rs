@@ -36,12 +36,6 @@ pub struct TaskTypeSettings {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A field that is present, `null` included: `Some(None)` for `null`, where a plain `Option`
-/// would read it as absent (used where `null` means something: no concurrency limit).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i32>>, D::Error> {
-    Option::<i32>::deserialize(d).map(Some)
-}
-
 /// Settings to apply; the ones left `None` stay as they are.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -69,7 +63,7 @@ pub struct TaskTypeUpdate {
     pub retention: Option<i64>,
     /// See [`TaskTypeSettings::concurrency`]. `Some(None)` (JSON `null`) removes the limit;
     /// `None` (the field left out) leaves it as it is.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "crate::task::present", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<i32>, nullable)]
     pub concurrency: Option<Option<i32>>,
     /// See [`TaskTypeSettings::paused`].

@@ -240,18 +240,12 @@ async fn retry_node(State(state): State<AppState>, Path((id, node)): Path<(Strin
 #[serde(deny_unknown_fields)]
 struct CompleteBody {
     /// The node's result, any JSON value, `null` included (left out: its function's result).
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "crate::task::present")]
     #[schema(value_type = Option<Object>)]
     result: Option<Value>,
     /// Fail the node, and the run, with this error instead.
     #[serde(default)]
     error: Option<String>,
-}
-
-/// A field that is present, `null` included (`Some(Value::Null)`), where a plain `Option` would
-/// read `null` as left out.
-fn present_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    <Value as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// Completes (or fails, with `error`) an asynchronous node waiting for an external result; the run
