@@ -66,6 +66,18 @@ async fn row_updates(c: &tokio_postgres::Client, task_type: &str, expected: i64)
     updates().await
 }
 
+/// Transactions the server counted in the test's database (its other backends are ended first,
+/// so that theirs are in).
+async fn commits(c: &tokio_postgres::Client) -> i64 {
+    end_other_connections(c).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
+    c.query_one("select xact_commit from pg_stat_database where datname = current_database()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 async fn all_final(db: &TestDb, ids: &[TaskId]) -> bool {
     let counts = api::count_by_status_of(&db.conn().await, ids).await.unwrap();
     counts.iter().filter(|(s, _)| s.is_final()).map(|(_, n)| n).sum::<i64>() == ids.len() as i64
@@ -523,19 +535,7 @@ async fn a_producer_does_not_spin_while_a_hold_is_open() {
     let ty = TypeName::new("patient").unwrap();
     api::register_task_type(&db.conn().await, &ty, &fast(TaskTypeUpdate::default())).await.unwrap();
     api::create_tasks(&db.conn().await, "patient", &vec![NewTask::default(); 3]).await.unwrap();
-    // transactions counted by the server: its other backends end first, so that theirs are in
-    let commits = || async {
-        end_other_connections(&c).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        c.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
-        let n: i64 = c
-            .query_one("select xact_commit from pg_stat_database where datname = current_database()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        n
-    };
-    let before = commits().await;
+    let before = commits(&c).await;
     let worker = Worker::new(
         db.pool.clone(),
         db.url.clone(),
@@ -552,7 +552,7 @@ async fn a_producer_does_not_spin_while_a_hold_is_open() {
     );
     let summary = worker.run(CancellationToken::new()).await.unwrap();
     assert_eq!(summary.succeeded, 3);
-    let spent = commits().await - before;
+    let spent = commits(&c).await - before;
     // a few claims, next_due and idle checks; spinning through the 300 ms made hundreds
     assert!(spent < 40, "{spent} transactions");
 }
@@ -626,18 +626,6 @@ async fn a_shutdown_ends_even_while_the_database_is_unreachable() {
     for id in &ids {
         assert_eq!(status_of(&db, id).await, TaskStatus::Running, "left to its lease and the rescuer: {id}");
     }
-}
-
-/// Transactions the server counted in the test's database (its other backends are ended first,
-/// so that theirs are in).
-async fn commits(c: &tokio_postgres::Client) -> i64 {
-    end_other_connections(c).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    c.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
-    c.query_one("select xact_commit from pg_stat_database where datname = current_database()", &[])
-        .await
-        .unwrap()
-        .get(0)
 }
 
 /// Tasks held back by the type's concurrency limit are due but cannot be claimed: the producer
