@@ -385,7 +385,8 @@ impl Worker {
             }
         };
         let reporter_stop = CancellationToken::new();
-        // fired when the grace period ends: calls still running are handed back
+        // fired when the grace period ends: calls still running are handed back, and the
+        // reporter may give up writes the backend keeps failing
         let release = CancellationToken::new();
         let (reporter, reporter_task) = reporter::spawn(
             self.backend.clone(),
@@ -476,6 +477,9 @@ impl Worker {
         }
         heartbeat_stop.cancel();
         let _ = heartbeater.await;
+        // every call has ended: what is still queued is written, or given up if the backend
+        // stays away (see reporter::spawn)
+        shared.release.cancel();
         reporter_stop.cancel();
         let _ = reporter_task.await;
         listener_stop.cancel();

@@ -69,10 +69,11 @@ impl Reporter {
 /// Producers' wake channels by type (server mode: no NOTIFY tells them of requeued tasks).
 pub(super) type OwnWakes = Arc<BTreeMap<String, broadcast::Sender<Wake>>>;
 
-/// Starts the reporter. After `stop` fires it writes what is queued and ends. Once `stop` or
-/// `give_up` (the end of a shutdown's grace period) has fired, a write the backend keeps
-/// failing is given up after a few tries: the leases run out and the rescuer queues the tasks
-/// again, where retrying forever would keep a stopping worker alive while the database is away.
+/// Starts the reporter. After `stop` fires it writes what is queued and ends. Once `give_up` has
+/// fired (the worker fires it when a shutdown's grace period ends, and before `stop`), a write
+/// the backend keeps failing is given up after a few tries: the leases run out and the rescuer
+/// queues the tasks again, where retrying forever would keep a stopping worker alive while the
+/// database is away.
 /// `own_wakes` (server mode) is told the types whose tasks this worker's reports queued again.
 pub(super) fn spawn(
     backend: Backend,
@@ -114,9 +115,9 @@ async fn run(
             }
         }
         let (backend, worker, own_wakes) = (backend.clone(), worker.clone(), own_wakes.clone());
-        let stopping = [stop.clone(), give_up.clone()];
+        let give_up = give_up.clone();
         in_flight.spawn(async move {
-            write(&backend, &worker, batch, &stopping, own_wakes.as_ref()).await;
+            write(&backend, &worker, batch, &give_up, own_wakes.as_ref()).await;
             drop(permit);
         });
         while in_flight.try_join_next().is_some() {}
@@ -138,7 +139,7 @@ async fn write(
     backend: &Backend,
     worker: &WorkerId,
     batch: Vec<Pending>,
-    stopping: &[CancellationToken; 2],
+    give_up: &CancellationToken,
     own_wakes: Option<&OwnWakes>,
 ) {
     let (mut reports, answers): (Vec<Report>, Vec<_>) = batch.into_iter().unzip();
@@ -151,7 +152,7 @@ async fn write(
     todo.reverse();
     while let Some(range) = todo.pop() {
         let chunk = &reports[range.clone()];
-        let results = match write_chunk(backend, worker, chunk, stopping).await {
+        let results = match write_chunk(backend, worker, chunk, give_up).await {
             Written::Answered(results) => results,
             Written::Refused(_) if chunk.len() > 1 => {
                 // Find the refused report(s) by halving: the others are written.
@@ -198,12 +199,7 @@ async fn write(
     }
 }
 
-async fn write_chunk(
-    backend: &Backend,
-    worker: &WorkerId,
-    reports: &[Report],
-    stopping: &[CancellationToken; 2],
-) -> Written {
+async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], give_up: &CancellationToken) -> Written {
     let mut failures: u32 = 0;
     loop {
         match backend.report(worker, reports).await {
@@ -214,7 +210,7 @@ async fn write_chunk(
                 tracing::error!(error = %e, count = reports.len(), "reports refused");
                 return Written::Refused(e.to_string());
             }
-            Err(e) if stopping.iter().any(CancellationToken::is_cancelled) && failures >= 5 => {
+            Err(e) if give_up.is_cancelled() && failures >= 5 => {
                 // Stopping and the database (or server) stays away: the leases will run out and
                 // the rescuer will queue these tasks again.
                 tracing::error!(error = %e, count = reports.len(), "giving up on reports at shutdown");
