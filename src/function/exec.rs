@@ -39,6 +39,7 @@ pub struct ExecFunction {
     inner: Arc<ExecInner>,
 }
 
+#[derive(Clone)]
 struct ExecInner {
     name: String,
     argv: Vec<String>,
@@ -57,16 +58,9 @@ impl ExecFunction {
     /// The same function, its process not inheriting these variables (beside
     /// [`WORKER_CREDENTIALS`]): the signing keys of HTTP functions in the same folder.
     pub fn hiding(self, variables: Vec<String>) -> Self {
-        let inner = &self.inner;
-        ExecFunction {
-            inner: Arc::new(ExecInner {
-                name: inner.name.clone(),
-                argv: inner.argv.clone(),
-                dir: inner.dir.clone(),
-                max_reply: inner.max_reply,
-                hidden: variables,
-            }),
-        }
+        let mut inner = ExecInner::clone(&self.inner);
+        inner.hidden = variables;
+        ExecFunction { inner: Arc::new(inner) }
     }
 }
 
