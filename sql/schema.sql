@@ -1393,6 +1393,63 @@ $$;
 
 CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
+    AS $_$
+declare
+  -- only keyword and pg_catalog types: a variable's type is looked up when the body is compiled,
+  -- under the search_path of the first caller in the session
+  v_now timestamp with time zone := coalesce(p_now, pg_catalog.now());
+  v_pos integer;
+  v_id bigint;
+  v_max_bytes integer;
+  v_seq pg_catalog.regclass;
+  v_initial_stage pg_catalog.text;
+  v_retry_num integer;
+  v_retry_interval integer;
+begin
+  -- No SET search_path (V33): every name below is schema-qualified, operators included.
+  if idempotency_key is null then
+    -- What the checks and the row need, in one read of enqueue_info (V25); the checks in one
+    -- expression, the same as create_task_general's; the wake written out (asyncflow.wake's
+    -- try-lock and NOTIFY).
+    select e.end_pos, e.id_seq, e.initial_stage, e.max_retry_num, e.max_retry_interval, e.max_context_bytes
+      into v_pos, v_seq, v_initial_stage, v_retry_num, v_retry_interval, v_max_bytes
+      from asyncflow.enqueue_info e where e.task_type operator(pg_catalog.=) create_task.task_type;
+    if found
+      and (context is null
+        or pg_catalog.jsonb_typeof(context) operator(pg_catalog.=) any ('{object,null}'::pg_catalog.text[]))
+      and (priority is null
+        or (priority operator(pg_catalog.>=) 0 and priority operator(pg_catalog.<=) 31104000))
+      and coalesce(pg_catalog.pg_column_size(context) operator(pg_catalog.<=) v_max_bytes, true)
+      and (run_at is null
+        or (run_at operator(pg_catalog.>=) '0002-01-01 00:00:00+00'::timestamp with time zone
+          and run_at operator(pg_catalog.<=) '9999-01-01 00:00:00+00'::timestamp with time zone))
+      and (stage is null or stage operator(pg_catalog.~) '^[A-Za-z0-9_.:/-]{1,64}$'::pg_catalog.text)
+      and coalesce(pg_catalog.length(user_id) operator(pg_catalog.<=) 255, true) then
+      v_id := pg_catalog.nextval(v_seq);
+      insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+        max_retry_interval, order_time, user_id, context, created_at, updated_at)
+      values (create_task.task_type, v_pos, v_id, coalesce(stage, v_initial_stage), 'pending',
+        coalesce(priority, 0), v_retry_num, v_retry_interval,
+        coalesce(run_at, v_now) operator(pg_catalog.-) pg_catalog.make_interval(secs => coalesce(priority, 0)),
+        user_id,
+        case when context operator(pg_catalog.=) 'null'::pg_catalog.jsonb then '{}'::pg_catalog.jsonb
+          else coalesce(context, '{}'::pg_catalog.jsonb) end,
+        v_now, v_now);
+      if pg_catalog.pg_try_advisory_xact_lock(16712, pg_catalog.hashtext(create_task.task_type)) then
+        perform pg_catalog.pg_notify('asyncflow', create_task.task_type);
+      end if;
+      -- asyncflow.format_task_id, written out (its body would be read under the caller's path)
+      return create_task.task_type operator(pg_catalog.||) '-' operator(pg_catalog.||) v_pos::pg_catalog.text
+        operator(pg_catalog.||) '-' operator(pg_catalog.||) v_id::pg_catalog.text;
+    end if;
+  end if;
+  return asyncflow.create_task_general(create_task.task_type, context, priority, run_at, stage,
+    idempotency_key, user_id, p_now);
+end
+$_$;
+
+CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 declare
@@ -1402,43 +1459,13 @@ declare
   v_pos integer;
   v_id bigint;
   v_max_bytes integer;
-  v_seq regclass;
-  v_initial_stage text;
-  v_retry_num integer;
-  v_retry_interval integer;
 begin
-  -- The common case (no idempotency key) takes a direct path: the same checks and errors as
-  -- insert_tasks, then one INSERT ... VALUES; about four times the rate of the general path.
+  -- Without an idempotency key: the checks, each with its error, then one INSERT ... VALUES.
   if idempotency_key is null then
-    -- Faster still (V25): what the checks and the row need in one read of enqueue_info, the
-    -- checks in one expression, and the wake written out (asyncflow.wake's try-lock and NOTIFY)
-    -- rather than called. When the type has no row there or an argument fails a check, the
-    -- steps below run as before, and raise the error they always raised.
-    select e.end_pos, e.id_seq, e.initial_stage, e.max_retry_num, e.max_retry_interval, e.max_context_bytes
-      into v_pos, v_seq, v_initial_stage, v_retry_num, v_retry_interval, v_max_bytes
-      from asyncflow.enqueue_info e where e.task_type = create_task.task_type;
-    if found and (context is null or jsonb_typeof(context) in ('object', 'null'))
-      and (priority is null or priority between 0 and 31104000)
-      and coalesce(pg_column_size(context) <= v_max_bytes, true)
-      and (run_at is null or run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00')
-      and (stage is null or stage ~ '^[A-Za-z0-9_.:/-]{1,64}$')
-      and coalesce(length(user_id) <= 255, true) then
-      v_id := nextval(v_seq);
-      insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-        max_retry_interval, order_time, user_id, context, created_at, updated_at)
-      values (create_task.task_type, v_pos, v_id, coalesce(stage, v_initial_stage), 'pending',
-        coalesce(priority, 0), v_retry_num, v_retry_interval,
-        coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
-        user_id, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
-      if pg_try_advisory_xact_lock(16712, hashtext(create_task.task_type)) then
-        perform pg_notify('asyncflow', create_task.task_type);
-      end if;
-      return asyncflow.format_task_id(create_task.task_type, v_pos, v_id);
-    end if;
-    select * into v_type from asyncflow.task_types y where y.task_type = create_task.task_type;
+    select * into v_type from asyncflow.task_types y where y.task_type = create_task_general.task_type;
     if not found then
-      perform asyncflow.check_type_name(create_task.task_type);
-      perform asyncflow.raise_error('AF001', format('unknown task type %L', create_task.task_type));
+      perform asyncflow.check_type_name(create_task_general.task_type);
+      perform asyncflow.raise_error('AF001', format('unknown task type %L', create_task_general.task_type));
     end if;
     select max_context_bytes into v_max_bytes from asyncflow.config;
     if context is not null and jsonb_typeof(context) not in ('object', 'null') then
@@ -1460,16 +1487,16 @@ begin
       perform asyncflow.raise_error('AF006',
         format('user_id must be a string of at most 255 characters, got %s', to_jsonb(user_id)));
     end if;
-    select end_pos into v_pos from asyncflow.positions p where p.task_type = create_task.task_type;
+    select end_pos into v_pos from asyncflow.positions p where p.task_type = create_task_general.task_type;
     v_id := nextval(v_type.id_seq);
     insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
       max_retry_interval, order_time, user_id, context, created_at, updated_at)
-    values (create_task.task_type, v_pos, v_id, coalesce(stage, v_type.initial_stage), 'pending', coalesce(priority, 0),
+    values (create_task_general.task_type, v_pos, v_id, coalesce(stage, v_type.initial_stage), 'pending', coalesce(priority, 0),
       v_type.max_retry_num, v_type.max_retry_interval,
       coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
       user_id, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
-    perform asyncflow.wake(create_task.task_type);
-    return asyncflow.format_task_id(create_task.task_type, v_pos, v_id);
+    perform asyncflow.wake(create_task_general.task_type);
+    return asyncflow.format_task_id(create_task_general.task_type, v_pos, v_id);
   end if;
 
   v_task := jsonb_build_object('context', coalesce(context, '{}'::jsonb), 'priority', coalesce(priority, 0));
@@ -3690,6 +3717,8 @@ REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer,
 
 REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) TO asyncflow_client;

@@ -459,6 +459,105 @@ async fn wake_ups_are_debounced_to_one_notifying_transaction_per_type_at_a_time(
     assert_eq!(drain(&mut notes), vec!["video"]);
 }
 
+/// Operators and functions of a schema put before pg_catalog in the caller's search_path, one
+/// for each that create_task's direct path uses (and a type for each type name it declares):
+/// each raises, so reaching one fails the call.
+fn hijacking_schema() -> String {
+    let mut sql = String::from(
+        "create schema hijack; \
+         create type hijack.text as (x int); create type hijack.jsonb as (x int); \
+         create type hijack.regclass as (x int);",
+    );
+    // (name, argument types, return type): functions of pg_catalog that create_task calls
+    let functions = [
+        ("now", "", "timestamptz"),
+        ("jsonb_typeof", "pg_catalog.jsonb", "pg_catalog.text"),
+        ("pg_column_size", "pg_catalog.jsonb", "int"),
+        ("length", "pg_catalog.text", "int"),
+        ("nextval", "pg_catalog.regclass", "bigint"),
+        ("make_interval", "secs double precision", "interval"),
+        ("pg_try_advisory_xact_lock", "int, int", "boolean"),
+        ("hashtext", "pg_catalog.text", "int"),
+        ("pg_notify", "pg_catalog.text, pg_catalog.text", "void"),
+    ];
+    for (name, args, returns) in functions {
+        sql += &format!(
+            " create function hijack.{name}({args}) returns {returns} language plpgsql as \
+             $$ begin raise exception 'hijacked: {name}'; end $$;"
+        );
+    }
+    // (operator, left, right, return type): every operator the direct path applies
+    let operators = [
+        ("=", "pg_catalog.text", "pg_catalog.text", "boolean"),
+        ("=", "pg_catalog.jsonb", "pg_catalog.jsonb", "boolean"),
+        ("~", "pg_catalog.text", "pg_catalog.text", "boolean"),
+        ("||", "pg_catalog.text", "pg_catalog.text", "pg_catalog.text"),
+        (">=", "int", "int", "boolean"),
+        ("<=", "int", "int", "boolean"),
+        (">=", "timestamptz", "timestamptz", "boolean"),
+        ("<=", "timestamptz", "timestamptz", "boolean"),
+        ("-", "timestamptz", "interval", "timestamptz"),
+    ];
+    for (n, (op, left, right, returns)) in operators.iter().enumerate() {
+        sql += &format!(
+            " create function hijack.op_{n}({left}, {right}) returns {returns} language plpgsql as \
+             $$ begin raise exception 'hijacked: operator {op}'; end $$; \
+             create operator hijack.{op} (leftarg = {left}, rightarg = {right}, function = hijack.op_{n});"
+        );
+    }
+    sql
+}
+
+#[tokio::test]
+async fn create_task_reaches_nothing_of_the_callers_search_path() {
+    // create_task is SECURITY DEFINER without a SET search_path (V33): every name in its direct
+    // path is schema-qualified, so a caller's own operators and functions are never run with the
+    // owner's rights.
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "video", json!({})).await;
+    c.batch_execute(&hijacking_schema()).await.unwrap();
+    // the traps work: an unqualified use reaches them
+    c.batch_execute("set search_path = hijack, pg_catalog").await.unwrap();
+    let trapped = c.query_one("select 'a'::pg_catalog.text = 'a'::pg_catalog.text", &[]).await.unwrap_err();
+    let message = trapped.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert_eq!(message, "hijacked: operator =");
+
+    // this connection compiles create_task under the hijacking path (its first call here)
+    let plain: String = c.query_one("select asyncflow.create_task('video')", &[]).await.unwrap().get(0);
+    let full: String = c
+        .query_one(
+            "select asyncflow.create_task('video', '{\"a\": 1}'::pg_catalog.jsonb, 30, \
+             '2030-01-01 00:00:00+00'::timestamptz, 'probe', null, 'u1')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let null_context: String =
+        c.query_one("select asyncflow.create_task('video', 'null'::pg_catalog.jsonb)", &[]).await.unwrap().get(0);
+    // the general path (SET search_path of its own): an idempotency key, and a refusal
+    let keyed: String =
+        c.query_one("select asyncflow.create_task('video', idempotency_key => 'k1')", &[]).await.unwrap().get(0);
+    let refused = c.query_one("select asyncflow.create_task('video', priority => -1)", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&refused), "AF004", "{refused:?}");
+
+    c.batch_execute("reset search_path").await.unwrap();
+    let t = task(&c, &full).await;
+    assert_eq!(t["stage"], "probe");
+    assert_eq!(t["priority"], 30);
+    assert_eq!(t["user_id"], "u1");
+    assert_eq!(t["context"], json!({"a": 1}));
+    assert_eq!(
+        at(&t, "order_time"),
+        "2030-01-01T00:00:00Z".parse::<chrono::DateTime<chrono::Utc>>().unwrap() - secs(30.0)
+    );
+    assert_eq!(task(&c, &null_context).await["context"], json!({}));
+    for id in [&plain, &keyed] {
+        assert_eq!(task(&c, id).await["status"], "pending", "{id}");
+    }
+}
+
 #[tokio::test]
 async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     let db = TestDb::new().await;

@@ -88,7 +88,7 @@ pub(super) async fn enqueue_rate(pool: &DbPool, connections: usize, duration: Du
 /// What `create_task`'s transaction is made of, part by part, each timed like it (one per
 /// transaction, `connections` connections): the INSERT of the task row it writes, sent bare by
 /// the client, and the same INSERT inside the smallest PL/pgSQL function that could wrap it
-/// (SECURITY DEFINER with a fixed search_path, as create_task is). What create_task adds beyond
+/// (SECURITY DEFINER, names schema-qualified, no SET clause: as create_task is). What create_task adds beyond
 /// the second is its own work: the type's row, the checks, the wake.
 pub(super) async fn enqueue_parts(pool: &DbPool, connections: usize, duration: Duration) -> Result<(Timed, Timed)> {
     let name = "bench_parts";

@@ -55,21 +55,23 @@ pub struct BenchTaskRow {
 
 /// Reads a registered type's row of `enqueue_info` and creates the benchmark's wrapping function
 /// `asyncflow_bench.task_row`: the INSERT create_task writes, inside the smallest PL/pgSQL
-/// function that could hold it (SECURITY DEFINER with a fixed search_path, as create_task is).
+/// function that could hold it (SECURITY DEFINER with every name schema-qualified and no SET
+/// clause, as create_task is since V33).
 pub async fn bench_task_row_prepare<C: GenericClient>(c: &C, task_type: &str) -> Result<BenchTaskRow> {
     c.batch_execute(
         "create schema if not exists asyncflow_bench; \
          create or replace function asyncflow_bench.task_row(p_type text, p_shard integer, p_seq regclass, \
            p_stage text, p_retry_num integer, p_retry_interval integer) returns text \
-         language plpgsql security definer set search_path = pg_catalog, pg_temp as $$ \
+         language plpgsql security definer as $$ \
          declare v_id bigint; \
          begin \
-           v_id := nextval(p_seq); \
+           v_id := pg_catalog.nextval(p_seq); \
            insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num, \
              max_retry_interval, order_time, user_id, context, created_at, updated_at) \
-           values (p_type, p_shard, v_id, p_stage, 'pending', 0, p_retry_num, p_retry_interval, now(), null, \
-             '{}'::jsonb, now(), now()); \
-           return asyncflow.format_task_id(p_type, p_shard, v_id); \
+           values (p_type, p_shard, v_id, p_stage, 'pending', 0, p_retry_num, p_retry_interval, pg_catalog.now(), \
+             null, '{}'::pg_catalog.jsonb, pg_catalog.now(), pg_catalog.now()); \
+           return p_type operator(pg_catalog.||) '-' operator(pg_catalog.||) p_shard::pg_catalog.text \
+             operator(pg_catalog.||) '-' operator(pg_catalog.||) v_id::pg_catalog.text; \
          end $$",
     )
     .await
