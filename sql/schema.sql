@@ -57,25 +57,30 @@ declare
   v_pos asyncflow.positions;
   v_shard integer;
   v_begin integer;
+  v_live integer[] := '{}';
 begin
   select * into v_pos from asyncflow.positions where task_type = p_task_type for update;
   if not found then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
+  -- (V34) every undropped shard below the end one is looked at, not only those below the first
+  -- live one: a shard with no live task is closed (its retention counts from then) wherever it
+  -- lies, so one long-delayed task keeps its own shard, not every newer one, from being dropped
   v_begin := v_pos.end_pos;
   for v_shard in
     select shard from asyncflow.shards
     where task_type = p_task_type and dropped_at is null and shard < v_pos.end_pos order by shard
   loop
     if asyncflow.shard_is_live(p_task_type, v_shard) then
-      v_begin := v_shard;
-      exit;
+      v_begin := least(v_begin, v_shard);
+      v_live := v_live || v_shard;
     end if;
   end loop;
   update asyncflow.shards set closed_at = v_now
-  where task_type = p_task_type and shard < v_begin and closed_at is null and dropped_at is null;
+  where task_type = p_task_type and shard < v_pos.end_pos and not shard = any (v_live)
+    and closed_at is null and dropped_at is null;
   update asyncflow.shards set closed_at = null
-  where task_type = p_task_type and shard >= v_begin and closed_at is not null;
+  where task_type = p_task_type and (shard = any (v_live) or shard >= v_pos.end_pos) and closed_at is not null;
   if v_begin <> v_pos.begin_pos then
     update asyncflow.positions set begin_pos = v_begin, updated_at = v_now where task_type = p_task_type;
   end if;
@@ -1575,10 +1580,12 @@ declare
 begin
   perform asyncflow.check_type_name(p_task_type);
   for v_shard in
+    -- (V34) any closed shard below the end one, not only those below begin_pos (a shard above
+    -- begin_pos is closed when it holds no live task, see advance_begin_pos)
     select s.shard from asyncflow.shards s
     join asyncflow.positions p on p.task_type = s.task_type
     join asyncflow.task_types y on y.task_type = s.task_type
-    where s.task_type = p_task_type and s.dropped_at is null and s.shard < p.begin_pos
+    where s.task_type = p_task_type and s.dropped_at is null and s.shard < p.end_pos
       and s.closed_at <= v_now - make_interval(secs => y.retention)
     order by s.shard
   loop
@@ -2463,10 +2470,10 @@ begin
   end if;
   update asyncflow.positions set begin_pos = v_key.shard, updated_at = v_now
   where task_type = v_key.task_type and begin_pos > v_key.shard;
-  if found then
-    update asyncflow.shards set closed_at = null
-    where task_type = v_key.task_type and shard >= v_key.shard and dropped_at is null;
-  end if;
+  -- (V34) its own shard reopens; the shards between it and begin_pos stay as they are (each is
+  -- closed or open by what it holds)
+  update asyncflow.shards set closed_at = null
+  where task_type = v_key.task_type and shard = v_key.shard and closed_at is not null;
   perform asyncflow.wake(v_key.task_type);
   return true;
 end

@@ -267,6 +267,60 @@ async fn retention_drops_old_finished_shards_whole_and_never_a_live_one() {
 }
 
 #[tokio::test]
+async fn a_long_delayed_task_keeps_only_its_own_shard_from_retention() {
+    // Found by a bug hunt: begin_pos stops at the oldest live shard, and only shards below it
+    // were closed and dropped, so one task delayed by a month kept every newer shard (V34).
+    let db = TestDb::new().await;
+    register(&db, "later", small_shards(Some(3600))).await;
+    let c = db.conn().await;
+    let now = Utc::now();
+    let delayed = api::create_task(
+        &c,
+        "later",
+        &NewTask { run_at: Some(now + chrono::Duration::days(30)), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(delayed.shard(), 1);
+    let ids = fill(&db, "later", 3).await;
+    let live = ids.iter().find(|i| i.shard() == 3).cloned().unwrap();
+    let done: Vec<TaskId> = ids.iter().filter(|i| i.shard() != 3).cloned().collect();
+    finish(&db, "later", &done).await;
+    assert_eq!(api::advance_begin_pos(&c, "later", Some(now)).await.unwrap(), 1, "the delayed task is live");
+    let closed: Vec<i32> = c
+        .query(
+            "select shard from asyncflow.shards where task_type = 'later' and closed_at is not null order by shard",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(closed, vec![2], "the finished shard above it is closed; shards 1 and 3 are live");
+    assert!(api::drop_expired_shards(&c, "later", Some(now)).await.unwrap().is_empty(), "not older than retention");
+    let dropped = api::drop_expired_shards(&c, "later", Some(now + chrono::Duration::seconds(3601))).await.unwrap();
+    assert_eq!(dropped, vec![2]);
+    assert!(leaf_exists(&db, "later", 1).await && !leaf_exists(&db, "later", 2).await);
+    assert!(leaf_exists(&db, "later", 3).await && leaf_exists(&db, "later", 4).await);
+    assert_eq!(api::get_task(&c, delayed.as_str()).await.unwrap().unwrap().status, TaskStatus::Pending);
+    assert_eq!(api::get_task(&c, live.as_str()).await.unwrap().unwrap().status, TaskStatus::Pending);
+
+    // shard 3 finishes too: it is closed and dropped in turn while shard 1 waits for its task
+    let rest: Vec<TaskId> = ids.iter().filter(|i| i.shard() == 3).cloned().collect();
+    finish(&db, "later", &rest).await;
+    let later = now + chrono::Duration::seconds(4000);
+    assert_eq!(api::advance_begin_pos(&c, "later", Some(later)).await.unwrap(), 1);
+    let dropped = api::drop_expired_shards(&c, "later", Some(later + chrono::Duration::seconds(3601))).await.unwrap();
+    assert_eq!(dropped, vec![3]);
+    // the delayed task is still claimed when due
+    let w = WorkerId::new("w").unwrap();
+    let due = now + chrono::Duration::days(30) + chrono::Duration::seconds(1);
+    let claimed = api::claim_tasks(&c, "later", &w, 10, Some(due)).await.unwrap();
+    assert_eq!(claimed.iter().map(|t| t.task_id.clone()).collect::<Vec<_>>(), vec![delayed]);
+}
+
+#[tokio::test]
 async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
     let db = TestDb::new().await;
     register(
