@@ -1757,6 +1757,23 @@ begin
 end
 $$;
 
+CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TABLE(task_id text, claim_seq integer, stage text, attempt integer, lease_until timestamp with time zone)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  if not exists (select 1 from asyncflow.task_types y where y.task_type = p_task_type) then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  return query
+  select asyncflow.format_task_id(t.task_type, t.shard, t.id), t.claim_seq, t.stage, t.attempt, t.lease_until
+  from asyncflow.tasks t
+  where t.task_type = p_task_type and t.status = 'running' and t.owner = p_owner
+  order by t.shard, t.id;
+end
+$$;
+
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
     AS $_$
@@ -3750,6 +3767,9 @@ GRANT ALL ON FUNCTION asyncflow.get_task(task_id text) TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.graph_index(p_ends integer[], p_nodes integer, OUT edges integer[], OUT at integer[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_at integer[], p_edges integer[], p_far integer[], p_live boolean[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) FROM PUBLIC;
 

@@ -190,6 +190,22 @@ pub struct ClaimedTask {
     pub claimed_at: DateTime<Utc>,
 }
 
+/// A running task a worker holds, with the fencing token of its claim (`asyncflow.held_tasks`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HeldTask {
+    /// Task id.
+    #[schema(value_type = String)]
+    pub task_id: TaskId,
+    /// The fencing token of the worker's claim.
+    pub claim_seq: i32,
+    /// Stage being run.
+    pub stage: String,
+    /// Try of the stage.
+    pub attempt: i32,
+    /// End of the lease unless extended.
+    pub lease_until: Option<DateTime<Utc>>,
+}
+
 /// What a worker reports about a claimed task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "outcome", rename_all = "lowercase")]

@@ -591,6 +591,18 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     let worker = connect(wrk.clone()).await;
     let claimed = worker.query("select * from asyncflow.claim_tasks('video', 'w', 1)", &[]).await.unwrap();
     assert_eq!(claimed.len(), 1, "workers claim");
+    // held_tasks (V35): the running tasks of one owner, for workers only
+    let held = worker.query("select task_id, claim_seq from asyncflow.held_tasks('video', 'w')", &[]).await.unwrap();
+    assert_eq!(
+        held.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(),
+        vec![claimed[0].get::<_, String>("task_id")]
+    );
+    assert_eq!(held[0].get::<_, i32>(1), claimed[0].get::<_, i32>("claim_seq"));
+    assert!(worker.query("select * from asyncflow.held_tasks('video', 'other')", &[]).await.unwrap().is_empty());
+    let unknown = worker.query("select * from asyncflow.held_tasks('nothing', 'w')", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&unknown), "AF001");
+    let denied = client.query("select * from asyncflow.held_tasks('video', 'w')", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&denied), "42501", "clients cannot list what workers hold");
     // the type's own claim function (what the worker calls): workers only
     client.query_one("select asyncflow.create_task('video', '{}')", &[]).await.unwrap();
     let denied = client.query("select * from asyncflow.type_claim__video('w', 1)", &[]).await.unwrap_err();

@@ -25,9 +25,9 @@ use serde_json::{json, Value};
 
 use super::openapi::{Held, ReportResults};
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::db::api::{self, TaskFilter};
+use crate::db::api;
 use crate::ids::{TaskId, TypeName, WorkerId};
-use crate::task::{Report, ReportKind, TaskStatus};
+use crate::task::{HeldTask, Report, ReportKind};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -291,22 +291,6 @@ pub(super) struct HeldTasks {
     tasks: Vec<HeldTask>,
 }
 
-/// One held task and its fencing token.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-pub(super) struct HeldTask {
-    /// Task id.
-    task_id: String,
-    /// The fencing token of the worker's claim.
-    claim_seq: i32,
-    /// Stage being run.
-    stage: String,
-    /// Try of the stage.
-    attempt: i32,
-    /// End of the lease unless extended.
-    lease_until: Option<chrono::DateTime<chrono::Utc>>,
-}
-
 /// The running tasks of a type that a worker holds, each with its fencing token: a worker that
 /// lost the answer to a hold finds what it claimed without knowing, and hands it back
 /// (`/v1/worker/release`).
@@ -319,29 +303,11 @@ pub(super) struct HeldTask {
         (status = 413, description = "Body too large", body = ApiError),
     ))]
 async fn held(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
-    const PAGE: i32 = 1000;
     let body: HeldBody = parse_body(&state, body)?;
     let task_type = TypeName::new(&body.task_type)?;
     let worker = WorkerId::new(&body.worker_id)?;
     let c = state.pool.get().await.map_err(crate::Error::from)?;
-    let mut filter = TaskFilter {
-        task_type: Some(task_type.to_string()),
-        status: Some(TaskStatus::Running),
-        limit: Some(PAGE),
-        ..TaskFilter::default()
-    };
-    let mut tasks = Vec::new();
-    loop {
-        let page = api::list_tasks(&c, &filter).await?;
-        let more = page.len() == PAGE as usize;
-        filter.after = page.last().map(|t| t.id.to_string());
-        tasks.extend(page.into_iter().filter(|t| t.owner.as_deref() == Some(worker.as_str())).map(|t| {
-            json!({"task_id": t.id, "claim_seq": t.claim_seq, "stage": t.stage, "attempt": t.attempt,
-                   "lease_until": t.lease_until})
-        }));
-        if !more {
-            break;
-        }
-    }
-    Ok(Json(json!({"tasks": tasks})))
+    // one statement: the type's running tasks owned by the worker (V35), not every running task
+    let tasks = api::held_tasks(&c, task_type.as_str(), &worker).await?;
+    Ok(Json(json!({ "tasks": tasks })))
 }

@@ -16,7 +16,7 @@ pub use workflow::*;
 use super::GenericClient;
 use crate::error::{Error, Result};
 use crate::ids::{TaskId, TypeName, WorkerId};
-use crate::task::{ClaimedTask, NewTask, QueueDepth, Report, ReportKind, ReportResult, Task, TaskStatus};
+use crate::task::{ClaimedTask, HeldTask, NewTask, QueueDepth, Report, ReportKind, ReportResult, Task, TaskStatus};
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
 async fn query<C: GenericClient>(
@@ -509,6 +509,22 @@ pub async fn list_tasks<C: GenericClient>(c: &C, filter: &TaskFilter) -> Result<
     )
     .await?;
     rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()
+}
+
+/// `asyncflow.held_tasks`: the running tasks of a type that `owner` holds, in id order.
+pub async fn held_tasks<C: GenericClient>(c: &C, task_type: &str, owner: &WorkerId) -> Result<Vec<HeldTask>> {
+    let rows = query(c, "select * from asyncflow.held_tasks($1, $2)", &[&task_type, &owner.as_str()]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(HeldTask {
+                task_id: TaskId::parse(&get::<String>(r, "task_id")?)?,
+                claim_seq: get(r, "claim_seq")?,
+                stage: get(r, "stage")?,
+                attempt: get(r, "attempt")?,
+                lease_until: get(r, "lease_until")?,
+            })
+        })
+        .collect()
 }
 
 /// Session advisory lock for maintenance leadership; true when this session now holds it.
