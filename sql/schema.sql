@@ -532,6 +532,8 @@ declare
   v_cycle text[];
   v_pruned jsonb := '[]';
   v_has_default boolean;
+  v_plan jsonb;
+  v_path text[];
 begin
   -- Field types the casts below rely on (V20).
   if jsonb_typeof(p_definition -> 'retries') = 'number' and not asyncflow.is_integral(p_definition -> 'retries') then
@@ -851,12 +853,25 @@ begin
              where v_live[e] and v_seen[fi] group by t) i on i.t = x.k
   where v_seen[x.n];
 
-  return jsonb_build_object('start', v_start, 'end', v_end,
+  v_plan := jsonb_build_object('start', v_start, 'end', v_end,
     'timeout', coalesce((p_definition ->> 'timeout')::numeric, 86400),
     'retries', coalesce((p_definition ->> 'retries')::integer, 0),
     'nodes', v_nodes,
     'order', to_jsonb(array(select n from unnest(v_order) with ordinality u(n, k) where v_seen[k] order by k)),
     'pruned', v_pruned);
+
+  -- (V36) The steps one call can run through the plan, within the stack (plan_steps).
+  select * into v_plan, v_path from asyncflow.plan_steps(v_plan);
+  if (v_plan ->> 'steps')::integer > asyncflow.plan_step_limit() then
+    perform asyncflow.pipeline_error(format('node %L: reaching it can take %s steps in one call (%s), more than the limit '
+      'of %s: the engine runs the nodes that complete at once (3 steps each; a sub-pipeline 5 plus its own) and skips a '
+      'branch a router does not take (1 step a node) by recursion, within PostgreSQL''s stack',
+      v_path[cardinality(v_path)], v_plan ->> 'steps',
+      array_to_string(case when cardinality(v_path) > 7
+        then v_path[1:3] || '...'::text || v_path[cardinality(v_path) - 2:] else v_path end, ' -> '),
+      asyncflow.plan_step_limit()));
+  end if;
+  return v_plan;
 end
 $_$;
 
@@ -2070,6 +2085,120 @@ CREATE FUNCTION asyncflow.pipeline_json(p asyncflow.pipelines) RETURNS jsonb
     'plan', p.plan, 'created_at', p.created_at, 'updated_at', p.updated_at)
 $$;
 
+CREATE FUNCTION asyncflow.plan_step_limit() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select 300 $$;
+
+CREATE FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text[]) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+  v_names text[] := array(select jsonb_array_elements_text(p_plan -> 'order'));
+  v_n integer := cardinality(v_names);
+  v_types text[];
+  v_weight integer[];
+  v_fi integer[];
+  v_ti integer[];
+  v_out integer[];
+  v_out_at integer[];
+  v_in integer[];
+  v_in_at integer[];
+  v_count integer[];
+  v_topo integer[];
+  v_head integer := 1;
+  v_k integer;
+  v_j integer;
+  v_i integer;
+  -- per node: may a router's choice skip it; does the call go on from it; the steps of the
+  -- longest chain before it, and through it; the node before it on that chain; the steps of the
+  -- longest chain after it
+  v_skippable boolean[];
+  v_carries boolean[];
+  v_before integer[];
+  v_through integer[];
+  v_prev integer[];
+  v_after integer[];
+  v_last integer := 1;
+  v_around jsonb := '{}';
+begin
+  select array_agg(d ->> 'type' order by k),
+    array_agg(case when d ->> 'type' in ('task', 'callback') then 1
+      when d ->> 'type' = 'pipeline' then 5 + coalesce((select (p.plan ->> 'steps')::integer from asyncflow.pipelines p
+        where p.name = d ->> 'pipeline' and case when d ->> 'version' is null then p.status = 'active'
+          else p.version = (d ->> 'version')::numeric end), 0)
+      else 3 end order by k)
+  into v_types, v_weight
+  from unnest(v_names) with ordinality u(n, k), jsonb_extract_path(p_plan, 'nodes', n) d;
+  select coalesce(array_agg(f.k::integer order by f.k, e.o), '{}'), coalesce(array_agg(t.k::integer order by f.k, e.o), '{}')
+  into v_fi, v_ti
+  from unnest(v_names) with ordinality f(n, k)
+  cross join lateral jsonb_array_elements(p_plan -> 'nodes' -> f.n -> 'out') with ordinality e(edge, o)
+  join unnest(v_names) with ordinality t(n, k) on t.n = e.edge ->> 'to';
+  select * into v_out, v_out_at from asyncflow.graph_index(v_fi, v_n);
+  select * into v_in, v_in_at from asyncflow.graph_index(v_ti, v_n);
+
+  -- topological order (Kahn; the plan has no cycle)
+  v_count := array(select v_in_at[k + 1] - v_in_at[k] from generate_series(1, v_n) k);
+  v_topo := array(select k from generate_series(1, v_n) k where v_count[k] = 0);
+  while v_head <= cardinality(v_topo) loop
+    v_k := v_topo[v_head];
+    v_head := v_head + 1;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_i := v_ti[v_out[v_j]];
+      v_count[v_i] := v_count[v_i] - 1;
+      if v_count[v_i] = 0 then
+        v_topo := v_topo || v_i;
+      end if;
+    end loop;
+  end loop;
+
+  v_skippable := array_fill(false, array[v_n]);
+  v_carries := array_fill(false, array[v_n]);
+  v_before := array_fill(0, array[v_n]);
+  v_through := array_fill(0, array[v_n]);
+  v_prev := array_fill(null::integer, array[v_n]);
+  v_after := array_fill(0, array[v_n]);
+  foreach v_k in array v_topo loop
+    v_through[v_k] := v_before[v_k] + v_weight[v_k];
+    v_carries[v_k] := v_types[v_k] not in ('task', 'callback') or v_skippable[v_k];
+    if v_through[v_k] > v_through[v_last] then
+      v_last := v_k;
+    end if;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_i := v_ti[v_out[v_j]];
+      v_skippable[v_i] := v_skippable[v_i] or v_skippable[v_k] or v_types[v_k] = 'router';
+      if v_carries[v_k] and v_through[v_k] > v_before[v_i] then
+        v_before[v_i] := v_through[v_k];
+        v_prev[v_i] := v_k;
+      end if;
+    end loop;
+  end loop;
+  for v_head in reverse cardinality(v_topo) .. 1 loop
+    v_k := v_topo[v_head];
+    if v_carries[v_k] then
+      for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+        v_i := v_ti[v_out[v_j]];
+        v_after[v_k] := greatest(v_after[v_k], v_weight[v_i] + v_after[v_i]);
+      end loop;
+    end if;
+    if v_types[v_k] = 'pipeline' then
+      v_around := v_around || jsonb_build_object(v_names[v_k], v_before[v_k] + 5 + v_after[v_k]);
+    end if;
+  end loop;
+
+  path := '{}';
+  v_k := v_last;
+  while v_k is not null loop
+    path := v_names[v_k] || path;
+    v_k := v_prev[v_k];
+  end loop;
+  plan := p_plan || jsonb_build_object('steps', v_through[v_last],
+    'nodes', (select jsonb_object_agg(x.n, case when v_around ? x.n
+      then x.d || jsonb_build_object('steps_around', v_around -> x.n) else x.d end)
+      from jsonb_each(p_plan -> 'nodes') x(n, d)));
+end
+$$;
+
 CREATE FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text DEFAULT 'active'::text) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2559,9 +2688,12 @@ CREATE TABLE asyncflow.runs (
     finished_at timestamp with time zone,
     total_cost_ms bigint,
     created_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL
+    updated_at timestamp with time zone NOT NULL,
+    sub_runs integer DEFAULT 0 NOT NULL
 )
 PARTITION BY RANGE (day);
+
+COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline runs started in its tree, at most 1000 (V36)';
 
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -2814,6 +2946,10 @@ declare
   v_ids text[];
   v_child text;
   v_url text;
+  v_root asyncflow.runs;
+  v_up asyncflow.runs;
+  v_steps integer;
+  v_child_pipe asyncflow.pipelines;
 begin
   update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, started_at = coalesce(started_at, p_now),
     deadline = p_now + make_interval(secs => (v_def ->> 'timeout')::double precision), task_id = null,
@@ -2865,14 +3001,41 @@ begin
           array(select e from jsonb_array_elements(v_items) e), jsonb_array_length(v_items), p_now);
       end if;
     when 'pipeline' then
+      -- (V36) the runs above, up to the root: the steps each adds around the sub-pipeline node
+      -- that started the one below (plan_steps), and the root, which counts its tree's runs
+      v_steps := coalesce((v_def ->> 'steps_around')::integer, 0);
+      v_root := p_run;
+      while v_root.parent_event is not null loop
+        v_up := asyncflow.wf_get_run(split_part(v_root.parent_event, '_', 1));
+        exit when v_up.run_id is null;
+        v_steps := v_steps + coalesce((asyncflow.wf_plan(v_up) -> 'nodes'
+          -> substr(v_root.parent_event, strpos(v_root.parent_event, '_') + 1) ->> 'steps_around')::integer, 0);
+        v_root := v_up;
+      end loop;
+      -- the version wf_new_run starts (when there is none, it says so)
+      select * into v_child_pipe from asyncflow.pipelines p where p.name = v_def ->> 'pipeline'
+        and (case when v_def ->> 'version' is null then p.status = 'active' else p.version = (v_def ->> 'version')::integer end);
+      v_steps := v_steps + coalesce((v_child_pipe.plan ->> 'steps')::integer, 0);
       if p_run.depth >= 8 then
         perform asyncflow.wf_fail_event(v_event_id, 'sub-pipelines nest deeper than 8 levels', p_now);
+      elsif v_steps > asyncflow.plan_step_limit() then
+        perform asyncflow.wf_fail_event(v_event_id, format('sub-pipeline %L version %s: with the runs above, one call '
+          'could run %s steps, more than the limit of %s (its steps have grown since this pipeline was stored)',
+          v_child_pipe.name, v_child_pipe.version, v_steps, asyncflow.plan_step_limit()), p_now);
       else
-        v_child := asyncflow.wf_new_run(v_def ->> 'pipeline', (v_def ->> 'version')::integer,
-          jsonb_build_object('parent_run', p_run.run_id, 'input', p_run.input, 'inputs', v_inputs),
-          null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now);
-        -- the child may have ended already (a pipeline of instant nodes) and completed this event
-        update asyncflow.run_events set child_run = v_child, updated_at = p_now where day = p_run.day and event_id = v_event_id;
+        -- (V36) counted on the root; rolled back with the child when wf_new_run raises
+        update asyncflow.runs set sub_runs = sub_runs + 1
+        where day = v_root.day and run_id = v_root.run_id and sub_runs < 1000;
+        if not found then
+          perform asyncflow.wf_fail_event(v_event_id, format('run %s has started 1000 sub-pipeline runs in its tree, '
+            'the limit for one run', v_root.run_id), p_now);
+        else
+          v_child := asyncflow.wf_new_run(v_def ->> 'pipeline', (v_def ->> 'version')::integer,
+            jsonb_build_object('parent_run', p_run.run_id, 'input', p_run.input, 'inputs', v_inputs),
+            null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now);
+          -- the child may have ended already (a pipeline of instant nodes) and completed this event
+          update asyncflow.run_events set child_run = v_child, updated_at = p_now where day = p_run.day and event_id = v_event_id;
+        end if;
       end if;
     when 'callback' then
       v_url := coalesce(v_def ->> 'url', p_run.notify_url);
@@ -3796,6 +3959,10 @@ REVOKE ALL ON FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type tex
 REVOKE ALL ON FUNCTION asyncflow.pipeline_error(p_message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.pipeline_json(p asyncflow.pipelines) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.plan_step_limit() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) TO asyncflow_client;

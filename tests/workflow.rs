@@ -4,7 +4,7 @@
 mod common;
 
 use common::sql::{register, secs, t0};
-use common::workflow::{claim, event, node, ok, pipeline, report, run, start, work_all, Claimed};
+use common::workflow::{claim, event, node, ok, pipeline, refused, report, run, start, work_all, Claimed};
 use common::TestDb;
 use serde_json::{json, Value};
 
@@ -550,4 +550,106 @@ async fn retrying_a_node_starts_nothing_more_in_a_run_that_fails_again() {
     assert!(!retried, "retry_node says the run did not get going: {r}");
     assert_ne!(event(&r, "b")["status"], "pending", "nothing started in the failed run: {r}");
     assert!(claim(&c, "wf", None).await.is_empty(), "no live task of b");
+}
+
+/// start, `n` parallel nodes, then (when `sub` names one) a sub-pipeline node `sub`, then end.
+fn instant_chain(n: usize, sub: Option<&str>) -> Value {
+    let mut nodes = vec![json!({"name": "start", "type": "start"}), json!({"name": "end", "type": "end"})];
+    let mut names = vec!["start".to_string()];
+    for i in 1..=n {
+        nodes.push(json!({"name": format!("n{i}"), "type": "parallel"}));
+        names.push(format!("n{i}"));
+    }
+    if let Some(child) = sub {
+        nodes.push(json!({"name": "sub", "type": "pipeline", "pipeline": child}));
+        names.push("sub".into());
+    }
+    names.push("end".into());
+    let edges: Vec<Value> = names.windows(2).map(|w| json!([w[0], w[1]])).collect();
+    json!({"nodes": nodes, "edges": edges})
+}
+
+/// A parent counts its sub-pipeline's steps as they were when it was stored (V36); the child can
+/// grow since. Before V36 a run whose sub-pipelines had grown past the stack made start_run raise
+/// 54001 (here about 890 steps in one call); now the sub-pipeline node that would start a child
+/// past the limit, counting the steps of the runs above, fails, saying so.
+#[tokio::test]
+async fn a_sub_pipeline_grown_past_the_step_limit_since_its_parent_was_stored_fails_its_node() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    pipeline(&c, "inner", instant_chain(0, None)).await;
+    pipeline(&c, "middle", instant_chain(0, None)).await;
+    let top = pipeline(&c, "top", instant_chain(94, Some("middle"))).await;
+    assert_eq!(top["plan"]["steps"], json!(299), "95 nodes, sub 5 + middle's 6, end");
+    // both sub-pipelines grow, each within the limit on its own
+    assert_eq!(pipeline(&c, "middle", instant_chain(94, Some("inner"))).await["plan"]["steps"], json!(299));
+    assert_eq!(pipeline(&c, "inner", instant_chain(98, None)).await["plan"]["steps"], json!(300));
+
+    let id = start(&c, "top", json!({}), None, None).await;
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    let sub = event(&r, "sub");
+    assert_eq!(sub["status"], "failed");
+    assert!(sub["child_run"].is_null(), "no child run started: {sub}");
+    assert_eq!(
+        sub["error"],
+        json!(
+            "sub-pipeline 'middle' version 2: with the runs above, one call could run 592 steps, more than the \
+             limit of 300 (its steps have grown since this pipeline was stored)"
+        )
+    );
+
+    // stored again, top counts middle as it is now, and is refused
+    let message = refused(&c, "top", instant_chain(93, Some("middle"))).await;
+    assert!(message.contains("more than the limit of 300"), "{message}");
+    // middle itself runs: its sub-pipeline node checks inner as it is now, with no run above
+    let id = start(&c, "middle", json!({}), None, None).await;
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "failed", "{r}");
+    assert!(event(&r, "sub")["error"].as_str().unwrap().contains("'inner' version 2"), "{r}");
+}
+
+/// start, then `n` sub-pipeline nodes side by side, each running `child`, then end.
+fn fan_of_sub_pipelines(n: usize, child: &str) -> Value {
+    let mut nodes = vec![json!({"name": "start", "type": "start"}), json!({"name": "end", "type": "end"})];
+    let mut edges = Vec::new();
+    for i in 1..=n {
+        nodes.push(json!({"name": format!("p{i:02}"), "type": "pipeline", "pipeline": child}));
+        edges.push(json!(["start", format!("p{i:02}")]));
+        edges.push(json!([format!("p{i:02}"), "end"]));
+    }
+    json!({"nodes": nodes, "edges": edges})
+}
+
+/// Sub-pipelines nest at most 8 levels, and (V36) one run's tree starts at most 1000 of them.
+/// Before, the width had no bound: here 30 sub-pipelines of 40 each, 1,230 runs started by one
+/// start_run (up to 500^8 with 500 nodes a pipeline). Now the node that would start the 1001st
+/// fails, saying so, and the failure ends the tree.
+#[tokio::test]
+async fn one_run_starts_at_most_1000_sub_pipeline_runs_in_its_tree() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    pipeline(&c, "leaf", instant_chain(0, None)).await;
+    pipeline(&c, "forty", fan_of_sub_pipelines(40, "leaf")).await;
+    pipeline(&c, "thirty", fan_of_sub_pipelines(30, "forty")).await;
+    let count = || async {
+        let n: i64 = c.query_one("select count(*) from asyncflow.runs", &[]).await.unwrap().get(0);
+        n
+    };
+
+    let id = start(&c, "thirty", json!({}), None, None).await;
+    assert_eq!(count().await, 1001, "the root and 1000 sub-pipeline runs");
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "failed");
+    let error = r["error"].as_str().unwrap();
+    let limit = format!("run {id} has started 1000 sub-pipeline runs in its tree, the limit for one run");
+    assert!(error.ends_with(&limit), "{error}");
+    let sub_runs: i32 =
+        c.query_one("select sub_runs from asyncflow.runs where run_id = $1", &[&id]).await.unwrap().get(0);
+    assert_eq!(sub_runs, 1000);
+
+    // the count is the tree's: another run starts its own 40
+    let id = start(&c, "forty", json!({}), None, None).await;
+    assert_eq!(run(&c, &id).await["status"], "succeeded");
+    assert_eq!(count().await, 1001 + 41);
 }

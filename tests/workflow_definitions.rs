@@ -3,7 +3,7 @@
 mod common;
 
 use common::sql::register;
-use common::workflow::{pipeline, refused};
+use common::workflow::{pipeline, refused, run, start};
 use common::TestDb;
 use serde_json::{json, Value};
 
@@ -276,9 +276,12 @@ async fn the_largest_definitions_compile_and_edges_past_the_limit_are_refused() 
     let db = TestDb::new().await;
     let c = db.raw().await;
     c.batch_execute("set statement_timeout = '5s'").await.unwrap();
+    register(&c, "wf", json!({})).await;
+    // task nodes: a chain of nodes that complete at once this long is past the step limit (V36)
     let inner = |n: usize| -> (Vec<String>, Value) {
         let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
-        (names.clone(), with(names.iter().map(|name| json!({"name": name, "type": "parallel"})).collect()))
+        let nodes = names.iter().map(|name| json!({"name": name, "type": "task", "function": "wf"})).collect();
+        (names.clone(), with(nodes))
     };
 
     // 500 nodes in a chain
@@ -312,4 +315,96 @@ async fn the_largest_definitions_compile_and_edges_past_the_limit_are_refused() 
     let message = refused(&c, "ring", def(nodes, json!(edges))).await;
     assert!(message.starts_with("node 'n1': it is on a cycle (n1, n2, n3,"), "{message}");
     assert!(message.ends_with("n497, n498)"), "{message}");
+}
+
+/// start, then `n` nodes of one type in a chain, then end.
+fn chain(n: usize, node: Value) -> Value {
+    let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
+    let nodes = names
+        .iter()
+        .map(|name| {
+            let mut one = node.clone();
+            one["name"] = json!(name);
+            one
+        })
+        .collect();
+    let mut edges: Vec<Value> = names.windows(2).map(|w| json!([w[0], w[1]])).collect();
+    let first = names.first().map_or("end", String::as_str);
+    edges.push(json!(["start", first]));
+    edges.push(json!([names.last().map_or("start", String::as_str), "end"]));
+    def(with(nodes), json!(edges))
+}
+
+/// The engine runs the nodes that complete at once, and skips the branches a router does not
+/// take, by recursion within PostgreSQL's stack. A long enough chain of them was stored, and
+/// then ran out of stack at run time (start_run raised 54001 from 209 parallel nodes on; a
+/// task's report failed the run). V36 counts a plan's steps (3 a node that may complete at once,
+/// 1 a node a router may skip, 5 a sub-pipeline plus its own steps) and refuses more than 300,
+/// naming the node the longest chain ends at; the longest chains allowed run.
+#[tokio::test]
+async fn a_chain_of_steps_one_call_would_recurse_through_past_the_limit_is_refused() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({})).await;
+    let parallel = json!({"type": "parallel"});
+
+    // 100 nodes that complete at once, start and end included: 300 steps, and it runs
+    let stored = pipeline(&c, "longest", chain(98, parallel.clone())).await;
+    assert_eq!(stored["plan"]["steps"], json!(300));
+    let id = start(&c, "longest", json!({}), None, None).await;
+    assert_eq!(run(&c, &id).await["status"], "succeeded");
+    let message = refused(&c, "deep", chain(99, parallel.clone())).await;
+    assert!(
+        message.starts_with(
+            "node 'end': reaching it can take 303 steps in one call (start -> n1 -> n2 -> ... -> n98 -> n99 -> end), \
+             more than the limit of 300"
+        ),
+        "{message}"
+    );
+    let message = refused(&c, "routers", chain(99, json!({"type": "router"}))).await;
+    assert!(message.contains("303 steps"), "{message}");
+    let got: Option<Value> = c.query_one("select asyncflow.get_pipeline('deep')", &[]).await.unwrap().get(0);
+    assert_eq!(got, None, "nothing stored");
+
+    // task nodes cut the chain (each task's end is a new call) ...
+    let stored = pipeline(&c, "tasks", chain(400, json!({"type": "task", "function": "wf"}))).await;
+    assert_eq!(stored["plan"]["steps"], json!(4), "start, n1 / n400, end");
+    // ... unless a router may skip them: a skipped node is 1 step
+    let skipped = |n: usize| -> Value {
+        let mut d = chain(n, json!({"type": "task", "function": "wf"}));
+        d["nodes"].as_array_mut().unwrap().push(json!({"name": "r", "type": "router"}));
+        let edges = d["edges"].as_array_mut().unwrap();
+        edges.retain(|e| e[0] != "start");
+        edges.push(json!(["start", "r"]));
+        edges.push(json!({"from": "r", "to": "n1", "when": "$.input.go == true"}));
+        edges.push(json!(["r", "end"]));
+        d
+    };
+    let stored = pipeline(&c, "skips", skipped(291)).await;
+    assert_eq!(stored["plan"]["steps"], json!(300), "start, r, 291 skipped tasks, end");
+    let id = start(&c, "skips", json!({"go": false}), None, None).await;
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "succeeded", "{}", r["error"]);
+    let message = refused(&c, "skips", skipped(292)).await;
+    assert!(message.contains("301 steps in one call (start -> r -> n1 -> ... -> n291 -> n292 -> end)"), "{message}");
+
+    // a sub-pipeline node counts 5 and the steps of the version it starts
+    let stored = pipeline(&c, "child", chain(60, parallel.clone())).await;
+    assert_eq!(stored["plan"]["steps"], json!(186));
+    let parent = |n: usize| -> Value {
+        let mut d = chain(n, parallel.clone());
+        d["nodes"].as_array_mut().unwrap().push(json!({"name": "sub", "type": "pipeline", "pipeline": "child"}));
+        let edges = d["edges"].as_array_mut().unwrap();
+        edges.retain(|e| e[1] != "end");
+        edges.push(json!([format!("n{n}"), "sub"]));
+        edges.push(json!(["sub", "end"]));
+        d
+    };
+    let stored = pipeline(&c, "parent", parent(34)).await;
+    assert_eq!(stored["plan"]["steps"], json!(299));
+    assert_eq!(stored["plan"]["nodes"]["sub"]["steps_around"], json!(113), "35 nodes before, its own 5, end");
+    let id = start(&c, "parent", json!({}), None, None).await;
+    assert_eq!(run(&c, &id).await["status"], "succeeded");
+    let message = refused(&c, "parent", parent(35)).await;
+    assert!(message.contains("302 steps in one call (start -> n1 -> n2 -> ... -> n35 -> sub -> end)"), "{message}");
 }
