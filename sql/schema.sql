@@ -1551,16 +1551,31 @@ CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAU
 declare
   v_now timestamptz := coalesce(p_now, now());
   v_day date;
+  v_days date[];
   v_table text;
   v_lock_timeout text := current_setting('lock_timeout');
 begin
-  for v_day in
-    select d.day from asyncflow.run_days d, asyncflow.config c
-    where d.dropped_at is null and d.day + 1 <= ((v_now - make_interval(secs => c.run_retention)) at time zone 'UTC')::date
-    order by d.day
-  loop
+  -- (V37) a day that cannot go is not locked at all (checked again under the locks below); the
+  -- days are read whole first, since a query still open on a partition keeps it from being dropped
+  select coalesce(array_agg(d.day order by d.day), '{}') into v_days
+  from asyncflow.run_days d, asyncflow.config c
+  where d.dropped_at is null and d.day + 1 <= ((v_now - make_interval(secs => c.run_retention)) at time zone 'UTC')::date
+    and not exists (select 1 from asyncflow.runs r where r.day = d.day and r.status in ('scheduled', 'running'))
+    and not exists (select 1 from asyncflow.callbacks k where k.day = d.day and k.status = 'pending');
+  foreach v_day in array v_days loop
     begin
+      -- (V37) the tables, then the day's partitions: the order every statement on run records
+      -- takes. DROP TABLE of a partition locks its table too; taking the partitions first, as
+      -- V12 did, deadlocked with a statement holding the table and reaching for the partition.
+      -- Only the first table is waited for long (nothing is held yet); after it each lock is
+      -- waited for briefly, since the workflow functions take the tables in no single order
+      -- and one of them may hold the next table while waiting for one taken here. (Once a day
+      -- is dropped, the tables stay locked and these are no-ops for the next days.)
       perform set_config('lock_timeout', '1s', true);
+      lock table only asyncflow.runs in access exclusive mode;
+      perform set_config('lock_timeout', '100ms', true);
+      lock table only asyncflow.run_events, asyncflow.run_segments, asyncflow.run_traces, asyncflow.callbacks
+        in access exclusive mode;
       foreach v_table in array array['runs', 'run_events', 'run_segments', 'run_traces', 'callbacks'] loop
         execute format('lock table asyncflow.%I in access exclusive mode', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
       end loop;
@@ -1573,7 +1588,8 @@ begin
         execute format('drop table asyncflow.%I', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
       end loop;
       perform set_config('lock_timeout', v_lock_timeout, true);
-    exception when lock_not_available then
+    exception when lock_not_available or deadlock_detected then
+      -- busy: tried again at the next pass (everything this day took is released)
       perform set_config('lock_timeout', v_lock_timeout, true);
       continue;
     end;
@@ -2061,7 +2077,8 @@ CREATE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 begin
-  raise exception using errcode = 'AF010', message = p_message;
+  -- (V37) cut: the message may repeat a name from the definition, of any size
+  raise exception using errcode = 'AF010', message = asyncflow.shorten(p_message);
 end
 $$;
 
@@ -2244,11 +2261,12 @@ CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 begin
-  raise exception using errcode = p_code, message = p_message;
+  -- (V37) cut: the message may repeat a caller's value of any size
+  raise exception using errcode = p_code, message = asyncflow.shorten(p_message);
 end
 $$;
 
-CREATE FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+CREATE FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2257,7 +2275,8 @@ declare
   v_cb asyncflow.callbacks;
 begin
   update asyncflow.callbacks c set
-    status = case when p_error is null then 'delivered' when v_now >= c.give_up_at then 'failed' else 'pending' end,
+    status = case when p_error is null then 'delivered' when p_give_up or v_now >= c.give_up_at then 'failed'
+      else 'pending' end,
     delivered_at = case when p_error is null then v_now end,
     last_error = left(p_error, 500),
     next_attempt_at = case when p_error is null then c.next_attempt_at
@@ -2266,7 +2285,7 @@ begin
     owner = null,
     log = case when jsonb_array_length(c.log) >= 50 then c.log - 0 else c.log end || jsonb_build_array(jsonb_strip_nulls(
       jsonb_build_object('attempt', p_attempt, 'at', v_now, 'http_status', p_http_status, 'error', left(p_error, 500),
-        'cost_ms', p_cost_ms))),
+        'cost_ms', p_cost_ms, 'given_up', case when p_error is not null and p_give_up then true end))),
     updated_at = v_now
   where c.day = asyncflow.run_day(p_callback_id) and c.callback_id = p_callback_id and c.status = 'pending'
     and c.attempts = p_attempt
@@ -2278,8 +2297,9 @@ begin
     perform asyncflow.wf_complete_event(v_cb.event_id, jsonb_build_object('delivered_at', v_now, 'url', v_cb.url,
       'http_status', p_http_status, 'attempts', v_cb.attempts), v_now);
   elsif v_cb.kind = 'node' and v_cb.status = 'failed' then
-    perform asyncflow.wf_fail_event(v_cb.event_id, format('callback to %s not delivered after %s attempts: %s',
-      v_cb.url, v_cb.attempts, p_error), v_now);
+    perform asyncflow.wf_fail_event(v_cb.event_id, case when p_give_up
+      then format('callback to %s not delivered: %s', v_cb.url, p_error)
+      else format('callback to %s not delivered after %s attempts: %s', v_cb.url, v_cb.attempts, p_error) end, v_now);
   end if;
   return v_cb.status;
 end
@@ -2727,7 +2747,8 @@ begin
   update asyncflow.pipelines p set status = p_status, updated_at = now()
   where p.name = p_name and p.version = p_version returning * into v_row;
   if not found then
-    raise exception using errcode = 'AF011', message = format('unknown pipeline %L version %s', p_name, p_version);
+    -- (V37) through raise_error, which cuts a long name
+    perform asyncflow.raise_error('AF011', format('unknown pipeline %L version %s', p_name, p_version));
   end if;
   return v_row;
 end
@@ -2738,6 +2759,13 @@ CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETUR
     AS $$
   select exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'pending')
       or exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'running')
+$$;
+
+CREATE FUNCTION asyncflow.shorten(p_text text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  select case when length(p_text) <= 400 then p_text
+    else left(p_text, 200) || format('…[%s characters cut]…', length(p_text) - 350) || right(p_text, 150) end
 $$;
 
 CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
@@ -3440,7 +3468,8 @@ CREATE FUNCTION asyncflow.wf_run_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 begin
-  raise exception using errcode = p_code, message = p_message;
+  -- (V37) cut: the message may repeat a caller's value of any size
+  raise exception using errcode = p_code, message = asyncflow.shorten(p_message);
 end
 $$;
 
@@ -3969,7 +3998,7 @@ GRANT ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status
 
 REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_now timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) FROM PUBLIC;
 
@@ -4005,6 +4034,8 @@ REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer,
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.shorten(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
 

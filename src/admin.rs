@@ -120,7 +120,8 @@ fn status_arg(text: Option<String>) -> Result<Option<TaskStatus>> {
     text.map(|s| {
         TaskStatus::parse(&s).ok_or_else(|| {
             Error::InvalidArgument(format!(
-                "--status must be one of pending, running, succeeded, failed, cancelled; got {s:?}"
+                "--status must be one of pending, running, succeeded, failed, cancelled; got {}",
+                crate::error::echo(&s)
             ))
         })
     })
@@ -195,7 +196,7 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
         }
         (Some(p), TaskCommand::Get { id }) => match api::get_task(&p.get().await?, &id).await? {
             Some(t) => Ok(json!(t)),
-            None => Err(Error::UnknownTask(format!("unknown task {id:?}"))),
+            None => Err(Error::UnknownTask(format!("unknown task {}", crate::error::echo(&id)))),
         },
         (None, TaskCommand::Get { id }) => call(target, Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await,
         (_, TaskCommand::List { task_type, status, stage, user_id, after, limit }) => {
@@ -271,7 +272,7 @@ pub async fn task_type(pool: Option<&DbPool>, target: &Target, command: TypeComm
 async fn set_paused(pool: &DbPool, name: &str, paused: bool) -> Result<Value> {
     let c = pool.get().await?;
     if !api::list_task_types(&c).await?.iter().any(|t| t.task_type == name) {
-        return Err(Error::UnknownTaskType(format!("unknown task type {name:?}")));
+        return Err(Error::UnknownTaskType(format!("unknown task type {}", crate::error::echo(name))));
     }
     let update = TaskTypeUpdate { paused: Some(paused), ..Default::default() };
     Ok(json!(api::register_task_type(&c, &TypeName::new(name)?, &update).await?))

@@ -101,6 +101,14 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = crate::http::MAX_BODY_DEFAULT)]
     pub max_body: usize,
+    /// Time a client has to send a request's head (e.g. 30s), from when the server starts
+    /// waiting for it: on a new connection and between requests on a kept-alive one, so it is
+    /// also how long an idle connection stays open.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body, from the end of its head.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub body_timeout: Duration,
 }
 
 /// `worker` options.
@@ -341,6 +349,8 @@ pub async fn run(cli: Cli) -> Result<()> {
                 tokens: args.tokens.into_iter().filter(|t| !t.is_empty()).collect(),
                 insecure_no_auth: args.insecure_no_auth,
                 max_body: args.max_body,
+                header_timeout: args.header_timeout,
+                body_timeout: args.body_timeout,
             };
             config.validate()?;
             db::migrate::migrate(&url).await?;

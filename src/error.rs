@@ -3,6 +3,11 @@
 //!
 //! Messages of `AF` errors are written by asyncflow itself and safe to show to a client; any other
 //! database error is [`Error::Database`] and should be logged, not echoed.
+//!
+//! A message that repeats what the client sent repeats at most [`ECHO_MAX_CHARS`] of it
+//! ([`echo`]), so a 1 MB name does not come back as a 1 MB error. Messages written elsewhere
+//! (PostgreSQL's own, serde's) are cut by [`shorten`], the rule `asyncflow.shorten` applies to
+//! every message the SQL API raises.
 
 use tokio_postgres::error::SqlState;
 
@@ -68,6 +73,34 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
+/// The most characters of a client's value an error message repeats.
+pub const ECHO_MAX_CHARS: usize = 100;
+
+/// A client's value as an error message shows it: quoted, and cut after [`ECHO_MAX_CHARS`]
+/// characters with its full length said (`"aaaa…"… (1048576 characters)`).
+pub fn echo(value: &str) -> String {
+    match value.char_indices().nth(ECHO_MAX_CHARS) {
+        None => format!("{value:?}"),
+        Some((end, _)) => format!("{:?}… ({} characters)", &value[..end], value.chars().count()),
+    }
+}
+
+/// The longest message [`shorten`] leaves whole.
+pub const MESSAGE_MAX_CHARS: usize = 400;
+
+/// A message of more than [`MESSAGE_MAX_CHARS`] characters cut in the middle, where a value it
+/// repeats usually is: its first 200 and last 150 characters (the explanation that follows the
+/// value) around `…[N characters cut]…`. The same rule as the SQL function `asyncflow.shorten`.
+pub fn shorten(message: &str) -> String {
+    let total = message.chars().count();
+    if total <= MESSAGE_MAX_CHARS {
+        return message.to_string();
+    }
+    let head: String = message.chars().take(200).collect();
+    let tail: String = message.chars().skip(total - 150).collect();
+    format!("{head}…[{} characters cut]…{tail}", total - 350)
+}
+
 /// The server's message and SQLSTATE when there is one ("db error" alone says nothing).
 fn db_text(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
@@ -97,7 +130,8 @@ impl Error {
         let Some(db) = err.as_db_error() else {
             return Error::Database(err);
         };
-        let message = db.message().to_string();
+        // PostgreSQL's own messages repeat the input they could not read, in full
+        let message = shorten(db.message());
         match db.code().code() {
             "AF001" => Error::UnknownTaskType(message),
             "AF002" => Error::StaleFence(message),
@@ -158,5 +192,29 @@ impl Error {
                 | Error::UnknownRun(_)
                 | Error::WrongState(_)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_values_and_long_messages_are_cut_with_a_marker() {
+        assert_eq!(echo("video"), r#""video""#);
+        let long = "é".repeat(1_000_000);
+        let shown = echo(&long);
+        assert!(shown.starts_with(&format!("{:?}", "é".repeat(100))), "{shown}");
+        assert!(shown.ends_with("… (1000000 characters)"), "{shown}");
+        assert_eq!(echo(&"a".repeat(100)), format!("{:?}", "a".repeat(100)), "100 characters are shown whole");
+
+        let short = "x".repeat(MESSAGE_MAX_CHARS);
+        assert_eq!(shorten(&short), short);
+        let message = format!("unknown task type '{}': register it first", "b".repeat(1_000_000));
+        let cut = shorten(&message);
+        let marker = format!("…[{} characters cut]…", message.len() - 350);
+        assert_eq!(cut.chars().count(), 350 + marker.chars().count());
+        assert!(cut.starts_with("unknown task type 'bbb") && cut.ends_with("bbb': register it first"), "{cut}");
+        assert!(cut.contains(&marker), "{cut}");
     }
 }

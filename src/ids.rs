@@ -27,7 +27,8 @@ impl TypeName {
             Ok(TypeName(name.to_string()))
         } else {
             Err(Error::InvalidTypeName(format!(
-                "invalid task type name {name:?}: it must match ^[a-z][a-z0-9_]{{0,39}}$"
+                "invalid task type name {}: it must match ^[a-z][a-z0-9_]{{0,39}}$",
+                crate::error::echo(name)
             )))
         }
     }
@@ -66,7 +67,7 @@ pub struct TaskId(String);
 impl TaskId {
     /// Parses and checks a task id.
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let bad = || Error::UnknownTask(format!("unknown task {text:?}: not a task id"));
+        let bad = || Error::UnknownTask(format!("unknown task {}: not a task id", crate::error::echo(text)));
         let mut parts = text.split('-');
         let (Some(ty), Some(shard), Some(n), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(bad());

@@ -206,6 +206,63 @@ async fn errors_are_json_with_the_right_status_and_no_database_text() {
     assert_ne!(video["schedule_limit"], 7, "{video}");
 }
 
+/// An error message repeats at most a hundred or so characters of a bad value, however long:
+/// a name, an id, a stage or a field name of 50,000 characters comes back cut, with its length
+/// said, whether Rust (ids, handlers, serde) or the SQL API (raise_error) refused it.
+#[tokio::test]
+async fn long_bad_values_are_cut_in_error_messages() {
+    let db = TestDb::new().await;
+    let api = Api::new(&db, &[]);
+    api.call("PUT", "/v1/task-types/video", Some(json!({}))).await;
+    let long = "x".repeat(50_000);
+    let cases = [
+        ("GET", format!("/v1/tasks/{long}"), None, StatusCode::NOT_FOUND, "unknown task \"xxx"),
+        ("PUT", format!("/v1/task-types/{long}"), Some("{}".to_string()), StatusCode::BAD_REQUEST, "invalid task type"),
+        ("POST", format!("/v1/task-types/{long}/pause"), None, StatusCode::NOT_FOUND, "unknown task type"),
+        ("GET", format!("/v1/task-types/{long}"), None, StatusCode::NOT_FOUND, "unknown task type"),
+        ("GET", format!("/v1/tasks?status={long}"), None, StatusCode::BAD_REQUEST, "status must be"),
+        ("GET", format!("/v1/pipelines/{long}"), None, StatusCode::NOT_FOUND, "unknown pipeline"),
+        ("GET", format!("/v1/runs/{long}"), None, StatusCode::NOT_FOUND, "unknown run"),
+        (
+            "POST",
+            "/v1/tasks".to_string(),
+            Some(json!({"type": "video", "stage": long}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "stage must match",
+        ),
+        (
+            "POST",
+            "/v1/tasks".to_string(),
+            Some(json!({"type": "video", long.clone(): 1}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "xxx",
+        ),
+        (
+            "POST",
+            "/v1/worker/report".to_string(),
+            Some(
+                json!({"worker_id": "w", "reports": [{"task_id": "video-1-1", "claim_seq": 1, "outcome": "fail",
+                long.clone(): 1}]})
+                .to_string(),
+            ),
+            StatusCode::BAD_REQUEST,
+            "unknown field \"xxx",
+        ),
+    ];
+    for (method, uri, body, status, words) in cases {
+        let (s, v) = api.raw(method, &uri, body, None).await;
+        let message = v["message"].as_str().unwrap_or_default();
+        assert_eq!(s, status, "{method} {}: {}", &uri[..40], &message[..message.len().min(300)]);
+        assert!(message.contains(words), "{method} {}: {message:?} lacks {words:?}", &uri[..40]);
+        assert!(message.chars().count() <= 430, "{method} {}: {} characters", &uri[..40], message.len());
+        assert!(
+            message.contains(" characters)") || message.contains(" characters cut]…"),
+            "{method} {}: the cut is marked: {message}",
+            &uri[..40]
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_worker_protocol_holds_reports_and_refuses_stale_tokens_with_409() {
     let db = TestDb::new().await;
@@ -371,12 +428,13 @@ async fn bearer_tokens_guard_every_route_but_health() {
     assert!(open.validate().is_ok());
 }
 
-#[tokio::test]
-async fn the_serve_command_answers_over_a_real_socket() {
-    let db = TestDb::new().await;
+/// `asyncflow serve` on a free loopback port with these extra arguments, once it is ready: the
+/// process and the base URL.
+async fn serve(db: &TestDb, extra: &[&str]) -> (std::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_asyncflow"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--token", TOKEN])
+        .args(extra)
         .env("DATABASE_URL", &db.url)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -395,6 +453,20 @@ async fn the_serve_command_answers_over_a_real_socket() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "the server became ready");
+    (child, base)
+}
+
+/// SIGTERM, and the exit status.
+fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap()
+}
+
+#[tokio::test]
+async fn the_serve_command_answers_over_a_real_socket() {
+    let db = TestDb::new().await;
+    let (child, base) = serve(&db, &[]).await;
+    let client = reqwest::Client::new();
     let r = client.put(format!("{base}/v1/task-types/net")).bearer_auth(TOKEN).json(&json!({})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let r =
@@ -402,7 +474,86 @@ async fn the_serve_command_answers_over_a_real_socket() {
     assert_eq!(r.status(), 201);
     let r = client.get(format!("{base}/v1/tasks?type=net")).send().await.unwrap();
     assert_eq!(r.status(), 401);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = child.wait().unwrap();
+    let status = stop(child);
+    assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
+}
+
+/// Sends `sent` on a new connection, then reads until the server closes it: what it answered
+/// and how long after sending the connection lasted (at most `limit`, else None).
+async fn closed_after(base: &str, sent: &[u8], limit: Duration) -> Option<(String, Duration)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://")).await.unwrap();
+    stream.write_all(sent).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(limit, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    read.ok().map(|()| (String::from_utf8_lossy(&answer).into_owned(), started.elapsed()))
+}
+
+/// Slowloris: a client that opens connections and says nothing, sends a request's head slowly,
+/// goes quiet on a kept-alive connection or stops in the middle of a body is cut off after the
+/// server's timeouts, instead of holding the connection for ever.
+#[tokio::test]
+async fn slow_or_silent_clients_are_cut_off_after_the_timeouts() {
+    let db = TestDb::new().await;
+    let (child, base) = serve(&db, &["--header-timeout", "1s", "--body-timeout", "1s"]).await;
+    let limit = Duration::from_secs(10);
+    let cut = |what: &str, after: Duration| {
+        assert!(after >= Duration::from_millis(900), "{what}: not cut before the timeout ({after:?})");
+    };
+
+    let (answer, after) = closed_after(&base, b"", limit).await.expect("a silent connection is closed");
+    cut("silent", after);
+    assert_eq!(answer, "", "nothing to answer");
+
+    let (answer, after) =
+        closed_after(&base, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: 1", limit).await.expect("half a head");
+    cut("half a head", after);
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+    let (answer, after) =
+        closed_after(&base, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", limit).await.expect("an idle connection");
+    cut("idle after a request", after);
+    assert!(answer.starts_with("HTTP/1.1 200"), "the request itself was answered: {answer}");
+
+    let head = format!(
+        "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{\"type\":"
+    );
+    let (answer, after) = closed_after(&base, head.as_bytes(), limit).await.expect("a body that stops");
+    cut("a body that stops", after);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""code":"request_timeout""#), "{answer}");
+
+    // a body trickled a byte at a time gets no more time than one that stops
+    let trickle = async {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://")).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if stream.write_all(b" ").await.is_err() {
+                return started.elapsed();
+            }
+        }
+        started.elapsed()
+    };
+    let after = tokio::time::timeout(limit, trickle).await.expect("the trickle ended");
+    assert!(after < Duration::from_secs(3), "cut off while still sending ({after:?})");
+
+    // a client that keeps its pace is served as before
+    let r = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let status = stop(child);
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
 }

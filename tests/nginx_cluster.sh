@@ -204,6 +204,7 @@ for d in body proxy fastcgi uwsgi scgi; do mkdir -p "$TMP/nginx/$d" && chmod 177
   echo "  upstream asyncflow {"
   for port in "${SERVER_PORTS[@]}"; do echo "    server 127.0.0.1:$port max_fails=1 fail_timeout=5s;"; done
   echo "    keepalive 32;"
+  echo "    keepalive_timeout 20s;"
   echo "  }"
   echo "  server {"
   echo "    listen 127.0.0.1:$NGINX_PORT;"

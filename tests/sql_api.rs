@@ -232,6 +232,54 @@ async fn bad_input_gets_its_own_sqlstate_and_writes_nothing() {
     assert_eq!(types, 1);
 }
 
+/// An error repeats at most a few hundred characters of a bad value, however long the value: a
+/// 1 MB name, key or stage is cut in the middle of the message, with the count of what was left
+/// out (V37: raise_error, pipeline_error, set_pipeline_status).
+#[tokio::test]
+async fn error_messages_cut_long_bad_values() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "video", json!({})).await;
+    let long = "x".repeat(1_000_000);
+    let cases = [
+        ("select asyncflow.create_task($1, '{}')", "AF003", "invalid task type name 'xxx", "{0,39}$"),
+        ("select * from asyncflow.list_runs(p_before => $1)", "AF012", "unknown run 'xxx", "xxx'"),
+        ("select asyncflow.register_task_type($1, '{}')", "AF003", "invalid task type name 'xxx", "{0,39}$"),
+        (
+            "select asyncflow.register_task_type('video', jsonb_build_object($1::text, 1))",
+            "AF006",
+            "unknown setting 'xxx",
+            "initial_stage, paused)",
+        ),
+        (
+            "select asyncflow.create_tasks('video', jsonb_build_array('{}'::jsonb, jsonb_build_object('stage', $1::text)))",
+            "AF006",
+            "tasks[1]: stage must match",
+            "xxx\"",
+        ),
+        (
+            "select asyncflow.put_pipeline('p', jsonb_build_object('nodes', jsonb_build_array(\
+             jsonb_build_object('name', $1::text, 'type', 'start')), 'edges', '[]'::jsonb))",
+            "AF010",
+            "node 'xxx",
+            "must match ^[a-z][a-z0-9_]{0,39}$",
+        ),
+        ("select asyncflow.set_pipeline_status($1, 1, 'active')", "AF011", "unknown pipeline 'xxx", "xxx' version 1"),
+        ("select asyncflow.retry_task($1)", "AF007", "unknown task 'xxx", "xxx'"),
+    ];
+    for (sql, code, head, tail) in cases {
+        let err = c.query(sql, &[&long]).await.expect_err(sql);
+        assert_eq!(sqlstate(&err), code, "{sql}: {err:?}");
+        let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.chars().count() <= 400 + 30, "{sql}: {} characters", message.len());
+        assert!(message.contains(" characters cut]…"), "{sql}: {message}");
+        assert!(message.starts_with(head) && message.ends_with(tail), "{sql}: {message}");
+    }
+    // the Rust client relays the message as it came
+    let err = api::retry_task(&db.conn().await, &long).await.unwrap_err();
+    assert!(matches!(err, asyncflow::Error::UnknownTask(_)) && err.to_string().len() < 500, "{err}");
+}
+
 #[tokio::test]
 async fn bad_input_found_by_review_is_refused_with_its_code_and_the_rest_answers() {
     let db = TestDb::new().await;

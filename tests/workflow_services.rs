@@ -296,6 +296,10 @@ async fn a_callback_that_is_never_accepted_is_given_up_and_a_callback_node_fails
     let _ = accepting.stop.send(());
 }
 
+/// Callbacks connect only where `--callback-allow` lets them, whether the URL names an address or
+/// a host name; a refused callback fails at its first attempt, with why, since every retry would
+/// be refused the same way (it was retried for a day, until give_up_at), and a callback node
+/// fails with it.
 #[tokio::test]
 async fn callbacks_reach_only_the_allowed_networks_whether_named_by_address_or_by_host_name() {
     let db = TestDb::new().await;
@@ -305,33 +309,65 @@ async fn callbacks_reach_only_the_allowed_networks_whether_named_by_address_or_b
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let up = receiver(listener, 200).await;
-    // an IP literal (checked before connecting) and a host name (checked at resolution)
-    let mut ids = Vec::new();
-    for url in [format!("http://127.0.0.1:{port}/hook"), format!("http://localhost:{port}/hook")] {
-        let id = start(&c, "p", json!({}), Some(&url), Some(t0())).await;
+    // an IP literal (checked before connecting) and a host name (checked at resolution), each
+    // named by a run's notify_url and by a callback node
+    let urls = [format!("http://127.0.0.1:{port}/hook"), format!("http://localhost:{port}/hook")];
+    let mut refused = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        let id = start(&c, "p", json!({}), Some(url), Some(t0())).await;
         let a = claim(&c, "wf", Some(t0())).await;
         report(&c, vec![(&a[0], json!({"outcome": "fail", "error": "no", "retry": false}))], Some(t0())).await;
-        ids.push(id);
+        refused.push(id);
+        let name = format!("tell{i}");
+        pipeline(
+            &c,
+            &name,
+            json!({"nodes": [{"name": "start", "type": "start"}, {"name": "tell", "type": "callback", "url": url},
+            {"name": "end", "type": "end"}], "edges": [["start", "tell"], ["tell", "end"]]}),
+        )
+        .await;
+        refused.push(start(&c, &name, json!({}), None, Some(t0())).await);
     }
 
     let public = CallbackConfig { targets: "public".parse().unwrap(), ..Default::default() };
-    let pass = CallbackSender::new(db.pool.clone(), public).run_once(Some(t0())).await.unwrap();
-    assert_eq!(pass.changed, 2, "{pass:?}");
-    for id in &ids {
-        let cb = &run(&c, id).await["callbacks"][0];
-        assert_eq!((cb["status"].clone(), cb["attempts"].clone()), (json!("pending"), json!(1)), "retried later");
+    let sender = CallbackSender::new(db.pool.clone(), public);
+    let pass = sender.run_once(Some(t0())).await.unwrap();
+    assert_eq!(pass.changed, 4, "{pass:?}");
+    let mut nodes = 0;
+    for id in &refused {
+        let r = run(&c, id).await;
+        let cb = &r["callbacks"][0];
+        assert_eq!((cb["status"].clone(), cb["attempts"].clone()), (json!("failed"), json!(1)), "failed at once: {r}");
         let error = cb["log"][0]["error"].as_str().unwrap();
         assert!(error.contains("is not an allowed callback target (--callback-allow public)"), "{error}");
+        assert_eq!(cb["log"][0]["given_up"], true, "{cb}");
+        if cb["kind"] == "node" {
+            nodes += 1;
+            assert_eq!(r["status"], "failed", "the callback node fails with its delivery: {r}");
+            let why = event(&r, "tell")["error"].as_str().unwrap_or_default().to_string();
+            assert!(why.contains("not delivered: ") && why.contains("not an allowed callback target"), "{why}");
+        }
     }
+    assert_eq!(nodes, 2, "both callback nodes were checked");
     // the host name's refusal does not tell whoever started the run what it resolved to
-    let named = run(&c, &ids[1]).await["callbacks"][0]["log"][0]["error"].as_str().unwrap().to_string();
+    let named = run(&c, &refused[2]).await["callbacks"][0]["log"][0]["error"].as_str().unwrap().to_string();
     assert!(named.contains("localhost (as resolved)") && !named.contains("127.0.0.1"), "{named}");
+    let later = sender.run_once(Some(t0() + secs(3600.0))).await.unwrap();
+    assert_eq!(later.changed, 0, "nothing is tried again: {later:?}");
     assert!(up.seen.lock().unwrap().is_empty(), "no connection was made");
 
+    // where the setting allows the target, the same callbacks are delivered
+    let mut allowed = Vec::new();
+    for url in &urls {
+        let id = start(&c, "p", json!({}), Some(url), Some(t0())).await;
+        let a = claim(&c, "wf", Some(t0())).await;
+        report(&c, vec![(&a[0], json!({"outcome": "fail", "error": "no", "retry": false}))], Some(t0())).await;
+        allowed.push(id);
+    }
     let local = CallbackConfig { targets: "127.0.0.0/8".parse().unwrap(), ..Default::default() };
     let pass = CallbackSender::new(db.pool.clone(), local).run_once(Some(t0() + secs(2.0))).await.unwrap();
     assert_eq!(pass.changed, 2, "{pass:?}");
-    for id in &ids {
+    for id in &allowed {
         assert_eq!(run(&c, id).await["callbacks"][0]["status"], "delivered");
     }
     assert_eq!(up.seen.lock().unwrap().len(), 2);
@@ -364,6 +400,81 @@ async fn retention_drops_whole_days_of_ended_runs_and_keeps_a_day_with_an_open_r
     work_all(&c, &["wf"], Some(day2), |t| ok(json!(node(t)))).await;
     let pass = retention.run_once(Some(day2 + secs(9.0 * 86400.0))).await.unwrap();
     assert_eq!(pass.detail, ["run records of 2030-01-02 dropped"], "{pass:?}");
+}
+
+/// A day of ended runs, with its notify_url callback settled, that retention may drop at
+/// `t0() + 8 days`.
+async fn an_expired_day(c: &tokio_postgres::Client) -> chrono::DateTime<chrono::Utc> {
+    register(c, "wf", json!({})).await;
+    pipeline(c, "p", one_task(None, json!({}))).await;
+    let id = start(c, "p", json!({}), Some("http://127.0.0.1:9/x"), Some(t0())).await;
+    work_all(c, &["wf"], Some(t0()), |t| ok(json!(node(t)))).await;
+    c.execute("update asyncflow.callbacks set status = 'delivered' where run_id = $1", &[&id]).await.unwrap();
+    t0() + secs(8.0 * 86400.0)
+}
+
+/// Dropping a day of runs takes the run tables before the day's partitions, the order every
+/// statement on them takes (the table, then its partitions), as V30 did for shards. Before V37
+/// it locked the partitions first and met the tables' locks only at DROP TABLE: a reader that
+/// held `runs` (check_runs, list_runs, claim_callbacks on `callbacks`: each scans every day)
+/// and reached for the day's partition deadlocked with it.
+#[tokio::test]
+async fn dropping_a_day_of_runs_takes_the_tables_before_their_partitions() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let later = an_expired_day(&c).await;
+    // a transaction holding `runs`, as a scan of every day does before it reaches the partitions
+    let mut reader = db.raw().await;
+    let tx = reader.transaction().await.unwrap();
+    tx.batch_execute("lock table only asyncflow.runs in access share mode").await.unwrap();
+    let dropper = db.raw().await;
+    let dropping = tokio::spawn(async move {
+        dropper.query("select asyncflow.drop_expired_runs($1)", &[&later]).await.map(|rows| rows.len())
+    });
+    let watcher = db.raw().await;
+    common::wait_for_lock_wait(&watcher, "drop_expired_runs").await;
+    // the day's partition is not locked by the waiting drop: the reader reaches it at once
+    // (before, it met the drop's lock on the partition: a deadlock, unless the drop's own 1 s
+    // lock_timeout ran out first)
+    tx.batch_execute("set local lock_timeout = '100ms'").await.unwrap();
+    let read = tx.query("select count(*) from asyncflow.runs_20300101", &[]).await;
+    assert!(read.is_ok(), "the reader's side went on: {read:?}");
+    tx.commit().await.unwrap();
+    let first = dropping.await.unwrap();
+    assert!(first.is_ok(), "the drop waited (or gave up for this pass) without a deadlock: {first:?}");
+    let again = c.query("select asyncflow.drop_expired_runs($1)", &[&later]).await.unwrap().len();
+    assert_eq!(first.unwrap_or(0) + again, 1, "the day is dropped by one of the two passes");
+}
+
+/// Workflow statements do not take the five run tables in one order (record_callback:
+/// callbacks, then run_events and runs; a task's trigger: run_traces, then run_events; start,
+/// check and cancel: runs first), so no order of the drop's locks agrees with all of them.
+/// Instead the drop waits long only for its first table, when it holds nothing; for each of
+/// the others it waits at most 100 ms and otherwise gives the day up until the next pass,
+/// releasing everything. A writer that holds one of the tables and then reaches for another the
+/// drop took waits briefly, where before the drop held them for its 1 s lock_timeout and the
+/// writer could be the one PostgreSQL's deadlock check (after 1 s) cancelled.
+#[tokio::test]
+async fn dropping_a_day_of_runs_gives_way_at_once_to_a_writer_holding_one_of_its_tables() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let later = an_expired_day(&c).await;
+    // a writer that has updated `callbacks`, as record_callback does before run_events and runs
+    let mut writer = db.raw().await;
+    let tx = writer.transaction().await.unwrap();
+    tx.batch_execute("lock table only asyncflow.callbacks in row exclusive mode").await.unwrap();
+    let started = std::time::Instant::now();
+    let first = c.query("select asyncflow.drop_expired_runs($1)", &[&later]).await;
+    let took = started.elapsed();
+    assert!(first.as_ref().is_ok_and(|rows| rows.is_empty()), "the day waits for the next pass: {first:?}");
+    assert!(took < Duration::from_millis(800), "gave up in about 100 ms, not after 1 s: {took:?}");
+    // and holds nothing afterwards: the writer goes on to the tables the drop had taken
+    tx.batch_execute("set local lock_timeout = '100ms'").await.unwrap();
+    let went_on = tx.batch_execute("lock table only asyncflow.run_events, asyncflow.runs in row exclusive mode").await;
+    assert!(went_on.is_ok(), "{went_on:?}");
+    tx.commit().await.unwrap();
+    let again = c.query("select asyncflow.drop_expired_runs($1)", &[&later]).await.unwrap().len();
+    assert_eq!(again, 1, "dropped at the next pass");
 }
 
 #[tokio::test]

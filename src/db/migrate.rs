@@ -14,7 +14,15 @@ const MIGRATION_LOCK: (i32, i32) = (16710, 1);
 
 /// The newest migration this build knows.
 pub fn latest_version() -> u32 {
-    embedded::migrations::runner().get_migrations().iter().map(|m| m.version()).max().unwrap_or(0)
+    versions().last().copied().unwrap_or(0)
+}
+
+/// Every migration this build knows, oldest first. Numbers may have gaps: a number is taken
+/// when a change that needs it is begun, and changes land in any order.
+pub fn versions() -> Vec<u32> {
+    let mut versions: Vec<u32> = embedded::migrations::runner().get_migrations().iter().map(|m| m.version()).collect();
+    versions.sort_unstable();
+    versions
 }
 
 /// What a migration run did.

@@ -125,7 +125,10 @@ impl StageReply {
                 return Err("next_stage must be a string".into());
             };
             if !is_stage_name(&next_stage) {
-                return Err(format!("next_stage must match ^[A-Za-z0-9_.:/-]{{1,64}}$, got {:?}", next_stage));
+                return Err(format!(
+                    "next_stage must match ^[A-Za-z0-9_.:/-]{{1,64}}$, got {}",
+                    crate::error::echo(&next_stage)
+                ));
             }
             StageReply::Next { next_stage, context: context(&mut map)? }
         } else if let Some(result) = map.remove("result") {
@@ -151,7 +154,7 @@ impl StageReply {
         };
         // `retry` belongs to the error form, which took it out above
         if let Some(key) = map.keys().next() {
-            return Err(format!("unknown field {key:?} in the reply"));
+            return Err(format!("unknown field {} in the reply", crate::error::echo(key)));
         }
         Ok(reply)
     }

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{shorten, Error};
 
 /// An error answer: the JSON body `{"code", "message"}`, with the status as the HTTP status
 /// (the schema `Error` of the OpenAPI document).
@@ -17,7 +17,7 @@ pub struct ApiError {
     pub status: StatusCode,
     /// Stable machine-readable code: bad_request, invalid_argument, invalid_type_name,
     /// priority_out_of_range, invalid_pipeline (400); unauthorized (401); not_found, unknown_task,
-    /// unknown_task_type, unknown_pipeline, unknown_run (404); stale_fencing_token, wrong_state (409); payload_too_large, context_too_large (413); internal (500);
+    /// unknown_task_type, unknown_pipeline, unknown_run (404); request_timeout (408); stale_fencing_token, wrong_state (409); payload_too_large, context_too_large (413); internal (500);
     /// unavailable (503).
     #[schema(value_type = String, example = "unknown_task_type")]
     pub code: &'static str,
@@ -62,6 +62,11 @@ impl ApiError {
         ApiError { status: StatusCode::CONFLICT, code: "stale_fencing_token", message: message.into() }
     }
 
+    /// 408: the request body did not arrive in time.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::REQUEST_TIMEOUT, code: "request_timeout", message: message.into() }
+    }
+
     /// 413.
     pub fn too_large(message: impl Into<String>) -> Self {
         ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "payload_too_large", message: message.into() }
@@ -96,8 +101,11 @@ impl From<Error> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The message is cut when long ([`shorten`]): one built from text we do not write (serde's,
+    /// axum's rejections) may repeat a client's value of any size.
     fn into_response(self) -> Response {
-        (self.status, axum::Json(json!({"code": self.code, "message": self.message}))).into_response()
+        let message = shorten(&self.message);
+        (self.status, axum::Json(json!({"code": self.code, "message": message}))).into_response()
     }
 }
 

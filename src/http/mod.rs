@@ -17,6 +17,7 @@ mod error;
 mod health;
 mod metrics;
 pub mod openapi;
+mod server;
 mod task_types;
 mod tasks;
 mod worker_protocol;
@@ -24,6 +25,7 @@ mod workflows;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -40,6 +42,11 @@ use crate::error::{Error, Result};
 
 /// Default largest request body.
 pub const MAX_BODY_DEFAULT: usize = 2 * 1024 * 1024;
+/// Default time a client has to send a request's head, from when the server starts waiting for
+/// it: also how long a connection may stay open with nothing said (see `server`).
+pub const HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Default time a client has to send a request's body, from the end of its head.
+pub const BODY_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -52,6 +59,10 @@ pub struct HttpConfig {
     pub insecure_no_auth: bool,
     /// Largest request body in bytes.
     pub max_body: usize,
+    /// Time to send a request's head; also the longest a connection stays open idle.
+    pub header_timeout: Duration,
+    /// Time to send a request's body, from the end of its head.
+    pub body_timeout: Duration,
 }
 
 impl HttpConfig {
@@ -70,6 +81,9 @@ impl HttpConfig {
         if self.max_body < 1024 {
             return Err(Error::Config("--max-body must be at least 1024 bytes".into()));
         }
+        if self.header_timeout.is_zero() || self.body_timeout.is_zero() {
+            return Err(Error::Config("--header-timeout and --body-timeout must be longer than 0s".into()));
+        }
         Ok(())
     }
 }
@@ -80,13 +94,19 @@ pub struct AppState {
     pool: DbPool,
     tokens: Arc<Vec<String>>,
     max_body: usize,
+    body_timeout: Duration,
     metrics: Arc<metrics::Metrics>,
 }
 
 /// The router with every route, auth and body limit.
 pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
-    let state =
-        AppState { pool, tokens: Arc::new(config.tokens.clone()), max_body: config.max_body, metrics: Arc::default() };
+    let state = AppState {
+        pool,
+        tokens: Arc::new(config.tokens.clone()),
+        max_body: config.max_body,
+        body_timeout: config.body_timeout,
+        metrics: Arc::default(),
+    };
     let api = Router::new()
         .merge(tasks::routes())
         .merge(task_types::routes())
@@ -105,6 +125,7 @@ pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
         .layer(axum::middleware::map_response(json_client_errors))
         .layer(DefaultBodyLimit::max(config.max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), server::body_deadline))
         .with_state(state)
 }
 
@@ -113,9 +134,7 @@ pub async fn serve(pool: DbPool, config: HttpConfig, shutdown: CancellationToken
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, auth = !config.tokens.is_empty(), "serving the HTTP API");
-    axum::serve(listener, router(pool, &config))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await?;
+    server::run(listener, router(pool, &config), config.header_timeout, shutdown).await?;
     Ok(())
 }
 
@@ -190,7 +209,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Reads a JSON body: 413 past the limit, 400 naming the problem otherwise.
+/// Reads a JSON body: 413 past the limit, 408 past the body timeout, 400 naming the problem
+/// otherwise.
 fn parse_body<T: serde::de::DeserializeOwned>(
     state: &AppState,
     body: std::result::Result<Bytes, BytesRejection>,
@@ -199,6 +219,10 @@ fn parse_body<T: serde::de::DeserializeOwned>(
         axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::too_large(format!("the request body is larger than {} bytes", state.max_body))
         }
+        _ if server::is_body_timeout(&e) => ApiError::timeout(format!(
+            "the request body did not arrive within {}",
+            humantime::format_duration(state.body_timeout)
+        )),
         _ => ApiError::bad_request(e.body_text()),
     })?;
     let value: serde_json::Value =

@@ -8,6 +8,7 @@ use axum::{Json, Router};
 
 use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
+use crate::error::echo;
 use crate::ids::TypeName;
 use crate::task::QueueDepth;
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
@@ -44,7 +45,7 @@ async fn get_one(State(state): State<AppState>, Path(name): Path<String>) -> Api
     all.into_iter()
         .find(|t| t.task_type == name)
         .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("unknown task type {name:?}")))
+        .ok_or_else(|| ApiError::not_found(format!("unknown task type {}", echo(&name))))
 }
 
 /// Registers the type, or changes only the settings named (`asyncflow.register_task_type`).
@@ -71,7 +72,7 @@ async fn set_paused(state: &AppState, name: &str, paused: bool) -> ApiResult<Jso
     let c = state.pool.get().await.map_err(crate::Error::from)?;
     // Pausing must not create a type: check it exists first.
     if !api::list_task_types(&c).await?.iter().any(|t| t.task_type == name) {
-        return Err(ApiError::not_found(format!("unknown task type {name:?}")));
+        return Err(ApiError::not_found(format!("unknown task type {}", echo(name))));
     }
     let settings = TaskTypeUpdate { paused: Some(paused), ..Default::default() };
     Ok(Json(api::register_task_type(&c, &TypeName::new(name)?, &settings).await?))

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::openapi::{TaskCancelled, TaskCreated, TaskPage, TaskRetried, TasksCreated};
 use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api::{self, TaskFilter};
+use crate::error::echo;
 use crate::task::{NewTask, Task};
 
 pub(super) fn routes() -> Router<AppState> {
@@ -107,7 +108,7 @@ async fn create_bulk(
     ))]
 async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Task>> {
     let task = api::get_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;
-    task.map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task {id:?}")))
+    task.map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task {}", echo(&id))))
 }
 
 /// The query string of a list: like [`TaskFilter`], with the status as text so that a bad one
@@ -148,7 +149,8 @@ async fn list(
         None => None,
         Some(s) => Some(crate::task::TaskStatus::parse(s).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "status must be one of pending, running, succeeded, failed, cancelled; got {s:?}"
+                "status must be one of pending, running, succeeded, failed, cancelled; got {}",
+                echo(s)
             ))
         })?),
     };

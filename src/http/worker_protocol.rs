@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use super::openapi::{Held, ReportResults};
 use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
+use crate::error::echo;
 use crate::ids::{TaskId, TypeName, WorkerId};
 use crate::task::{HeldTask, Report, ReportKind};
 
@@ -119,7 +120,9 @@ fn read_report(index: usize, value: Value) -> ApiResult<Report> {
             .find(|k| !matches!(k.as_str(), "task_id" | "claim_seq" | "outcome") && !known.contains(&k.as_str()));
         if let Some(key) = unknown {
             return Err(ApiError::bad_request(format!(
-                "reports[{index}]: unknown field {key:?} for outcome {outcome:?} (it takes: {})",
+                "reports[{index}]: unknown field {} for outcome {} (it takes: {})",
+                echo(key),
+                echo(outcome),
                 known.join(", ")
             )));
         }

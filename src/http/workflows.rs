@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use super::openapi::{RunCancelled, RunNodeRetried, RunPage, RunStarted};
 use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
+use crate::error::echo;
 use crate::workflow::StartRun;
 
 pub(super) fn routes() -> Router<AppState> {
@@ -71,7 +72,7 @@ async fn get_pipeline(
 ) -> ApiResult<Json<Value>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let found = api::get_pipeline(&conn(&state).await?, &name, q.version).await?;
-    found.map(Json).ok_or_else(|| crate::Error::UnknownPipeline(format!("unknown pipeline {name:?}")).into())
+    found.map(Json).ok_or_else(|| crate::Error::UnknownPipeline(format!("unknown pipeline {}", echo(&name))).into())
 }
 
 /// Validates a definition (the body) and stores it as the pipeline's next version, active
@@ -190,7 +191,7 @@ async fn list_runs(
     ))]
 async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let found = api::get_run(&conn(&state).await?, &id).await?;
-    found.map(Json).ok_or_else(|| crate::Error::UnknownRun(format!("unknown run {id:?}")).into())
+    found.map(Json).ok_or_else(|| crate::Error::UnknownRun(format!("unknown run {}", echo(&id))).into())
 }
 
 /// Cancels a scheduled or running run (`cancelled` is false when it had already ended).

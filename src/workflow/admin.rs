@@ -159,7 +159,7 @@ pub async fn pipeline(pool: Option<&DbPool>, target: &Target, command: PipelineC
         PipelineCommand::Get { name, version } => match pool {
             Some(pool) => api::get_pipeline(&pool.get().await?, &name, version)
                 .await?
-                .ok_or_else(|| Error::UnknownPipeline(format!("unknown pipeline {name:?}"))),
+                .ok_or_else(|| Error::UnknownPipeline(format!("unknown pipeline {}", crate::error::echo(&name)))),
             None => {
                 let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
                 call(target, Method::GET, &format!("/v1/pipelines/{}{query}", encode(&name)), None).await
@@ -286,9 +286,9 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
 
 async fn get_run(pool: Option<&DbPool>, target: &Target, id: &str) -> Result<Value> {
     match pool {
-        Some(pool) => {
-            api::get_run(&pool.get().await?, id).await?.ok_or_else(|| Error::UnknownRun(format!("unknown run {id:?}")))
-        }
+        Some(pool) => api::get_run(&pool.get().await?, id)
+            .await?
+            .ok_or_else(|| Error::UnknownRun(format!("unknown run {}", crate::error::echo(id)))),
         None => call(target, Method::GET, &format!("/v1/runs/{}", encode(id)), None).await,
     }
 }

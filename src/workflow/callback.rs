@@ -5,6 +5,7 @@
 //!        -> POST url, JSON body, signed -> 2xx: delivered
 //!                                       -> else: due again in min(2^(n-1), max) s,
 //!                                                or failed once past give_up_at
+//!        -> target refused by --callback-allow: failed at once (no attempt would differ)
 //!   record_callback (fenced by the attempt number)
 //! ```
 //!
@@ -14,16 +15,18 @@
 //! [`crate::function::http::verify`]). Delivery is at least once: a receiver dedups on the
 //! callback id (also in the body as `callback_id`). Every attempt is recorded in the callback's
 //! log, and a failed run calls back like any other. Where callbacks may connect is
-//! [`CallbackConfig::targets`] (`--callback-allow`, see [`super::targets`]): a refused target is
-//! a failed attempt, recorded with why, and retried like any other until the callback gives up.
+//! [`CallbackConfig::targets`] (`--callback-allow`, see [`super::targets`]): a refused target
+//! fails the callback at its first attempt, recorded with why (a callback node fails with it),
+//! since every later attempt would be refused the same way until the operator changes the
+//! setting; retrying it only delayed the failure by a day (give_up_at).
 
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 
-use super::targets::{TargetResolver, Targets};
-use super::CallbackDelivery;
+use super::targets::{Refused, TargetResolver, Targets};
+use super::{CallbackDelivery, CallbackOutcome};
 use crate::db::{api, DbPool};
 use crate::error::{with_causes, Error, Result};
 use crate::function::http::{sign, SIGNATURE_HEADER};
@@ -92,19 +95,26 @@ impl CallbackSender {
         CallbackSender { pool, config, http, owner }
     }
 
-    /// One POST; the HTTP status and the error (None when delivered).
-    async fn deliver(&self, http: &reqwest::Client, delivery: &CallbackDelivery) -> (Option<i32>, Option<String>) {
+    /// One POST, and how it went (`cost_ms` left to the caller).
+    async fn deliver(&self, http: &reqwest::Client, delivery: &CallbackDelivery) -> CallbackOutcome {
+        let failed = |http_status: Option<i32>, error: String| CallbackOutcome {
+            http_status,
+            error: Some(error),
+            ..CallbackOutcome::default()
+        };
+        let refused =
+            |why: &Refused| CallbackOutcome { error: Some(why.to_string()), give_up: true, ..Default::default() };
         let mut payload = delivery.payload.clone();
         if let Some(obj) = payload.as_object_mut() {
             obj.insert("callback_id".into(), delivery.callback_id.clone().into());
             obj.insert("kind".into(), delivery.kind.clone().into());
         }
-        if let Some(refused) = self.config.targets.check_url(&delivery.url) {
-            return (None, Some(refused));
+        if let Some(why) = self.config.targets.check_url(&delivery.url) {
+            return refused(&why);
         }
         let body = match serde_json::to_vec(&payload) {
             Ok(b) => b,
-            Err(e) => return (None, Some(format!("payload: {e}"))),
+            Err(e) => return failed(None, format!("payload: {e}")),
         };
         let mut request = http
             .post(&delivery.url)
@@ -115,7 +125,9 @@ impl CallbackSender {
             request = request.header(SIGNATURE_HEADER, sign(secret.as_bytes(), &body));
         }
         match request.body(body).send().await {
-            Ok(response) if response.status().is_success() => (Some(response.status().as_u16() as i32), None),
+            Ok(response) if response.status().is_success() => {
+                CallbackOutcome { http_status: Some(response.status().as_u16() as i32), ..Default::default() }
+            }
             Ok(mut response) => {
                 let status = response.status();
                 // the start of the answer only: an endpoint may answer anything, of any size
@@ -127,9 +139,13 @@ impl CallbackSender {
                     }
                 }
                 let text: String = String::from_utf8_lossy(&head).chars().take(200).collect();
-                (Some(status.as_u16() as i32), Some(format!("HTTP {status}: {text}")))
+                failed(Some(status.as_u16() as i32), format!("HTTP {status}: {text}"))
             }
-            Err(e) => (None, Some(with_causes(&e))),
+            // a host name whose every address the setting refuses (TargetResolver)
+            Err(e) => match Refused::find(&e) {
+                Some(why) => refused(why),
+                None => failed(None, with_causes(&e)),
+            },
         }
     }
 }
@@ -154,24 +170,22 @@ impl Service for CallbackSender {
                     api::claim_callbacks(&client, &self.owner, self.config.batch, lease, now).await?
                 };
                 let full = due.len() as i32 >= self.config.batch;
-                let outcomes: Vec<(CallbackDelivery, Option<i32>, Option<String>, i32)> =
-                    futures_util::stream::iter(due)
-                        .map(|d| async move {
-                            let started = Instant::now();
-                            let (status, error) = self.deliver(http, &d).await;
-                            let cost = started.elapsed().as_millis().min(i32::MAX as u128) as i32;
-                            (d, status, error, cost)
-                        })
-                        .buffer_unordered(self.config.concurrency.max(1))
-                        .collect()
-                        .await;
+                let outcomes: Vec<(CallbackDelivery, CallbackOutcome)> = futures_util::stream::iter(due)
+                    .map(|d| async move {
+                        let started = Instant::now();
+                        let mut outcome = self.deliver(http, &d).await;
+                        outcome.cost_ms = started.elapsed().as_millis().min(i32::MAX as u128) as i32;
+                        (d, outcome)
+                    })
+                    .buffer_unordered(self.config.concurrency.max(1))
+                    .collect()
+                    .await;
                 let client = self.pool.get().await?;
-                for (d, status, error, cost) in outcomes {
-                    let state =
-                        api::record_callback(&client, &d.callback_id, d.attempt, status, error.as_deref(), cost, now)
-                            .await?;
-                    if let Some(e) = &error {
-                        tracing::info!(callback = %d.callback_id, attempt = d.attempt, error = %e, "callback not delivered");
+                for (d, outcome) in outcomes {
+                    let state = api::record_callback(&client, &d.callback_id, d.attempt, &outcome, now).await?;
+                    if let Some(e) = &outcome.error {
+                        tracing::info!(callback = %d.callback_id, attempt = d.attempt, error = %e,
+                            give_up = outcome.give_up, "callback not delivered");
                     }
                     detail.push(format!(
                         "{} attempt {}: {}",

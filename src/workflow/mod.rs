@@ -72,3 +72,17 @@ pub struct CallbackDelivery {
     /// This attempt's number (1-based), the fence for its report.
     pub attempt: i32,
 }
+
+/// How one delivery attempt went (`asyncflow.record_callback`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallbackOutcome {
+    /// The answer's HTTP status, when there was an answer.
+    pub http_status: Option<i32>,
+    /// Why it was not delivered; None: delivered.
+    pub error: Option<String>,
+    /// The error will be the same at every attempt (a target `--callback-allow` refuses): the
+    /// callback fails now instead of being retried until it gives up.
+    pub give_up: bool,
+    /// The attempt's time in milliseconds.
+    pub cost_ms: i32,
+}

@@ -117,15 +117,15 @@ impl Targets {
         (self.public && is_public(as_v4)) || self.nets.iter().any(|n| n.contains(&as_v4))
     }
 
-    /// The refusal for a URL whose host is an IP literal that is not allowed; None otherwise
-    /// (host names are checked at resolution).
-    pub fn check_url(&self, url: &str) -> Option<String> {
+    /// The refusal for a URL whose host is an IP literal that is not allowed (or that is no
+    /// URL); None otherwise (host names are checked at resolution).
+    pub fn check_url(&self, url: &str) -> Option<Refused> {
         if self.any {
             return None;
         }
         let parsed = match url::Url::parse(url) {
             Ok(u) => u,
-            Err(e) => return Some(format!("not a URL: {e}")),
+            Err(e) => return Some(Refused(format!("not a URL: {e}"))),
         };
         let ip = match parsed.host()? {
             url::Host::Ipv4(v4) => IpAddr::V4(v4),
@@ -135,8 +135,28 @@ impl Targets {
         (!self.allows(ip)).then(|| self.refusal(&ip.to_string()))
     }
 
-    fn refusal(&self, what: &str) -> String {
-        format!("{what} is not an allowed callback target (--callback-allow {self})")
+    fn refusal(&self, what: &str) -> Refused {
+        Refused(format!("{what} is not an allowed callback target (--callback-allow {self})"))
+    }
+}
+
+/// A callback target the setting does not allow. The answer stays the same at every attempt
+/// (only the operator changes the setting), so a refused callback is not retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+impl Refused {
+    /// The refusal behind an HTTP client's error: the resolver's, wrapped by the client.
+    pub fn find<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
+        let mut cause = Some(e);
+        while let Some(e) = cause {
+            if let Some(refused) = e.downcast_ref::<Refused>() {
+                return Some(refused);
+            }
+            cause = e.source();
+        }
+        None
     }
 }
 
@@ -303,7 +323,7 @@ mod tests {
     #[test]
     fn ip_literals_in_urls_are_checked_and_names_are_left_to_the_resolver() {
         let p: Targets = "public".parse().unwrap();
-        let refused = p.check_url("http://169.254.169.254/latest/meta-data").unwrap();
+        let refused = p.check_url("http://169.254.169.254/latest/meta-data").unwrap().0;
         assert!(refused.contains("169.254.169.254 is not an allowed callback target"), "{refused}");
         assert!(p.check_url("http://[::1]:8080/x").is_some());
         assert!(p.check_url("https://8.8.8.8/hook").is_none());

@@ -240,6 +240,8 @@ pub fn http_config(tokens: &[&str], max_body: usize) -> asyncflow::http::HttpCon
         tokens: tokens.iter().map(|t| t.to_string()).collect(),
         insecure_no_auth: false,
         max_body,
+        header_timeout: asyncflow::http::HEADER_TIMEOUT_DEFAULT,
+        body_timeout: asyncflow::http::BODY_TIMEOUT_DEFAULT,
     }
 }
 

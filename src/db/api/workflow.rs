@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{get, query, query_one};
 use crate::db::GenericClient;
 use crate::error::Result;
-use crate::workflow::{CallbackDelivery, StartRun};
+use crate::workflow::{CallbackDelivery, CallbackOutcome, StartRun};
 
 /// `asyncflow.put_pipeline`: validates and stores the next version (or finds the same one).
 pub async fn put_pipeline<C: GenericClient>(c: &C, name: &str, definition: &Value, status: &str) -> Result<Value> {
@@ -144,15 +144,13 @@ pub async fn record_callback<C: GenericClient>(
     c: &C,
     callback_id: &str,
     attempt: i32,
-    http_status: Option<i32>,
-    error: Option<&str>,
-    cost_ms: i32,
+    outcome: &CallbackOutcome,
     now: Option<DateTime<Utc>>,
 ) -> Result<Option<String>> {
     let row = query_one(
         c,
-        "select asyncflow.record_callback($1, $2, $3, $4, $5, $6) as status",
-        &[&callback_id, &attempt, &http_status, &error, &cost_ms, &now],
+        "select asyncflow.record_callback($1, $2, $3, $4, $5, $6, $7) as status",
+        &[&callback_id, &attempt, &outcome.http_status, &outcome.error, &outcome.cost_ms, &outcome.give_up, &now],
     )
     .await?;
     get(&row, "status")

@@ -103,7 +103,7 @@ use wire::*;
 
 use super::AppState;
 use crate::db::api::{self, TaskFilter};
-use crate::error::Error;
+use crate::error::{echo, shorten, Error};
 use crate::function::LATER_MAX_SECS;
 use crate::ids::{TaskId, TypeName, WorkerId};
 use crate::task::{NewTask, Report, ReportKind, Task, TaskStatus};
@@ -190,7 +190,7 @@ impl Failure {
     /// (code, msg) for the reply; server trouble is logged and not described.
     fn code_and_msg(self, (_, path, failure_code): (Endpoint, &str, i32)) -> (i32, String) {
         match self {
-            Failure::Code(code, detail) => (code, format!("{}: {detail}", code_text(code))),
+            Failure::Code(code, detail) => (code, format!("{}: {}", code_text(code), shorten(&detail))),
             Failure::Db(e) => {
                 let code = match &e {
                     Error::UnknownTaskType(_) => 8039,
@@ -204,6 +204,7 @@ impl Failure {
                 };
                 if e.is_client_error() {
                     let text = e.to_string();
+                    let text = shorten(&text);
                     (code, format!("{}: {}", code_text(code), text.strip_prefix("tasks[0]: ").unwrap_or(&text)))
                 } else {
                     tracing::error!(error = %e, endpoint = path, "compat request failed");
@@ -361,7 +362,8 @@ async fn set_task(state: &AppState, input: &Input) -> Outcome {
     let token = int32(find(&data, "claim_seq").or(input.get("claim_seq")), "claim_seq")?;
 
     let c = state.pool.get().await?;
-    let task = api::get_task(&c, &id).await?.ok_or_else(|| Failure::Code(8035, format!("unknown task {id:?}")))?;
+    let task =
+        api::get_task(&c, &id).await?.ok_or_else(|| Failure::Code(8035, format!("unknown task {}", echo(&id))))?;
     let now_status = |t: &Task| format!("{:?}", t.status).to_lowercase();
     if task.status.is_final() {
         return Err(Failure::Code(8041, format!("task {id} is {}: a finished task never changes", now_status(&task))));
@@ -391,7 +393,7 @@ async fn set_task(state: &AppState, input: &Input) -> Outcome {
                 r.status.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_else(|| "gone".into())
             ),
         )),
-        None => Err(Failure::Code(8035, format!("unknown task {id:?}"))),
+        None => Err(Failure::Code(8035, format!("unknown task {}", echo(&id)))),
     }
 }
 
@@ -399,7 +401,7 @@ async fn get_task(state: &AppState, input: &Input) -> Outcome {
     let id = required(text(input.get("task_id"), "task_id")?, "task_id")?;
     let task = api::get_task(&state.pool.get().await?, &id)
         .await?
-        .ok_or_else(|| Failure::Code(8035, format!("unknown task {id:?}")))?;
+        .ok_or_else(|| Failure::Code(8035, format!("unknown task {}", echo(&id))))?;
     let mut reply = Map::new();
     // Both keys always: G3 clients ask with taskId and read task_data (quirk 9).
     put(&mut reply, Dialect::Both, "task_data", "taskData", |d| task_data(&task, d));
