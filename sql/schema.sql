@@ -1427,13 +1427,17 @@ declare
   v_retry_interval integer;
 begin
   -- No SET search_path (V33): every name below is schema-qualified, operators included.
+  -- (V38) And no comparison takes the caller's collation: a plpgsql function's text parameters
+  -- take the collation of the call's arguments, and under a nondeterministic one of the caller's
+  -- (CREATE COLLATION needs no privilege) 'a_b' = 'ab', so the lookup found another type's row.
   if idempotency_key is null then
     -- What the checks and the row need, in one read of enqueue_info (V25); the checks in one
     -- expression, the same as create_task_general's; the wake written out (asyncflow.wake's
     -- try-lock and NOTIFY).
     select e.end_pos, e.id_seq, e.initial_stage, e.max_retry_num, e.max_retry_interval, e.max_context_bytes
       into v_pos, v_seq, v_initial_stage, v_retry_num, v_retry_interval, v_max_bytes
-      from asyncflow.enqueue_info e where e.task_type operator(pg_catalog.=) create_task.task_type;
+      from asyncflow.enqueue_info e
+      where e.task_type operator(pg_catalog.=) (create_task.task_type collate pg_catalog."default");
     if found
       and (context is null
         or pg_catalog.jsonb_typeof(context) operator(pg_catalog.=) any ('{object,null}'::pg_catalog.text[]))
@@ -1455,7 +1459,7 @@ begin
         case when context operator(pg_catalog.=) 'null'::pg_catalog.jsonb then '{}'::pg_catalog.jsonb
           else coalesce(context, '{}'::pg_catalog.jsonb) end,
         v_now, v_now);
-      if pg_catalog.pg_try_advisory_xact_lock(16712, pg_catalog.hashtext(create_task.task_type)) then
+      if pg_catalog.pg_try_advisory_xact_lock(16712, pg_catalog.hashtext(create_task.task_type collate pg_catalog."default")) then
         perform pg_catalog.pg_notify('asyncflow', create_task.task_type);
       end if;
       -- asyncflow.format_task_id, written out (its body would be read under the caller's path)
@@ -1463,7 +1467,8 @@ begin
         operator(pg_catalog.||) '-' operator(pg_catalog.||) v_id::pg_catalog.text;
     end if;
   end if;
-  return asyncflow.create_task_general(create_task.task_type, context, priority, run_at, stage,
+  -- (V38) the explicit collation makes the call's, so every text parameter's, the default one
+  return asyncflow.create_task_general(create_task.task_type collate pg_catalog."default", context, priority, run_at, stage,
     idempotency_key, user_id, p_now);
 end
 $_$;
@@ -1540,7 +1545,8 @@ begin
     where jsonb_typeof(x.e) <> 'object' order by x.n limit 1;
     perform asyncflow.raise_error('AF006', format('tasks[%s]: must be a JSON object', v_n - 1));
   end if;
-  return query select unnest(asyncflow.insert_tasks(task_type, tasks, p_now, false));
+  -- (V38) insert_tasks gets the default collation, not the caller's (see create_task)
+  return query select unnest(asyncflow.insert_tasks(task_type collate "default", tasks, p_now, false));
 end
 $_$;
 

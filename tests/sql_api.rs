@@ -607,6 +607,42 @@ async fn create_task_reaches_nothing_of_the_callers_search_path() {
 }
 
 #[tokio::test]
+async fn create_task_takes_the_type_under_its_own_collation_not_the_callers() {
+    // A plpgsql function's text parameters take the collation of the call's arguments, and a
+    // caller may create a nondeterministic one in a schema of its own: under ICU's
+    // und-u-ka-shifted punctuation is ignored, so 'a_b' = 'ab'. The type's row looked up must
+    // still be a_b's own (V38), on the direct path, the general one and in create_tasks.
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "ab", json!({"initial_stage": "of_ab"})).await;
+    register(&c, "a_b", json!({"initial_stage": "of_a_b"})).await;
+    c.batch_execute(
+        "create schema mine; \
+         create collation mine.ign (provider = icu, locale = 'und-u-ka-shifted', deterministic = false)",
+    )
+    .await
+    .unwrap();
+    let equal: bool = c.query_one("select 'a_b' = 'ab' collate mine.ign", &[]).await.unwrap().get(0);
+    assert!(equal, "the collation ignores punctuation");
+    let mut ids = Vec::new();
+    for sql in [
+        "select asyncflow.create_task('a_b' collate mine.ign)",
+        "select asyncflow.create_task('a_b' collate mine.ign, idempotency_key => 'k1')",
+        "select asyncflow.create_tasks('a_b' collate mine.ign, '[{}]')",
+    ] {
+        ids.push(c.query_one(sql, &[]).await.unwrap().get::<_, String>(0));
+    }
+    for id in &ids {
+        assert_eq!(task(&c, id).await["stage"], "of_a_b", "{id} was written with another type's settings");
+    }
+    // and a_b's own sequence gave the ids: the plain creates that follow are not refused
+    for _ in 0..3 {
+        let id: String = c.query_one("select asyncflow.create_task('a_b')", &[]).await.unwrap().get(0);
+        assert_eq!(task(&c, &id).await["stage"], "of_a_b");
+    }
+}
+
+#[tokio::test]
 async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     let db = TestDb::new().await;
     let admin = db.raw().await;
