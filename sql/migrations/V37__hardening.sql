@@ -24,8 +24,10 @@
 --    workflow functions do not take the five tables in one order (record_callback: callbacks,
 --    then run_events and runs; the tasks trigger: run_traces, then run_events; start_run,
 --    check_runs, complete_node: runs, then run_events ...), no order of the drop's can agree
---    with all of them: the drop waits up to 1 s for its first table, holding nothing, and at most
---    100 ms for each lock after it, else gives the day up for this pass and releases everything.
+--    with all of them: the drop waits up to 1 s for its first table, holding no lock stronger
+--    than the ACCESS SHARE its first query (which days may go) left on runs and callbacks, and at
+--    most 100 ms for each lock after it, else gives the day up for this pass and releases
+--    everything.
 --    It so never holds a table for long while waiting for another, well below the 1 s after which
 --    a writer it blocks would run the deadlock check. A deadlock error of its own is taken as
 --    busy too.

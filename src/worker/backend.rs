@@ -52,6 +52,10 @@ const HOLD_LIMIT_MAX: usize = 1000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an idle connection to the server is kept for the next request (the server closes
+/// idle connections after its --header-timeout, 30 s by default; nginx's upstream keep-alive
+/// in the README's example is 20 s).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the worker keeps trying to register its types at start before giving up.
 const STARTUP_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -277,6 +281,9 @@ impl RemoteClient {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
+            // below the server's idle-connection timeout (serve --header-timeout, 30 s by
+            // default): a request sent on a kept connection just as the server closes it fails
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .user_agent(concat!("asyncflow-worker/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| Error::Config(format!("HTTP client: {}", with_causes(&e))))?;
