@@ -2143,6 +2143,13 @@ declare
   v_after integer[];
   v_last integer := 1;
   v_around jsonb := '{}';
+  -- (V39) per node: its place in v_topo; its immediate post-dominator (the first node every path
+  -- from it to the end passes); whether the call that reaches it live always reaches it live
+  v_pos integer[];
+  v_ipdom integer[];
+  v_a integer;
+  v_d integer;
+  v_live boolean[];
 begin
   select array_agg(d ->> 'type' order by k),
     array_agg(case when d ->> 'type' in ('task', 'callback') then 1
@@ -2175,7 +2182,61 @@ begin
     end loop;
   end loop;
 
-  v_skippable := array_fill(false, array[v_n]);
+  -- (V39) Which nodes a router's choice may skip. A node is skipped only when every in-edge is
+  -- dead (wf_arrive), and V36 counted as skippable every node below a router, also a node with a
+  -- live in-edge whatever the routers choose: a join of all of a router's branches, or one fed by
+  -- a node no router can skip. Its task nodes then carried the chain on, and a valid pipeline of
+  -- about 300 task nodes after such a join was refused (and parents of it counted its steps).
+  -- Now a node cannot be skipped (is live) when it is start, when a live node that is not a router
+  -- has an edge to it (every such edge is taken), or when it post-dominates a live node (from a
+  -- live node some branch is always taken, on to the end, and every branch passes it).
+  v_pos := array_fill(0, array[v_n]);
+  for v_head in 1 .. cardinality(v_topo) loop
+    v_pos[v_topo[v_head]] := v_head;
+  end loop;
+  -- immediate post-dominators, from the end back (Cooper, Harvey and Kennedy's intersection; in a
+  -- DAG whose every node reaches the end, which is last in v_topo, one pass suffices)
+  v_ipdom := array_fill(null::integer, array[v_n]);
+  for v_head in reverse cardinality(v_topo) .. 1 loop
+    v_k := v_topo[v_head];
+    v_d := null;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_a := v_ti[v_out[v_j]];
+      if v_d is null then
+        v_d := v_a;
+        continue;
+      end if;
+      while v_a <> v_d loop
+        while v_pos[v_a] < v_pos[v_d] loop
+          v_a := v_ipdom[v_a];
+        end loop;
+        while v_pos[v_d] < v_pos[v_a] loop
+          v_d := v_ipdom[v_d];
+        end loop;
+      end loop;
+    end loop;
+    v_ipdom[v_k] := v_d;
+  end loop;
+  v_live := array_fill(false, array[v_n]);
+  if v_n > 0 then
+    v_live[v_topo[1]] := true;
+  end if;
+  foreach v_k in array v_topo loop
+    continue when not v_live[v_k];
+    if v_types[v_k] <> 'router' then
+      for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+        v_live[v_ti[v_out[v_j]]] := true;
+      end loop;
+    end if;
+    -- a node already live walks its own post-dominators when its turn comes
+    v_i := v_ipdom[v_k];
+    while v_i is not null and not v_live[v_i] loop
+      v_live[v_i] := true;
+      v_i := v_ipdom[v_i];
+    end loop;
+  end loop;
+
+  v_skippable := array(select not v_live[k] from generate_series(1, v_n) k);
   v_carries := array_fill(false, array[v_n]);
   v_before := array_fill(0, array[v_n]);
   v_through := array_fill(0, array[v_n]);
@@ -2189,7 +2250,6 @@ begin
     end if;
     for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
       v_i := v_ti[v_out[v_j]];
-      v_skippable[v_i] := v_skippable[v_i] or v_skippable[v_k] or v_types[v_k] = 'router';
       if v_carries[v_k] and v_through[v_k] > v_before[v_i] then
         v_before[v_i] := v_through[v_k];
         v_prev[v_i] := v_k;

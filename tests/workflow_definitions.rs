@@ -408,3 +408,73 @@ async fn a_chain_of_steps_one_call_would_recurse_through_past_the_limit_is_refus
     let message = refused(&c, "parent", parent(35)).await;
     assert!(message.contains("302 steps in one call (start -> n1 -> n2 -> ... -> n35 -> sub -> end)"), "{message}");
 }
+
+/// A node is skipped only when every in-edge is dead (wf_arrive). V36 counted every node below a
+/// router as skippable, so a join of all of a router's branches, or of a router's branch and a
+/// node no router skips, carried the chain through the task nodes after it: 300 of them were
+/// refused although each task's end is a new call (found by review, V39). A join below a router
+/// that may itself be skipped still counts.
+#[tokio::test]
+async fn task_nodes_after_a_join_no_router_can_skip_cut_the_chain() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({})).await;
+    let task = |name: &str| json!({"name": name, "type": "task", "function": "wf"});
+    // start -> probe -> r -> {fast | slow} -> j, or (optional) start -> main -> j and r -> {opt | j},
+    // then t1 .. t<n> -> end
+    let build = |kind: &str, n: usize| -> Value {
+        let mut nodes =
+            vec![task("probe"), json!({"name": "r", "type": "router"}), json!({"name": "j", "type": "parallel"})];
+        let mut edges = vec![json!(["start", "probe"]), json!(["probe", "r"])];
+        match kind {
+            "diamond" => {
+                nodes.extend([task("fast"), task("slow")]);
+                edges.extend([
+                    json!({"from": "r", "to": "fast", "when": "$.input.big == false"}),
+                    json!(["r", "slow"]),
+                    json!(["fast", "j"]),
+                    json!(["slow", "j"]),
+                ]);
+            }
+            "optional" => {
+                nodes.extend([task("main"), task("opt")]);
+                edges.extend([
+                    json!(["start", "main"]),
+                    json!(["main", "j"]),
+                    json!({"from": "r", "to": "opt", "when": "$.input.x == 1"}),
+                    json!(["r", "j"]),
+                    json!(["opt", "j"]),
+                ]);
+            }
+            _ => {
+                // the diamond below a second router, which the first may skip
+                nodes.extend([json!({"name": "r0", "type": "router"}), task("fast"), task("slow")]);
+                edges.retain(|e| e[0] != "probe");
+                edges.extend([
+                    json!(["probe", "r0"]),
+                    json!({"from": "r0", "to": "r", "when": "$.input.go == true"}),
+                    json!(["r0", "end"]),
+                    json!({"from": "r", "to": "fast", "when": "$.input.big == false"}),
+                    json!(["r", "slow"]),
+                    json!(["fast", "j"]),
+                    json!(["slow", "j"]),
+                ]);
+            }
+        }
+        let mut prev = "j".to_string();
+        for i in 1..=n {
+            let name = format!("t{i}");
+            nodes.push(task(&name));
+            edges.push(json!([prev, name]));
+            prev = name;
+        }
+        edges.push(json!([prev, "end"]));
+        def(with(nodes), json!(edges))
+    };
+    for kind in ["diamond", "optional"] {
+        let stored = pipeline(&c, kind, build(kind, 400)).await;
+        assert_eq!(stored["plan"]["steps"], json!(8), "{kind}: r, j, t1 (router, join, a task that ends the chain)");
+    }
+    let message = refused(&c, "skippable", build("skippable", 400)).await;
+    assert!(message.contains("steps in one call (r0 -> r -> fast -> "), "{message}");
+}
