@@ -30,9 +30,11 @@
 --    (runs.sub_runs; a retried node's new child counts too), and the node that would start the
 --    1001st fails, saying so, as the one that would nest a 9th level does.
 --
--- Plans stored before V36 are given their steps (not refused: a run of one past the stack fails
--- as before). compile_pipeline and wf_activate are replaced whole (the migration convention);
--- only the parts marked V36 changed.
+-- Plans stored before V36 are given their steps and are not refused, but the check before a
+-- sub-pipeline's child run applies to them too: a node whose steps with the runs above pass 300
+-- fails, where it may have fitted the stack before (breakage starts at about 609). Other runs of
+-- such a plan past the stack fail as before. compile_pipeline and wf_activate are replaced whole
+-- (the migration convention); only the parts marked V36 changed.
 
 alter table asyncflow.runs add column sub_runs integer not null default 0;
 comment on column asyncflow.runs.sub_runs is

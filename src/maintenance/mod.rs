@@ -8,7 +8,7 @@
 //!     rescuer           running past lease -> pending with a retry, or failed
 //!     shard_roller      end shard past shard_max_rows -> new shard, end_pos + 1
 //!     begin_advancer    begin_pos = oldest shard with a live task
-//!     retention         shards below begin_pos, closed longer than retention -> dropped whole
+//!     retention         closed shards below end_pos, closed longer than retention -> dropped whole
 //!     run_checker       workflows: scheduled runs begun, stuck nodes and runs restarted or failed
 //!     run_retention     workflows: days of run records past run_retention -> dropped whole
 //!     callbacks         workflows: run outcomes and callback nodes POSTed, signed, retried

@@ -8,8 +8,8 @@
 //!
 //! - [`ShardRoller`]: the end shard passed shard_max_rows -> a new shard, end_pos + 1.
 //! - [`BeginAdvancer`]: begin_pos = oldest shard still holding a pending or running task.
-//! - [`RetentionDropper`]: shards below begin_pos, closed longer than retention, are dropped
-//!   whole: no DELETE, no vacuum, no bloat.
+//! - [`RetentionDropper`]: closed shards (no live task, V34) below end_pos, closed longer than
+//!   retention, are dropped whole: no DELETE, no vacuum, no bloat.
 
 use std::time::Duration;
 
