@@ -109,6 +109,12 @@ fn db_text(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// The first error of type `T` in `e`'s chain of sources, `e` included: what a library wrapped
+/// (the callback resolver's refusal inside reqwest's error, the body deadline inside axum's).
+pub fn find_cause<'a, T: std::error::Error + 'static>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a T> {
+    std::iter::successors(Some(e), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+}
+
 /// An error followed by its causes: "error connecting to server: Connection refused (os error 111)".
 pub fn with_causes(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

@@ -219,11 +219,10 @@ fn parse_body<T: serde::de::DeserializeOwned>(
         axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::too_large(format!("the request body is larger than {} bytes", state.max_body))
         }
-        _ if server::is_body_timeout(&e) => ApiError::timeout(format!(
-            "the request body did not arrive within {}",
-            humantime::format_duration(state.body_timeout)
-        )),
-        _ => ApiError::bad_request(e.body_text()),
+        _ => match crate::error::find_cause::<server::BodyTimedOut>(&e) {
+            Some(late) => ApiError::timeout(late.to_string()),
+            None => ApiError::bad_request(e.body_text()),
+        },
     })?;
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;

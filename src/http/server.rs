@@ -101,15 +101,3 @@ pub(super) async fn body_deadline(State(state): State<AppState>, request: Reques
     });
     next.run(Request::from_parts(parts, Body::from_stream(chunks))).await
 }
-
-/// Whether reading a body failed because its time ran out.
-pub(super) fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(e);
-    while let Some(e) = cause {
-        if e.is::<BodyTimedOut>() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
-}

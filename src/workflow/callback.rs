@@ -28,7 +28,7 @@ use futures_util::StreamExt;
 use super::targets::{Refused, TargetResolver, Targets};
 use super::{CallbackDelivery, CallbackOutcome};
 use crate::db::{api, DbPool};
-use crate::error::{with_causes, Error, Result};
+use crate::error::{find_cause, with_causes, Error, Result};
 use crate::function::http::{sign, SIGNATURE_HEADER};
 use crate::function::BoxFuture;
 use crate::maintenance::{RunOnceReport, Service};
@@ -142,7 +142,7 @@ impl CallbackSender {
                 failed(Some(status.as_u16() as i32), format!("HTTP {status}: {text}"))
             }
             // a host name whose every address the setting refuses (TargetResolver)
-            Err(e) => match Refused::find(&e) {
+            Err(e) => match find_cause::<Refused>(&e) {
                 Some(why) => refused(why),
                 None => failed(None, with_causes(&e)),
             },

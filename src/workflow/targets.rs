@@ -146,20 +146,6 @@ impl Targets {
 #[error("{0}")]
 pub struct Refused(pub String);
 
-impl Refused {
-    /// The refusal behind an HTTP client's error: the resolver's, wrapped by the client.
-    pub fn find<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Refused> {
-        let mut cause = Some(e);
-        while let Some(e) = cause {
-            if let Some(refused) = e.downcast_ref::<Refused>() {
-                return Some(refused);
-            }
-            cause = e.source();
-        }
-        None
-    }
-}
-
 /// A global unicast address: not unspecified, loopback, private, shared, link-local, multicast,
 /// documentation, benchmarking or reserved space (IPv4 inside IPv6 is judged as IPv4).
 pub fn is_public(ip: IpAddr) -> bool {
