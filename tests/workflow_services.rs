@@ -449,7 +449,8 @@ async fn dropping_a_day_of_runs_takes_the_tables_before_their_partitions() {
 /// Workflow statements do not take the five run tables in one order (record_callback:
 /// callbacks, then run_events and runs; a task's trigger: run_traces, then run_events; start,
 /// check and cancel: runs first), so no order of the drop's locks agrees with all of them.
-/// Instead the drop waits long only for its first table, when it holds nothing; for each of
+/// Instead the drop waits long only for its first table, when it holds nothing stronger than
+/// the ACCESS SHARE its first query left on runs and callbacks; for each of
 /// the others it waits at most 100 ms and otherwise gives the day up until the next pass,
 /// releasing everything. A writer that holds one of the tables and then reaches for another the
 /// drop took waits briefly, where before the drop held them for its 1 s lock_timeout and the
