@@ -58,9 +58,19 @@ declare
   v_shard integer;
   v_begin integer;
   v_live integer[] := '{}';
+  v_lock_timeout text := current_setting('lock_timeout');
 begin
-  select * into v_pos from asyncflow.positions where task_type = p_task_type for update;
-  if not found then
+  -- (V40) a retry_task holds this row until its transaction ends: past 1 s, this pass changes
+  -- nothing and the next one tries again
+  begin
+    perform set_config('lock_timeout', '1s', true);
+    select * into v_pos from asyncflow.positions where task_type = p_task_type for update;
+    perform set_config('lock_timeout', v_lock_timeout, true);
+  exception when lock_not_available then
+    perform set_config('lock_timeout', v_lock_timeout, true);
+    return (select begin_pos from asyncflow.positions where task_type = p_task_type);
+  end;
+  if v_pos.task_type is null then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
   -- (V34) every undropped shard below the end one is looked at, not only those below the first
@@ -2684,6 +2694,9 @@ begin
   if v_key.task_type is null then
     perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
   end if;
+  -- (V40) before the task turns pending: a begin_pos pass waits for this transaction, or this
+  -- one for the pass, and whichever runs second sees what the first did
+  perform 1 from asyncflow.positions where task_type = v_key.task_type for key share;
   select run_ref into v_ref from asyncflow.tasks
   where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
   if v_ref is not null then
@@ -2726,7 +2739,16 @@ begin
   if not found then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
-  select end_pos into v_end from asyncflow.positions where task_type = p_task_type for update;
+  -- (V40) as in advance_begin_pos: a retry_task's transaction holds this row; past 1 s, no roll
+  -- this time
+  begin
+    perform set_config('lock_timeout', '1s', true);
+    select end_pos into v_end from asyncflow.positions where task_type = p_task_type for update;
+    perform set_config('lock_timeout', v_lock_timeout, true);
+  exception when lock_not_available then
+    perform set_config('lock_timeout', v_lock_timeout, true);
+    return null;
+  end;
   select max(id) - min(id) + 1 into v_rows from asyncflow.tasks where task_type = p_task_type and shard = v_end;
   if coalesce(v_rows, 0) < v_max_rows then
     return null;

@@ -320,6 +320,52 @@ async fn a_long_delayed_task_keeps_only_its_own_shard_from_retention() {
     assert_eq!(claimed.iter().map(|t| t.task_id.clone()).collect::<Vec<_>>(), vec![delayed]);
 }
 
+/// Found by review: a retry by hand left its task below begin_pos when a begin_pos pass ran
+/// before the retry committed (the pass could not see the task, closed its shard and moved
+/// past it), so no claim read the task until the next pass. retry_task now holds the type's
+/// positions row, and the pass, finding it busy past 1 s, changes nothing (V40).
+#[tokio::test]
+async fn a_retry_by_hand_keeps_its_shard_open_against_a_begin_pos_pass_beside_it() {
+    let db = TestDb::new().await;
+    register(&db, "racing", small_shards(None)).await;
+    let ids = fill(&db, "racing", 2).await;
+    let c = db.conn().await;
+    let shard1: Vec<TaskId> = ids.iter().filter(|i| i.shard() == 1).cloned().collect();
+    let doomed = shard1[0].clone();
+    assert!(api::cancel_task(&c, doomed.as_str()).await.unwrap());
+    finish(&db, "racing", &shard1[1..]).await;
+    assert_eq!(api::positions_of(&c, "racing").await.unwrap().unwrap().begin_pos, 1, "no pass has run yet");
+
+    let mut app = db.raw().await;
+    let tx = app.transaction().await.unwrap();
+    let retried: bool = tx.query_one("select asyncflow.retry_task($1)", &[&doomed.as_str()]).await.unwrap().get(0);
+    assert!(retried);
+    let soon = Duration::from_secs(10);
+    let pass = tokio::time::timeout(soon, api::advance_begin_pos(&c, "racing", None)).await;
+    assert_eq!(pass.expect("the pass does not wait for the retry").unwrap(), 1, "and changes nothing");
+    let roll = tokio::time::timeout(soon, api::roll_shard(&c, "racing", None)).await;
+    assert_eq!(roll.expect("nor does the roller wait").unwrap(), None);
+    tx.commit().await.unwrap();
+
+    let open: bool = c
+        .query_one("select closed_at is null from asyncflow.shards where task_type = 'racing' and shard = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(open, "shard 1 holds the retried task");
+    assert_eq!(api::advance_begin_pos(&c, "racing", None).await.unwrap(), 1);
+    let w = WorkerId::new("w").unwrap();
+    let mut found = false;
+    loop {
+        let batch = api::claim_tasks(&c, "racing", &w, 1000, None).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        found |= batch.iter().any(|t| t.task_id == doomed);
+    }
+    assert!(found, "the retried task is claimed");
+}
+
 #[tokio::test]
 async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
     let db = TestDb::new().await;
