@@ -86,11 +86,17 @@ pub(super) async fn enqueue_rate(pool: &DbPool, connections: usize, duration: Du
 }
 
 /// What `create_task`'s transaction is made of, part by part, each timed like it (one per
-/// transaction, `connections` connections): the INSERT of the task row it writes, sent bare by
-/// the client, and the same INSERT inside the smallest PL/pgSQL function that could wrap it
-/// (SECURITY DEFINER, names schema-qualified, no SET clause: as create_task is). What create_task adds beyond
-/// the second is its own work: the type's row, the checks, the wake.
-pub(super) async fn enqueue_parts(pool: &DbPool, connections: usize, duration: Duration) -> Result<(Timed, Timed)> {
+/// transaction, `connections` connections): the INSERT baseline's own statement inside the
+/// thinnest function an enqueue could be (what the function alone costs), the INSERT of the
+/// task row create_task writes, sent bare by the client, and that INSERT inside the smallest
+/// PL/pgSQL function that could wrap it (SECURITY DEFINER, names schema-qualified, no SET clause:
+/// as create_task is). What create_task adds beyond the last is its own work: the type's row,
+/// the checks, the wake.
+pub(super) async fn enqueue_parts(pool: &DbPool, connections: usize, duration: Duration) -> Result<EnqueueParts> {
+    api::bench_insert_function_prepare(&pool.get().await?).await?;
+    let floor =
+        timed(pool, connections, duration, |c, n| Box::pin(async move { api::bench_insert_in_function(&c, n).await }))
+            .await?;
     let name = "bench_parts";
     register(pool, name, None).await?;
     let row = Arc::new(api::bench_task_row_prepare(&pool.get().await?, name).await?);
@@ -107,7 +113,17 @@ pub(super) async fn enqueue_parts(pool: &DbPool, connections: usize, duration: D
     .await?;
     // the phases after this one do not share the server with vacuuming its rows
     super::aging::clear(pool, name).await?;
-    Ok((bare, wrapped))
+    Ok(EnqueueParts { floor, bare, wrapped })
+}
+
+/// The enqueue-parts phase's three timings (see [`enqueue_parts`]).
+pub(super) struct EnqueueParts {
+    /// The INSERT baseline's statement in the thinnest enqueue function.
+    pub floor: Timed,
+    /// create_task's task row, a bare INSERT.
+    pub bare: Timed,
+    /// That row in the smallest function that could wrap it.
+    pub wrapped: Timed,
 }
 
 /// `create_tasks` with 1,000 tasks per call, `tasks` in all, from `connections` connections at

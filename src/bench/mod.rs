@@ -10,8 +10,10 @@
 //!   update, insert   baselines: 8 connections, a one-row UPDATE / INSERT in autocommit
 //!   enqueue, bulk    create_task one per transaction (8 connections); create_tasks 1,000 per call
 //!                    from 2 connections at once
-//!   parts            what create_task is made of, timed the same way: its task row's INSERT sent
-//!                    bare, then inside the smallest PL/pgSQL function that could wrap it
+//!   parts            what create_task is made of, timed the same way: the INSERT baseline's
+//!                    statement inside the thinnest enqueue function (PL/pgSQL, SECURITY DEFINER:
+//!                    the function's own cost), create_task's task row sent bare, then inside the
+//!                    smallest PL/pgSQL function that could wrap it
 //!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function)
 //!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
 //!   aging            the burn-down again beside 10 M finished tasks, in closed shards as the type's
@@ -286,9 +288,14 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         );
     }
     if wants(args, "parts") {
-        progress.phase("enqueue parts: create_task's task row, bare and in a function");
-        let (bare, wrapped) = load::enqueue_parts(pool, args.connections, seconds).await?;
+        progress.phase("enqueue parts: a function's cost, create_task's task row bare and in a function");
+        let load::EnqueueParts { floor, bare, wrapped } = load::enqueue_parts(pool, args.connections, seconds).await?;
         // their ratio is to INSERT, which create_task's bar is measured against
+        figures.push(
+            Figure::new("parts_floor", "baseline INSERT in the thinnest enqueue function", floor.rate, "rows/s")
+                .ratio(insert, "INSERT")
+                .cpu(floor.cpu),
+        );
         figures.push(
             Figure::new("parts_row", "create_task's task row: bare INSERT", bare.rate, "rows/s")
                 .ratio(insert, "INSERT")

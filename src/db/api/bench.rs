@@ -34,6 +34,26 @@ pub async fn bench_insert<C: GenericClient>(c: &C, n: i32) -> Result<()> {
     query(c, "insert into asyncflow_bench.inserts (n) values ($1)", &[&n]).await.map(|_| ())
 }
 
+/// Creates `asyncflow_bench.insert_row`: the INSERT baseline's statement inside the thinnest
+/// function an enqueue could be (PL/pgSQL, SECURITY DEFINER, no SET clause). What any enqueue
+/// function pays before it does any work of its own.
+pub async fn bench_insert_function_prepare<C: GenericClient>(c: &C) -> Result<()> {
+    c.batch_execute(
+        "create or replace function asyncflow_bench.insert_row(p_n integer) returns void \
+         language plpgsql security definer as $$ \
+         begin \
+           insert into asyncflow_bench.inserts (n) values (p_n); \
+         end $$",
+    )
+    .await
+    .map_err(Error::from_db)
+}
+
+/// The INSERT baseline's statement through `asyncflow_bench.insert_row`.
+pub async fn bench_insert_in_function<C: GenericClient>(c: &C, n: i32) -> Result<()> {
+    query(c, "select asyncflow_bench.insert_row($1)", &[&n]).await.map(|_| ())
+}
+
 /// What the enqueue-parts phase writes for one task: the values `create_task` would give a task
 /// of the type with no arguments but its name.
 #[derive(Debug, Clone)]
