@@ -70,7 +70,11 @@ pub(super) async fn update_rate(pool: &DbPool, connections: usize, duration: Dur
 
 /// The same with one-row INSERTs.
 pub(super) async fn insert_rate(pool: &DbPool, connections: usize, duration: Duration) -> Result<Timed> {
-    timed(pool, connections, duration, |c, n| Box::pin(async move { api::bench_insert(&c, n).await })).await
+    let timed =
+        timed(pool, connections, duration, |c, n| Box::pin(async move { api::bench_insert(&c, n).await })).await?;
+    // as after the enqueue phases: no autovacuum of these rows during the phases after it
+    api::bench_truncate_inserts(&pool.get().await?).await?;
+    Ok(timed)
 }
 
 /// `create_task`, one per transaction.
@@ -97,6 +101,7 @@ pub(super) async fn enqueue_parts(pool: &DbPool, connections: usize, duration: D
     let floor =
         timed(pool, connections, duration, |c, n| Box::pin(async move { api::bench_insert_in_function(&c, n).await }))
             .await?;
+    api::bench_truncate_inserts(&pool.get().await?).await?;
     let name = "bench_parts";
     register(pool, name, None).await?;
     let row = Arc::new(api::bench_task_row_prepare(&pool.get().await?, name).await?);

@@ -34,6 +34,11 @@ pub async fn bench_insert<C: GenericClient>(c: &C, n: i32) -> Result<()> {
     query(c, "insert into asyncflow_bench.inserts (n) values ($1)", &[&n]).await.map(|_| ())
 }
 
+/// Empties the INSERT baseline's table (its rows are not read again).
+pub async fn bench_truncate_inserts<C: GenericClient>(c: &C) -> Result<()> {
+    c.batch_execute("truncate asyncflow_bench.inserts").await.map_err(Error::from_db)
+}
+
 /// Creates `asyncflow_bench.insert_row`: the INSERT baseline's statement inside the thinnest
 /// function an enqueue could be (PL/pgSQL, SECURITY DEFINER, no SET clause). What any enqueue
 /// function pays before it does any work of its own.
