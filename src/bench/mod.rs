@@ -231,6 +231,9 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
 /// Aged and empty-table burn-downs run in turn, this many of each.
 const AGING_ROUNDS: usize = 3;
 
+/// How many times the 1-stage burn-down runs; its figure is the median.
+const BURN_ROUNDS: usize = 3;
+
 /// The median of a non-empty list (the upper middle of an even one).
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -319,14 +322,30 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     }
     if wants(args, "burndown") {
         progress.phase("burn-down: 1-stage");
-        load::queue(pool, "bench_burn1", args.tasks, None).await?;
-        let timed = load::burn_down(pool, url, "bench_burn1", args.tasks, 1, args.concurrency).await?;
+        // The median of three: a burn-down lasts about a second, and one that meets a moment of
+        // another tenant's load on this VM says nothing about asyncflow (the aging phase's
+        // reference is a median for the same reason).
+        let mut runs = Vec::new();
+        for _ in 0..BURN_ROUNDS {
+            load::queue(pool, "bench_burn1", args.tasks, None).await?;
+            runs.push(load::burn_down(pool, url, "bench_burn1", args.tasks, 1, args.concurrency).await?);
+            aging::clear(pool, "bench_burn1").await?;
+        }
+        runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        let Some(&timed) = runs.get(BURN_ROUNDS / 2) else {
+            return Err(Error::Config("the 1-stage burn-down did not run".into()));
+        };
         let rate = timed.rate;
         figures.push(
-            Figure::new("burndown", "burn-down: 1-stage no-op tasks", rate, "tasks/s")
-                .ratio(update, "UPDATE")
-                .bar(">= 5 x UPDATE", update.map(|u| rate >= 5.0 * u))
-                .cpu(timed.cpu),
+            Figure::new(
+                "burndown",
+                &format!("burn-down: 1-stage no-op tasks (median of {BURN_ROUNDS})"),
+                rate,
+                "tasks/s",
+            )
+            .ratio(update, "UPDATE")
+            .bar(">= 5 x UPDATE", update.map(|u| rate >= 5.0 * u))
+            .cpu(timed.cpu),
         );
     }
     if wants(args, "burndown3") {
