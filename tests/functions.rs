@@ -218,6 +218,38 @@ async fn an_abandoned_call_kills_the_whole_process_group_leaving_no_orphan() {
     panic!("processes {pids:?} outlived the abandoned call");
 }
 
+#[tokio::test]
+async fn a_background_child_holding_stdout_does_not_hold_the_call_open_after_the_function_exits() {
+    // The function replies and exits; the program it left running inherited its stdout (and
+    // stdin, stderr), so the pipes never reached end of file and the call ran until its timeout.
+    let (dir, f) = script("sleep 300 & echo \"$!\" > pids; echo '{\"result\": \"replied\"}'");
+    let reply = tokio::time::timeout(Duration::from_secs(5), f.call(call("s", json!({"blob": "y".repeat(300_000)}))))
+        .await
+        .expect("the call should end when the function exits");
+    assert_eq!(reply, StageReply::Succeeded { result: json!("replied") });
+    let pid: i32 = std::fs::read_to_string(dir.join("pids")).unwrap().trim().parse().unwrap();
+    for _ in 0..250 {
+        if !alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive(pid), "the background child {pid} outlived the call");
+
+    // One that left its process group cannot be killed with it: the call still ends, soon
+    // after the function exits, with the reply it wrote.
+    let (dir, f) = script("setsid sh -c 'echo $$ > pids; exec sleep 300' & echo '{\"result\": \"replied\"}'");
+    let reply = tokio::time::timeout(Duration::from_secs(5), f.call(call("s", json!({}))))
+        .await
+        .expect("the call should end soon after the function exits");
+    if let Ok(text) = std::fs::read_to_string(dir.join("pids")) {
+        if let Ok(pid) = text.trim().parse::<i32>() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    assert_eq!(reply, StageReply::Succeeded { result: json!("replied") });
+}
+
 mod http {
     use std::sync::{Arc, Mutex};
 

@@ -10,7 +10,9 @@
 //! Exit 0 means "the reply is on stdout". A non-zero exit, a reply that is not one of the four
 //! forms, or stdout past the limit is a failure with retry, its error taken from the stderr tail.
 //! When the call is abandoned (timeout, lease lost, shutdown) its future is dropped, and the drop
-//! kills the whole process group, so no grandchild outlives the call.
+//! kills the whole process group, so no grandchild outlives the call. The call ends when the
+//! process exits: its group is killed then too, so a program it left running that inherited its
+//! pipes cannot hold the call open (one that left the group is not waited for past a second).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -32,6 +34,9 @@ pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
 const STDERR_TAIL_BYTES: usize = 2048;
 /// Longest piece of a stderr line logged at once.
 const STDERR_LINE_BYTES: usize = 4096;
+/// How long the pipes are read after the process exited and its group was killed: only a
+/// process that left the group (setsid) can still hold them open then, and it is not waited for.
+const PIPES_AFTER_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A function run as a program.
 #[derive(Clone)]
@@ -92,10 +97,19 @@ impl GroupGuard {
     }
 }
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
+impl GroupGuard {
+    /// Kills the group now (SIGKILL), leaving it registered until the guard drops.
+    fn kill(&self) {
         if let Some(pgid) = self.0 {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+        if let Some(pgid) = self.0 {
             running_groups().remove(&pgid);
         }
     }
@@ -150,7 +164,7 @@ impl ExecInner {
             Ok(c) => c,
             Err(e) => return StageReply::fail(format!("cannot start {program}: {e}")),
         };
-        let _guard = GroupGuard::new(child.id().map(|pid| pid as i32));
+        let guard = GroupGuard::new(child.id().map(|pid| pid as i32));
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -163,18 +177,21 @@ impl ExecInner {
             drop(stdin);
         };
         let limit = self.max_reply;
-        let read_out = async move {
-            let mut buf = Vec::new();
-            let read = stdout.take(limit as u64 + 1).read_to_end(&mut buf).await;
-            (buf, read.err())
+        // Read into buffers outside the readers, so that what arrived counts even when a process
+        // outside the group keeps a pipe open and the readers are given up.
+        let mut out: Vec<u8> = Vec::new();
+        let mut out_err = None;
+        let mut err: VecDeque<u8> = VecDeque::new();
+        let read_out = async {
+            out_err = stdout.take(limit as u64 + 1).read_to_end(&mut out).await.err();
         };
         let (name, task) = (self.name.clone(), call.task_id.clone());
+        let kept = &mut err;
         let read_err = async move {
             // Read as bytes to the end whatever they are: a line that is not UTF-8 is logged
             // lossily, a line without end is logged in pieces of STDERR_LINE_BYTES. Stopping
             // early would close the pipe and kill the function with SIGPIPE at its next write.
             let mut stderr = stderr;
-            let mut kept: VecDeque<u8> = VecDeque::new();
             let mut line: Vec<u8> = Vec::new();
             let mut chunk = [0u8; 8192];
             let log = |line: &[u8]| {
@@ -203,13 +220,31 @@ impl ExecInner {
             if !line.is_empty() {
                 log(&line);
             }
-            kept
         };
-        let (_, (out, out_err), err) = tokio::join!(write, read_out, read_err);
+        let mut pipes = Box::pin(async {
+            tokio::join!(write, read_out, read_err);
+        });
+        let exited = tokio::select! {
+            () = &mut pipes => None,
+            status = child.wait() => Some(status),
+        };
+        let pipes_open = exited.is_some();
+        let status = match exited {
+            Some(status) => status,
+            None => child.wait().await,
+        };
+        // The call ends with the process: what it started goes with it now (as it would when
+        // the call ends), so that a program left running on the function's pipes cannot keep
+        // them open.
+        guard.kill();
+        if pipes_open && tokio::time::timeout(PIPES_AFTER_EXIT, &mut pipes).await.is_err() {
+            tracing::warn!(function = %self.name, task = %call.task_id, "the function exited, but a process it started outside its group holds its pipes open: not waiting for it");
+        }
+        drop(pipes);
         if out.len() > limit {
             return StageReply::fail(format!("the reply on stdout is larger than {limit} bytes"));
         }
-        let status = match child.wait().await {
+        let status = match status {
             Ok(s) => s,
             Err(e) => return StageReply::fail(format!("waiting for the function: {e}")),
         };
