@@ -323,6 +323,21 @@ mod http {
     }
 
     #[tokio::test]
+    async fn a_failure_to_call_does_not_show_the_credentials_in_the_url() {
+        // The error is written on the task, which every client that may read it sees.
+        let f = HttpFunction::new(
+            "http://hook:s3cretpw@127.0.0.1:1/x?token=t0ken".parse().unwrap(),
+            Some(Duration::from_secs(2)),
+            None,
+            MAX_REPLY_BYTES_DEFAULT,
+        )
+        .unwrap();
+        let e = error_of(&f.call(call("z", json!({}))).await);
+        assert!(e.contains("calling http://127.0.0.1:1/x"), "{e}");
+        assert!(!e.contains("s3cretpw") && !e.contains("t0ken"), "{e}");
+    }
+
+    #[tokio::test]
     async fn a_wrong_signature_non_2xx_bad_or_huge_bodies_and_timeouts_are_failures() {
         let base = serve(b"topsecret", Arc::new(Mutex::new(Vec::new()))).await;
         let wrong = function(&base, "/stage", b"not the secret");

@@ -46,6 +46,9 @@ pub struct HttpFunction {
 
 struct HttpInner {
     url: reqwest::Url,
+    /// The url as errors show it: without user, password and query, which may carry
+    /// credentials, since the error is written on the task for its clients to read.
+    shown: String,
     client: reqwest::Client,
     secret: Option<Vec<u8>>,
     max_reply: usize,
@@ -68,7 +71,13 @@ impl HttpFunction {
             builder = builder.timeout(t);
         }
         let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
-        Ok(HttpFunction { inner: Arc::new(HttpInner { url, client, secret, max_reply }) })
+        let mut shown = url.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        shown.set_query(None);
+        shown.set_fragment(None);
+        let shown = shown.to_string();
+        Ok(HttpFunction { inner: Arc::new(HttpInner { url, shown, client, secret, max_reply }) })
     }
 }
 
@@ -95,7 +104,7 @@ impl HttpInner {
         }
         let mut response = match request.body(body).send().await {
             Ok(r) => r,
-            Err(e) => return StageReply::fail(format!("calling {}: {}", self.url, with_causes(&e))),
+            Err(e) => return StageReply::fail(format!("calling {}: {}", self.shown, with_causes(&e.without_url()))),
         };
         let status = response.status();
         let mut received = Vec::new();
@@ -108,7 +117,7 @@ impl HttpInner {
                     }
                 }
                 Ok(None) => break,
-                Err(e) => return StageReply::fail(format!("reading the reply: {}", with_causes(&e))),
+                Err(e) => return StageReply::fail(format!("reading the reply: {}", with_causes(&e.without_url()))),
             }
         }
         let text = String::from_utf8_lossy(&received);
