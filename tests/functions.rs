@@ -177,6 +177,17 @@ async fn malformed_and_oversize_replies_are_failures() {
 }
 
 #[tokio::test]
+async fn a_reply_past_the_limit_ends_the_call_at_once() {
+    // Past the limit the call has failed whatever comes next; a function that then goes on
+    // without writing (no SIGPIPE to stop it) used to keep the call open until its timeout.
+    let (_dir, f) = script("head -c 1100000 /dev/zero | tr '\\0' 'x'; sleep 300");
+    let reply = tokio::time::timeout(Duration::from_secs(5), f.call(call("s", json!({}))))
+        .await
+        .expect("the call should end once the reply is past the limit");
+    assert!(error_of(&reply).contains("larger than 1048576 bytes"), "{reply:?}");
+}
+
+#[tokio::test]
 async fn a_function_that_ignores_stdin_still_works() {
     let (_dir, f) = script("echo '{\"result\": \"ignored the call\"}'");
     let big = json!({"blob": "y".repeat(300_000)});

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Exit 0 means "the reply is on stdout". A non-zero exit, a reply that is not one of the four
-//! forms, or stdout past the limit is a failure with retry, its error taken from the stderr tail.
+//! forms, or stdout past the limit (which kills the process group at once) is a failure with
+//! retry, its error taken from the stderr tail.
 //! When the call is abandoned (timeout, lease lost, shutdown) its future is dropped, and the drop
 //! kills the whole process group, so no grandchild outlives the call. The call ends when the
 //! process exits: its group is killed then too, so a program it left running that inherited its
@@ -184,6 +185,10 @@ impl ExecInner {
         let mut err: VecDeque<u8> = VecDeque::new();
         let read_out = async {
             out_err = stdout.take(limit as u64 + 1).read_to_end(&mut out).await.err();
+            if out.len() > limit {
+                // the call has failed whatever comes next: end it now, not at the function's end
+                guard.kill();
+            }
         };
         let (name, task) = (self.name.clone(), call.task_id.clone());
         let kept = &mut err;
