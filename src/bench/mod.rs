@@ -14,7 +14,8 @@
 //!                    statement inside the thinnest enqueue function (PL/pgSQL, SECURITY DEFINER:
 //!                    the function's own cost), create_task's task row sent bare, then inside the
 //!                    smallest PL/pgSQL function that could wrap it
-//!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function)
+//!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function);
+//!                    the 1-stage figure is the median of three runs
 //!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
 //!   aging            the burn-down again beside 10 M finished tasks, in closed shards as the type's
 //!                    own roll leaves them (5 M rows each by default), three times, in turn with
