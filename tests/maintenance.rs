@@ -38,6 +38,20 @@ async fn leaf_exists(db: &TestDb, ty: &str, shard: i32) -> bool {
     db.conn().await.query_one("select to_regclass($1) is not null", &[&name]).await.unwrap().get(0)
 }
 
+/// Claims every ready task of `ty` until none is left; whether `id` was among them.
+async fn claimed_before_empty(db: &TestDb, ty: &str, id: &TaskId) -> bool {
+    let c = db.conn().await;
+    let w = WorkerId::new("drainer").unwrap();
+    let mut found = false;
+    loop {
+        let batch = api::claim_tasks(&c, ty, &w, 1000, None).await.unwrap();
+        if batch.is_empty() {
+            return found;
+        }
+        found |= batch.iter().any(|t| &t.task_id == id);
+    }
+}
+
 /// Claims and succeeds every ready task of `ty` whose id is in `which`.
 async fn finish(db: &TestDb, ty: &str, which: &[TaskId]) {
     let c = db.conn().await;
@@ -154,15 +168,7 @@ async fn begin_pos_moves_past_finished_shards_and_back_for_a_task_retried_by_han
     // Retrying the failed task reopens shard 1 at once.
     assert!(api::retry_task(&c, doomed.as_str()).await.unwrap());
     assert_eq!(api::positions_of(&c, "moving").await.unwrap().unwrap().begin_pos, 1);
-    let mut found = false;
-    loop {
-        let again = api::claim_tasks(&c, "moving", &w, 1000, None).await.unwrap();
-        if again.is_empty() {
-            break;
-        }
-        found |= again.iter().any(|t| t.task_id == doomed);
-    }
-    assert!(found, "claimable again");
+    assert!(claimed_before_empty(&db, "moving", &doomed).await, "claimable again");
 }
 
 /// Dropping a shard takes the type's table before the shard, the order a claim takes them in
@@ -354,16 +360,7 @@ async fn a_retry_by_hand_keeps_its_shard_open_against_a_begin_pos_pass_beside_it
         .get(0);
     assert!(open, "shard 1 holds the retried task");
     assert_eq!(api::advance_begin_pos(&c, "racing", None).await.unwrap(), 1);
-    let w = WorkerId::new("w").unwrap();
-    let mut found = false;
-    loop {
-        let batch = api::claim_tasks(&c, "racing", &w, 1000, None).await.unwrap();
-        if batch.is_empty() {
-            break;
-        }
-        found |= batch.iter().any(|t| t.task_id == doomed);
-    }
-    assert!(found, "the retried task is claimed");
+    assert!(claimed_before_empty(&db, "racing", &doomed).await, "the retried task is claimed");
 }
 
 #[tokio::test]
