@@ -404,12 +404,14 @@ begin
       ('retention', 'int', 0, 315360000),
       ('concurrency', 'int_or_null', 1, 1000000),
       ('initial_stage', 'stage', null, null),
-      ('paused', 'bool', null, null)
+      ('paused', 'bool', null, null),
+      ('fair_queues', 'bool', null, null),
+      ('queue_concurrency', 'int_or_null', 1, 1000000)
     ) s(key, kind, lo, hi) where s.key = v_key;
     if not found then
       perform asyncflow.raise_error('AF006', format('unknown setting %L (known: schedule_limit, schedule_interval, '
         'max_processing_time, max_retry_num, max_retry_interval, shard_max_rows, retention, concurrency, '
-        'initial_stage, paused)', v_key));
+        'initial_stage, paused, fair_queues, queue_concurrency)', v_key));
     end if;
     if v_spec.kind = 'int_or_null' and jsonb_typeof(v_val) = 'null' then
       continue;
@@ -937,6 +939,16 @@ begin
       v_now timestamptz := coalesce(p_now, now());
       v_limit integer;
       v_running bigint;
+      -- fair_queues
+      v_begin integer;
+      v_after text;
+      v_at text;
+      v_key text;
+      v_mark text;
+      v_wrapped boolean := false;
+      v_since integer := 0;
+      v_got integer := 0;
+      v_probes integer := 0;
     begin
       if p_owner is null or length(p_owner) not between 1 and 200 then
         perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -959,15 +971,84 @@ begin
       end if;
       perform set_config('synchronous_commit', 'off', true);
 
-      return query
-      with picked as (
-        select shard, id from asyncflow.%2$I
-        where shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
-          and status = 'pending' and order_time <= v_now
-        order by order_time
-        limit v_limit
-        for update skip locked
-      ), claimed as (
+      if not v_type.fair_queues then
+        return query
+        with picked as (
+          select shard, id from asyncflow.%2$I
+          where shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
+            and status = 'pending' and order_time <= v_now
+          order by order_time
+          limit v_limit
+          for update skip locked
+        ), claimed as (
+          update asyncflow.%2$I t set
+            status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
+            claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
+            updated_at = v_now
+          from picked
+          where t.shard = picked.shard and t.id = picked.id
+          returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
+            t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at
+        ), counted as (
+          insert into asyncflow.type_counters as k (task_type, slot, claimed)
+          select v_task_type, pg_backend_pid() %% 16, count(*) from claimed having count(*) > 0
+          on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed
+        )
+        select * from claimed;
+        return;
+      end if;
+
+      -- Turns of queue_key. v_at: the key probed last (null: before the first key, '' included).
+      -- A round starts at a key (v_mark) and ends when the walk, having wrapped past the last
+      -- key, comes back to the mark or past it; a round without a claim (v_since = 0) ends the
+      -- claim, so a single key with a backlog fills the whole batch, one task per round.
+      select begin_pos into v_begin from asyncflow.positions where task_type = v_task_type;
+      select after_key into v_after from asyncflow.queue_cursors where task_type = v_task_type;
+      v_at := v_after;
+      while v_got < v_limit and v_probes < 4 * v_limit + 16 loop
+        if v_at is null then
+          select coalesce(t.queue_key, '') into v_key from asyncflow.%2$I t
+          where t.shard >= v_begin and t.status = 'pending'
+          order by coalesce(t.queue_key, '') limit 1;
+        else
+          select coalesce(t.queue_key, '') into v_key from asyncflow.%2$I t
+          where t.shard >= v_begin and t.status = 'pending' and coalesce(t.queue_key, '') > v_at
+          order by coalesce(t.queue_key, '') limit 1;
+        end if;
+        if not found then
+          exit when v_at is null;  -- no pending task at all
+          if v_wrapped then
+            -- wrapped twice without reaching the mark: its key is gone, and the round is over
+            exit when v_since = 0;
+            v_mark := null;
+          end if;
+          v_wrapped := v_mark is not null;
+          v_at := null;            -- past the last key: around again from the first
+          continue;
+        end if;
+        v_at := v_key;
+        v_probes := v_probes + 1;
+        if v_mark is null or (v_wrapped and v_key >= v_mark) then
+          exit when v_mark is not null and v_since = 0;
+          v_mark := v_key;
+          v_wrapped := false;
+          v_since := 0;
+        end if;
+        if v_type.queue_concurrency is not null then
+          -- one claimer counts a key at a time; the others pass it this round
+          continue when not pg_try_advisory_xact_lock(16713, hashtext(v_task_type || '/' || v_key));
+          select count(*) into v_running from asyncflow.%2$I t
+          where t.shard >= v_begin and coalesce(t.queue_key, '') = v_key and t.status = 'running';
+          continue when v_running >= v_type.queue_concurrency;
+        end if;
+        return query
+        with picked as (
+          select shard, id from asyncflow.%2$I
+          where shard >= v_begin and coalesce(queue_key, '') = v_key and status = 'pending' and order_time <= v_now
+          order by order_time
+          limit 1
+          for update skip locked
+        )
         update asyncflow.%2$I t set
           status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
           claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
@@ -975,13 +1056,22 @@ begin
         from picked
         where t.shard = picked.shard and t.id = picked.id
         returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
-          t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at
-      ), counted as (
+          t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
+        if found then
+          v_got := v_got + 1;
+          v_since := v_since + 1;
+        end if;
+      end loop;
+      if v_at is distinct from v_after then
+        insert into asyncflow.queue_cursors as c (task_type, after_key, updated_at)
+        values (v_task_type, v_at, v_now)
+        on conflict (task_type) do update set after_key = excluded.after_key, updated_at = excluded.updated_at;
+      end if;
+      if v_got > 0 then
         insert into asyncflow.type_counters as k (task_type, slot, claimed)
-        select v_task_type, pg_backend_pid() %% 16, count(*) from claimed having count(*) > 0
-        on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed
-      )
-      select * from claimed;
+        values (v_task_type, pg_backend_pid() %% 16, v_got)
+        on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed;
+      end if;
     end
     $body$
     $f$, v_name, 'tasks_' || p_task_type, p_task_type);
@@ -1023,7 +1113,7 @@ begin
       if v_type.paused or coalesce(p_limit, 0) <= 0 then
         return;
       end if;
-      if v_type.concurrency is not null or exists (select 1 from pg_catalog.pg_trigger
+      if v_type.concurrency is not null or v_type.fair_queues or exists (select 1 from pg_catalog.pg_trigger
           where tgrelid = 'asyncflow.%2$I'::regclass and tgname = 'tg_tasks__workflow') then
         return query select c.*, false from asyncflow.%4$I(p_owner, p_limit) c;
         return;
@@ -1421,7 +1511,7 @@ begin
 end
 $$;
 
-CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     AS $_$
 declare
@@ -1458,14 +1548,16 @@ begin
         or (run_at operator(pg_catalog.>=) '0002-01-01 00:00:00+00'::timestamp with time zone
           and run_at operator(pg_catalog.<=) '9999-01-01 00:00:00+00'::timestamp with time zone))
       and (stage is null or stage operator(pg_catalog.~) '^[A-Za-z0-9_.:/-]{1,64}$'::pg_catalog.text)
-      and coalesce(pg_catalog.length(user_id) operator(pg_catalog.<=) 255, true) then
+      and coalesce(pg_catalog.length(user_id) operator(pg_catalog.<=) 255, true)
+      and (queue_key is null or (pg_catalog.length(queue_key) operator(pg_catalog.>=) 1
+        and pg_catalog.length(queue_key) operator(pg_catalog.<=) 255)) then
       v_id := pg_catalog.nextval(v_seq);
       insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-        max_retry_interval, order_time, user_id, context, created_at, updated_at)
+        max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
       values (create_task.task_type, v_pos, v_id, coalesce(stage, v_initial_stage), 'pending',
         coalesce(priority, 0), v_retry_num, v_retry_interval,
         coalesce(run_at, v_now) operator(pg_catalog.-) pg_catalog.make_interval(secs => coalesce(priority, 0)),
-        user_id,
+        user_id, queue_key,
         case when context operator(pg_catalog.=) 'null'::pg_catalog.jsonb then '{}'::pg_catalog.jsonb
           else coalesce(context, '{}'::pg_catalog.jsonb) end,
         v_now, v_now);
@@ -1479,11 +1571,11 @@ begin
   end if;
   -- (V38) the explicit collation makes the call's, so every text parameter's, the default one
   return asyncflow.create_task_general(create_task.task_type collate pg_catalog."default", context, priority, run_at, stage,
-    idempotency_key, user_id, p_now);
+    idempotency_key, user_id, p_now, queue_key);
 end
 $_$;
 
-CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -1521,15 +1613,18 @@ begin
     elsif length(user_id) > 255 then
       perform asyncflow.raise_error('AF006',
         format('user_id must be a string of at most 255 characters, got %s', to_jsonb(user_id)));
+    elsif length(queue_key) not between 1 and 255 then
+      perform asyncflow.raise_error('AF006',
+        format('queue_key must be a string of 1 to 255 characters, got %s', to_jsonb(queue_key)));
     end if;
     select end_pos into v_pos from asyncflow.positions p where p.task_type = create_task_general.task_type;
     v_id := nextval(v_type.id_seq);
     insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-      max_retry_interval, order_time, user_id, context, created_at, updated_at)
+      max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
     values (create_task_general.task_type, v_pos, v_id, coalesce(stage, v_type.initial_stage), 'pending', coalesce(priority, 0),
       v_type.max_retry_num, v_type.max_retry_interval,
       coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
-      user_id, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
+      user_id, queue_key, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
     perform asyncflow.wake(create_task_general.task_type);
     return asyncflow.format_task_id(create_task_general.task_type, v_pos, v_id);
   end if;
@@ -1539,6 +1634,7 @@ begin
   if stage is not null then v_task := v_task || jsonb_build_object('stage', stage); end if;
   if idempotency_key is not null then v_task := v_task || jsonb_build_object('idempotency_key', idempotency_key); end if;
   if user_id is not null then v_task := v_task || jsonb_build_object('user_id', user_id); end if;
+  if queue_key is not null then v_task := v_task || jsonb_build_object('queue_key', queue_key); end if;
   return (asyncflow.insert_tasks(task_type, jsonb_build_array(v_task), p_now, true))[1];
 end
 $_$;
@@ -1858,17 +1954,20 @@ begin
               || !(@.idempotency_key like_regex "^.{1,255}$" flag "s")))
           || (@.user_id.type() != "null" && (@.user_id.type() != "string"
               || !(@.user_id like_regex "^.{0,255}$" flag "s")))
+          || (@.queue_key.type() != "null" && (@.queue_key.type() != "string"
+              || !(@.queue_key like_regex "^.{1,255}$" flag "s")))
           || exists(@.keyvalue() ? (@.key != "context" && @.key != "priority" && @.key != "run_at"
-              && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id")))', silent => true), true)
+              && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id"
+              && @.key != "queue_key")))', silent => true), true)
   then
     select n, left(problem, 5) as code, substr(problem, 6) as why into v_bad from (
       select n, case
         when jsonb_typeof(e) <> 'object' then 'AF006must be a JSON object'
         when exists (select 1 from jsonb_object_keys(e) k
-                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id'))
-          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id)',
+                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key'))
+          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id, queue_key)',
             (select k from jsonb_object_keys(e) k
-             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id') limit 1))
+             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key') limit 1))
         when jsonb_typeof(e -> 'context') not in ('object', 'null') then 'AF006context must be a JSON object'
         when jsonb_typeof(e -> 'priority') not in ('number', 'null')
           or (jsonb_typeof(e -> 'priority') = 'number'
@@ -1887,6 +1986,8 @@ begin
           then 'AF006' || format('idempotency_key must be a string of 1 to 255 characters, got %s', e -> 'idempotency_key')
         when jsonb_typeof(e -> 'user_id') not in ('string', 'null') or length(e ->> 'user_id') > 255
           then 'AF006' || format('user_id must be a string of at most 255 characters, got %s', e -> 'user_id')
+        when jsonb_typeof(e -> 'queue_key') not in ('string', 'null') or length(e ->> 'queue_key') not between 1 and 255
+          then 'AF006' || format('queue_key must be a string of 1 to 255 characters, got %s', e -> 'queue_key')
       end as problem
       from jsonb_array_elements(p_tasks) with ordinality x(e, n)
     ) checked where problem is not null order by n limit 1;
@@ -1902,12 +2003,13 @@ begin
     -- ordering the ids orders them as the input
     with inserted as (
       insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-        max_retry_interval, order_time, user_id, context, created_at, updated_at)
+        max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
       select p_task_type, v_pos, nextval(v_type.id_seq), coalesce(x.stage, v_type.initial_stage), 'pending',
         coalesce(x.priority, 0)::integer, v_type.max_retry_num, v_type.max_retry_interval,
         coalesce(x.run_at, v_now) - coalesce(x.priority, 0) * interval '1 second',
-        x.user_id, coalesce(nullif(x.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
-      from jsonb_to_recordset(p_tasks) as x(context jsonb, priority numeric, run_at timestamptz, stage text, user_id text)
+        x.user_id, x.queue_key, coalesce(nullif(x.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
+      from jsonb_to_recordset(p_tasks) as x(context jsonb, priority numeric, run_at timestamptz, stage text, user_id text,
+        queue_key text)
       returning id
     )
     select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.id) into v_ids from inserted i;
@@ -1935,11 +2037,11 @@ begin
     returning idempotency_key, id
   ), inserted as (
     insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-      max_retry_interval, order_time, user_id, idempotency_key, context, created_at, updated_at)
+      max_retry_interval, order_time, user_id, queue_key, idempotency_key, context, created_at, updated_at)
     select p_task_type, v_pos, i.id, coalesce(i.e ->> 'stage', v_type.initial_stage), 'pending', i.priority,
       v_type.max_retry_num, v_type.max_retry_interval,
       coalesce((i.e ->> 'run_at')::timestamptz, v_now) - make_interval(secs => i.priority),
-      i.e ->> 'user_id', i.ikey, coalesce(nullif(i.e -> 'context', 'null'::jsonb), '{}'::jsonb), v_now, v_now
+      i.e ->> 'user_id', i.e ->> 'queue_key', i.ikey, coalesce(nullif(i.e -> 'context', 'null'::jsonb), '{}'::jsonb), v_now, v_now
     from input i
     where i.ikey is null or i.id in (select id from fresh_keys)
     returning id
@@ -2448,9 +2550,17 @@ begin
     concurrency = case when p_settings ? 'concurrency' then (p_settings ->> 'concurrency')::numeric::integer else concurrency end,
     paused = coalesce((p_settings ->> 'paused')::boolean, paused),
     initial_stage = coalesce(p_settings ->> 'initial_stage', initial_stage),
+    fair_queues = coalesce((p_settings ->> 'fair_queues')::boolean, fair_queues),
+    queue_concurrency = case when p_settings ? 'queue_concurrency'
+      then (p_settings ->> 'queue_concurrency')::numeric::integer else queue_concurrency end,
     updated_at = v_now
   where task_type = p_task_type
   returning * into v_type;
+  -- (V41) the key indexes follow fair_queues; the type's row is locked above, so two
+  -- registrations never build or drop them at once
+  if p_settings ? 'fair_queues' then
+    perform asyncflow.set_queue_indexes(p_task_type, v_type.fair_queues);
+  end if;
   return asyncflow.task_type_json(v_type);
 end
 $_$;
@@ -2842,6 +2952,33 @@ begin
 end
 $_$;
 
+CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_have integer;
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  select count(*) into v_have from pg_catalog.pg_class c
+  where c.relnamespace = 'asyncflow'::regnamespace
+    and c.relname in ('tasks_' || p_task_type || '_key_ready', 'tasks_' || p_task_type || '_key_running');
+  if v_have = (case when p_on then 2 else 0 end) then
+    return;
+  end if;
+  perform set_config('lock_timeout', '5s', true);
+  if p_on then
+    execute format('create index if not exists %I on asyncflow.%I (coalesce(queue_key, %L), order_time) '
+      'where status = ''pending''', 'tasks_' || p_task_type || '_key_ready', 'tasks_' || p_task_type, '');
+    execute format('create index if not exists %I on asyncflow.%I (coalesce(queue_key, %L)) '
+      'where status = ''running''', 'tasks_' || p_task_type || '_key_running', 'tasks_' || p_task_type, '');
+  else
+    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '_key_ready');
+    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '_key_running');
+    delete from asyncflow.queue_cursors where task_type = p_task_type;
+  end if;
+end
+$$;
+
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$
@@ -2907,7 +3044,7 @@ CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     'status', t.status, 'priority', t.priority, 'attempt', t.attempt, 'retry_count', t.retry_count,
     'max_retry_num', t.max_retry_num, 'max_retry_interval', t.max_retry_interval, 'claim_seq', t.claim_seq,
     'owner', case when t.status <> 'succeeded' then t.owner end, 'lease_until', t.lease_until,
-    'order_time', t.order_time, 'user_id', t.user_id,
+    'order_time', t.order_time, 'user_id', t.user_id, 'queue_key', t.queue_key,
     'idempotency_key', t.idempotency_key, 'context', t.context, 'result', t.result, 'error', t.last_error,
     'schedule_log', asyncflow.task_log(t), 'created_at', t.created_at, 'updated_at', t.updated_at,
     'finished_at', t.finished_at)
@@ -2938,12 +3075,15 @@ CREATE TABLE asyncflow.task_types (
     id_seq regclass NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    fair_queues boolean DEFAULT false NOT NULL,
+    queue_concurrency integer,
     CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
     CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
     CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
     CONSTRAINT task_types_max_retry_interval_check CHECK (((max_retry_interval >= '-31536000'::integer) AND (max_retry_interval <= 31536000))),
     CONSTRAINT task_types_max_retry_num_check CHECK (((max_retry_num >= 0) AND (max_retry_num <= 1000))),
     CONSTRAINT task_types_name_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
+    CONSTRAINT task_types_queue_concurrency_check CHECK (((queue_concurrency >= 1) AND (queue_concurrency <= 1000000))),
     CONSTRAINT task_types_retention_check CHECK (((retention >= 0) AND (retention <= 315360000))),
     CONSTRAINT task_types_schedule_interval_check CHECK (((schedule_interval >= (0.01)::double precision) AND (schedule_interval <= (86400)::double precision))),
     CONSTRAINT task_types_schedule_limit_check CHECK (((schedule_limit >= 1) AND (schedule_limit <= 10000))),
@@ -2958,6 +3098,7 @@ CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     'max_processing_time', p.max_processing_time, 'max_retry_num', p.max_retry_num,
     'max_retry_interval', p.max_retry_interval, 'shard_max_rows', p.shard_max_rows, 'retention', p.retention,
     'concurrency', p.concurrency, 'paused', p.paused, 'initial_stage', p.initial_stage,
+    'fair_queues', p.fair_queues, 'queue_concurrency', p.queue_concurrency,
     'created_at', p.created_at, 'updated_at', p.updated_at)
 $$;
 
@@ -3776,6 +3917,12 @@ CREATE TABLE asyncflow.positions (
     CONSTRAINT positions_check CHECK ((begin_pos <= end_pos))
 );
 
+CREATE TABLE asyncflow.queue_cursors (
+    task_type text NOT NULL,
+    after_key text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE VIEW asyncflow.queue_depth AS
  SELECT y.task_type,
     COALESCE(p.ready, (0)::bigint) AS ready,
@@ -3896,6 +4043,9 @@ ALTER TABLE ONLY asyncflow.pipelines
 ALTER TABLE ONLY asyncflow.positions
     ADD CONSTRAINT positions_pkey PRIMARY KEY (task_type);
 
+ALTER TABLE ONLY asyncflow.queue_cursors
+    ADD CONSTRAINT queue_cursors_pkey PRIMARY KEY (task_type);
+
 ALTER TABLE ONLY asyncflow.refinery_schema_history
     ADD CONSTRAINT refinery_schema_history_pkey PRIMARY KEY (version);
 
@@ -3973,6 +4123,9 @@ ALTER TABLE ONLY asyncflow.idempotency_keys
 ALTER TABLE ONLY asyncflow.positions
     ADD CONSTRAINT positions_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
+ALTER TABLE ONLY asyncflow.queue_cursors
+    ADD CONSTRAINT queue_cursors_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
@@ -4019,10 +4172,10 @@ REVOKE ALL ON FUNCTION asyncflow.create_report_function(p_task_type text) FROM P
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) TO asyncflow_client;
@@ -4120,6 +4273,8 @@ REVOKE ALL ON FUNCTION asyncflow.run_json(r asyncflow.runs) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
 

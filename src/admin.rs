@@ -48,6 +48,9 @@ pub enum TaskCommand {
         /// Client-side owner.
         #[arg(long)]
         user_id: Option<String>,
+        /// The queue within the type (taken by turns when the type has fair_queues).
+        #[arg(long)]
+        queue_key: Option<String>,
     },
     /// Show a task.
     Get {
@@ -176,7 +179,10 @@ pub(crate) fn encode(s: &str) -> String {
 pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) -> Result<Value> {
     use reqwest::Method;
     match (pool, command) {
-        (_, TaskCommand::Create { task_type, context, priority, run_at, stage, idempotency_key, user_id }) => {
+        (
+            _,
+            TaskCommand::Create { task_type, context, priority, run_at, stage, idempotency_key, user_id, queue_key },
+        ) => {
             let task = NewTask {
                 context: Some(json_arg("--context", &context)?),
                 priority,
@@ -184,6 +190,7 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 stage,
                 idempotency_key,
                 user_id,
+                queue_key,
             };
             match pool {
                 Some(p) => Ok(json!({"id": api::create_task(&p.get().await?, &task_type, &task).await?})),

@@ -106,6 +106,9 @@ pub struct Task {
     pub order_time: DateTime<Utc>,
     /// Owner of the task on the client side.
     pub user_id: Option<String>,
+    /// The queue within the type it was created in, if any.
+    #[serde(default)]
+    pub queue_key: Option<String>,
     /// Idempotency key it was created with.
     pub idempotency_key: Option<String>,
     /// Context passed from stage to stage.
@@ -155,6 +158,10 @@ pub struct NewTask {
     /// Client-side owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
+    /// The queue within the type, 1 to 255 characters: a type with `fair_queues` takes its keys
+    /// by turns (a crawler's site, a tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_key: Option<String>,
 }
 
 impl NewTask {

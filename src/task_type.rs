@@ -30,6 +30,13 @@ pub struct TaskTypeSettings {
     pub paused: bool,
     /// Stage of a task created without one.
     pub initial_stage: String,
+    /// Claims take the type's queue keys by turns, one task per key per round (tasks without a
+    /// key are the queue `""`).
+    #[serde(default)]
+    pub fair_queues: bool,
+    /// With `fair_queues`: most tasks of one queue key running at once (None: no limit).
+    #[serde(default)]
+    pub queue_concurrency: Option<i32>,
     /// Created.
     pub created_at: DateTime<Utc>,
     /// Last changed.
@@ -72,4 +79,13 @@ pub struct TaskTypeUpdate {
     /// See [`TaskTypeSettings::initial_stage`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_stage: Option<String>,
+    /// See [`TaskTypeSettings::fair_queues`]. Turning it on builds two indexes on the type's
+    /// tasks (writes to them wait meanwhile); turning it off drops them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_queues: Option<bool>,
+    /// See [`TaskTypeSettings::queue_concurrency`]. `Some(None)` (JSON `null`) removes the
+    /// limit; `None` (the field left out) leaves it as it is.
+    #[serde(default, deserialize_with = "crate::task::present", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<i32>, nullable)]
+    pub queue_concurrency: Option<Option<i32>>,
 }

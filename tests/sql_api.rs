@@ -249,7 +249,7 @@ async fn error_messages_cut_long_bad_values() {
             "select asyncflow.register_task_type('video', jsonb_build_object($1::text, 1))",
             "AF006",
             "unknown setting 'xxx",
-            "initial_stage, paused)",
+            "paused, fair_queues, queue_concurrency)",
         ),
         (
             "select asyncflow.create_tasks('video', jsonb_build_array('{}'::jsonb, jsonb_build_object('stage', $1::text)))",

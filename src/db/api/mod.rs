@@ -90,8 +90,17 @@ pub async fn register_task_type<C: GenericClient>(
 pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTask) -> Result<TaskId> {
     let row = query_one(
         c,
-        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7) as id",
-        &[&task_type, &task.context, &task.priority, &task.run_at, &task.stage, &task.idempotency_key, &task.user_id],
+        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8) as id",
+        &[
+            &task_type,
+            &task.context,
+            &task.priority,
+            &task.run_at,
+            &task.stage,
+            &task.idempotency_key,
+            &task.user_id,
+            &task.queue_key,
+        ],
     )
     .await?;
     TaskId::parse(&get::<String>(&row, "id")?)

@@ -275,6 +275,8 @@ async fn create_task(state: &AppState, input: &Input) -> Outcome {
         stage: text(find(&data, "task_stage"), "task_stage")?,
         idempotency_key: text(find(&data, "task_id"), "task_id")?,
         user_id: text(find(&data, "user_id"), "user_id")?,
+        // the original protocol has no queues
+        queue_key: None,
     };
     let id = api::create_task(&state.pool.get().await?, &task_type, &task).await?;
     let mut reply = Map::new();

@@ -1,0 +1,316 @@
+//! Many queues within a type (V41): a task's queue_key, claims by turns of key in a type with
+//! fair_queues, the per-key limit queue_concurrency, and the refusals of bad keys and settings.
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use asyncflow::db::api;
+use asyncflow::function::{StageCall, StageReply};
+use asyncflow::task::{ClaimedTask, NewTask, Report, ReportKind, TaskStatus};
+use asyncflow::task_type::TaskTypeUpdate;
+use asyncflow::worker::{Worker, WorkerConfig};
+use asyncflow::{TypeName, WorkerId};
+use common::{sqlstate, wait_until, TestDb};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+async fn register(db: &TestDb, name: &str, settings: TaskTypeUpdate) {
+    api::register_task_type(&db.conn().await, &TypeName::new(name).unwrap(), &settings).await.unwrap();
+}
+
+fn fair(limit: i32, per_key: Option<i32>) -> TaskTypeUpdate {
+    TaskTypeUpdate {
+        fair_queues: Some(true),
+        queue_concurrency: Some(per_key),
+        schedule_limit: Some(limit),
+        ..Default::default()
+    }
+}
+
+fn keyed(key: &str, n: usize) -> Vec<NewTask> {
+    (0..n)
+        .map(|i| NewTask { context: Some(json!({"n": i})), queue_key: Some(key.into()), ..Default::default() })
+        .collect()
+}
+
+/// The queue keys of claimed tasks, in claim order.
+async fn keys_of(db: &TestDb, tasks: &[ClaimedTask]) -> Vec<String> {
+    let c = db.conn().await;
+    let mut keys = Vec::new();
+    for t in tasks {
+        let task = api::get_task(&c, t.task_id.as_str()).await.unwrap().unwrap();
+        keys.push(task.queue_key.unwrap_or_default());
+    }
+    keys
+}
+
+async fn claim(db: &TestDb, ty: &str, limit: i32) -> Vec<ClaimedTask> {
+    api::claim_tasks(&db.conn().await, ty, &WorkerId::new("claimer").unwrap(), limit, None).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_key_with_a_backlog_does_not_hold_back_the_other_keys() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    // The same tasks in a type without fair_queues: the backlog, older, goes first.
+    for ty in ["plain", "crawl"] {
+        register(
+            &db,
+            ty,
+            if ty == "crawl" {
+                fair(4, None)
+            } else {
+                TaskTypeUpdate { schedule_limit: Some(4), ..Default::default() }
+            },
+        )
+        .await;
+        api::create_tasks(&c, ty, &keyed("big.example", 100)).await.unwrap();
+        for site in ["a.example", "b.example", "c.example", "d.example", "e.example", "f.example"] {
+            api::create_tasks(&c, ty, &keyed(site, 1)).await.unwrap();
+        }
+    }
+    let mut plain = Vec::new();
+    let mut crawl = Vec::new();
+    for _ in 0..2 {
+        plain.extend(keys_of(&db, &claim(&db, "plain", 4).await).await);
+        crawl.extend(keys_of(&db, &claim(&db, "crawl", 4).await).await);
+    }
+    assert!(plain.iter().all(|k| k == "big.example"), "by order_time the backlog comes first: {plain:?}");
+    // By turns: every key has had one task by the end of the second claim, the backlog no more
+    // than one per round.
+    let mut served: Vec<&str> = crawl.iter().map(String::as_str).collect();
+    served.sort();
+    assert_eq!(
+        served,
+        ["a.example", "b.example", "big.example", "big.example", "c.example", "d.example", "e.example", "f.example"],
+        "{crawl:?}"
+    );
+    // The next claim starts where the last stopped: only the backlog is left, and it fills the batch.
+    assert_eq!(keys_of(&db, &claim(&db, "crawl", 4).await).await, vec!["big.example"; 4]);
+}
+
+#[tokio::test]
+async fn tasks_without_a_key_are_one_queue_and_within_a_key_priority_goes_first() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db, "feed", fair(10, None)).await;
+    api::create_tasks(&c, "feed", &vec![NewTask::default(); 5]).await.unwrap();
+    let mut low = keyed("tenant-1", 3);
+    low.push(NewTask { priority: Some(3600), queue_key: Some("tenant-1".into()), ..Default::default() });
+    let urgent = api::create_tasks(&c, "feed", &low).await.unwrap().pop().unwrap();
+    // One round: one of the keyless queue, one of tenant-1 (its urgent task); then the rounds
+    // go on until the batch is full.
+    let first = claim(&db, "feed", 2).await;
+    assert_eq!(keys_of(&db, &first).await, vec!["", "tenant-1"]);
+    assert_eq!(first[1].task_id, urgent);
+    let rest = claim(&db, "feed", 10).await;
+    let mut keys = keys_of(&db, &rest).await;
+    keys.sort();
+    assert_eq!(keys, ["", "", "", "", "tenant-1", "tenant-1", "tenant-1"]);
+    assert!(claim(&db, "feed", 10).await.is_empty());
+}
+
+#[tokio::test]
+async fn queue_concurrency_caps_each_key_across_concurrent_claimers() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db, "tenant", fair(5, Some(2))).await;
+    for key in ["a", "b", "c"] {
+        api::create_tasks(&c, "tenant", &keyed(key, 10)).await.unwrap();
+    }
+    // Eight claimers at once, each on its own connection, each claiming until it gets nothing.
+    let mut claimers = Vec::new();
+    for n in 0..8 {
+        let pool = db.pool.clone();
+        claimers.push(tokio::spawn(async move {
+            let c = pool.get().await.unwrap();
+            let w = WorkerId::new(&format!("w{n}")).unwrap();
+            let mut got = Vec::new();
+            loop {
+                let batch = api::claim_tasks(&c, "tenant", &w, 5, None).await.unwrap();
+                if batch.is_empty() {
+                    return got;
+                }
+                got.extend(batch);
+            }
+        }));
+    }
+    let mut claimed = Vec::new();
+    for h in claimers {
+        claimed.extend(h.await.unwrap());
+    }
+    let running = |c: deadpool_postgres::Object| async move {
+        let rows = c
+            .query(
+                "select queue_key, count(*) from asyncflow.tasks where task_type = 'tenant' and status = 'running' \
+                 group by queue_key order by queue_key",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1))).collect::<Vec<_>>()
+    };
+    assert_eq!(running(db.conn().await).await, [("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]);
+    assert_eq!(claimed.len(), 6);
+    // One of key a ends: one more of a, and only of a, may run.
+    let a = first_of_key(&db, &claimed, "a").await;
+    let report =
+        Report { task_id: a.task_id.clone(), claim_seq: a.claim_seq, kind: ReportKind::Succeed { result: json!({}) } };
+    let owner = WorkerId::new(&api::get_task(&c, a.task_id.as_str()).await.unwrap().unwrap().owner.unwrap()).unwrap();
+    assert!(api::report_tasks(&c, &owner, &[report], None).await.unwrap()[0].accepted);
+    assert_eq!(keys_of(&db, &claim(&db, "tenant", 5).await).await, vec!["a"]);
+    assert!(claim(&db, "tenant", 5).await.is_empty());
+}
+
+async fn first_of_key(db: &TestDb, tasks: &[ClaimedTask], key: &str) -> ClaimedTask {
+    for (t, k) in tasks.iter().zip(keys_of(db, tasks).await) {
+        if k == key {
+            return t.clone();
+        }
+    }
+    panic!("no task of key {key} among {} claimed", tasks.len());
+}
+
+/// Per queue key: calls in flight now, and the most seen at once.
+type InFlight = (HashMap<String, usize>, HashMap<String, usize>);
+
+#[tokio::test]
+async fn the_worker_keeps_each_key_under_its_limit_and_runs_every_task_to_the_end() {
+    let db = TestDb::new().await;
+    let ty = TypeName::new("site").unwrap();
+    // In flight per key, and the most seen at once.
+    let state: Arc<Mutex<InFlight>> = Arc::default();
+    let seen = state.clone();
+    let config = WorkerConfig {
+        worker_id: WorkerId::new("fair-worker").unwrap(),
+        concurrency: 16,
+        shutdown_grace: Duration::from_millis(300),
+        ..WorkerConfig::default()
+    };
+    let stop = CancellationToken::new();
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config).register(
+        ty,
+        move |call: StageCall| {
+            let state = seen.clone();
+            async move {
+                let key = call.context["key"].as_str().unwrap_or_default().to_string();
+                {
+                    let mut s = state.lock().unwrap();
+                    let now = {
+                        let n = s.0.entry(key.clone()).or_default();
+                        *n += 1;
+                        *n
+                    };
+                    let most = s.1.entry(key.clone()).or_default();
+                    *most = (*most).max(now);
+                }
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                *state.lock().unwrap().0.entry(key).or_default() -= 1;
+                StageReply::Succeeded { result: json!({}) }
+            }
+        },
+        None,
+        TaskTypeUpdate { schedule_interval: Some(0.2), ..fair(16, Some(2)) },
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let c = db.conn().await;
+    let mut ids = Vec::new();
+    for key in ["k1", "k2", "k3"] {
+        let tasks: Vec<NewTask> = (0..12)
+            .map(|_| NewTask { context: Some(json!({"key": key})), queue_key: Some(key.into()), ..Default::default() })
+            .collect();
+        ids.extend(api::create_tasks(&c, "site", &tasks).await.unwrap());
+    }
+    wait_until(Duration::from_secs(30), "every task succeeded", || async {
+        let counts = api::count_by_status_of(&db.conn().await, &ids).await.unwrap();
+        counts.iter().any(|(s, n)| *s == TaskStatus::Succeeded && *n == ids.len() as i64)
+    })
+    .await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let most = state.lock().unwrap().1.clone();
+    assert_eq!(most.len(), 3, "{most:?}");
+    assert!(most.values().all(|&n| n <= 2), "a key ran more than 2 at once: {most:?}");
+    assert!(most.values().any(|&n| n == 2), "the limit, not the worker, was the bound: {most:?}");
+}
+
+#[tokio::test]
+async fn bad_queue_keys_and_settings_are_refused_and_change_nothing() {
+    let db = TestDb::new().await;
+    register(&db, "tenant", fair(5, None)).await;
+    let c = db.raw().await;
+    let long = "k".repeat(256);
+    let cases: Vec<(&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>, &str)> = vec![
+        ("select asyncflow.create_task('tenant', queue_key => '')", vec![], "queue_key must be a string of 1 to 255"),
+        ("select asyncflow.create_task('tenant', queue_key => $1)", vec![&long], "queue_key must be a string of 1 to 255"),
+        (
+            "select asyncflow.create_task('tenant', queue_key => 'k', idempotency_key => 'i', context => '{}', user_id => $1)",
+            vec![&long],
+            "user_id",
+        ),
+        ("select asyncflow.create_tasks('tenant', '[{}, {\"queue_key\": 5}]')", vec![], "tasks[1]: queue_key must be"),
+        ("select asyncflow.create_tasks('tenant', '[{\"queue_key\": \"\"}]')", vec![], "tasks[0]: queue_key must be"),
+        ("select asyncflow.register_task_type('tenant', '{\"fair_queues\": \"yes\"}')", vec![], "fair_queues must be true or false"),
+        ("select asyncflow.register_task_type('tenant', '{\"queue_concurrency\": 0}')", vec![], "queue_concurrency must be an integer"),
+    ];
+    for (sql, params, why) in cases {
+        let e = c.query(sql, &params).await.expect_err(sql);
+        assert_eq!(sqlstate(&e), "AF006", "{sql}: {e}");
+        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.contains(why), "{sql}: {message}");
+    }
+    let n: i64 = c.query_one("select count(*) from asyncflow.tasks", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0);
+    let t = api::list_task_types(&db.conn().await).await.unwrap().pop().unwrap();
+    assert!(t.fair_queues);
+    assert_eq!(t.queue_concurrency, None);
+    // A key is any text of 1 to 255 characters, kept as given.
+    let odd = "ü/ 'x'; drop table y --";
+    let id =
+        api::create_task(&db.conn().await, "tenant", &NewTask { queue_key: Some(odd.into()), ..Default::default() })
+            .await
+            .unwrap();
+    assert_eq!(api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap().queue_key.as_deref(), Some(odd));
+    assert_eq!(keys_of(&db, &claim(&db, "tenant", 5).await).await, vec![odd]);
+}
+
+#[tokio::test]
+async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turned_off() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    let indexes = || async {
+        let rows = db
+            .conn()
+            .await
+            .query(
+                "select indexname::text from pg_indexes where schemaname = 'asyncflow' and tablename = 'tasks_mail' \
+                 order by 1",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>()
+    };
+    register(&db, "mail", TaskTypeUpdate::default()).await;
+    // Keys given before the setting is on are kept, and count once it is.
+    api::create_tasks(&c, "mail", &keyed("x", 3)).await.unwrap();
+    api::create_tasks(&c, "mail", &keyed("y", 1)).await.unwrap();
+    assert_eq!(indexes().await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
+    register(&db, "mail", fair(2, None)).await;
+    assert_eq!(
+        indexes().await,
+        ["tasks_mail_key_ready", "tasks_mail_key_running", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
+    );
+    assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "y"]);
+    // Named again (a worker's start): nothing to build.
+    register(&db, "mail", TaskTypeUpdate { fair_queues: Some(true), ..Default::default() }).await;
+    register(&db, "mail", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
+    assert_eq!(indexes().await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
+    assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "x"]);
+}
