@@ -944,6 +944,7 @@ begin
       v_after text;
       v_at text;
       v_key text;
+      v_head timestamptz;
       v_mark text;
       v_wrapped boolean := false;
       v_since integer := 0;
@@ -1002,18 +1003,23 @@ begin
       -- A round starts at a key (v_mark) and ends when the walk, having wrapped past the last
       -- key, comes back to the mark or past it; a round without a claim (v_since = 0) ends the
       -- claim, so a single key with a backlog fills the whole batch, one task per round.
+      if v_type.queue_concurrency is not null then
+        -- the type's claimers count and claim one at a time; each waits here for the one before
+        -- it to commit, and its counts below (each statement a new snapshot) see that claim
+        perform pg_advisory_xact_lock(16713, hashtext(v_task_type));
+      end if;
       select begin_pos into v_begin from asyncflow.positions where task_type = v_task_type;
       select after_key into v_after from asyncflow.queue_cursors where task_type = v_task_type;
       v_at := v_after;
-      while v_got < v_limit and v_probes < 4 * v_limit + 16 loop
+      while v_got < v_limit and v_probes < greatest(4 * v_limit + 16, 1000) loop
         if v_at is null then
-          select coalesce(t.queue_key, '') into v_key from asyncflow.%2$I t
+          select coalesce(t.queue_key, ''), t.order_time into v_key, v_head from asyncflow.%2$I t
           where t.shard >= v_begin and t.status = 'pending'
-          order by coalesce(t.queue_key, '') limit 1;
+          order by coalesce(t.queue_key, ''), t.order_time limit 1;
         else
-          select coalesce(t.queue_key, '') into v_key from asyncflow.%2$I t
+          select coalesce(t.queue_key, ''), t.order_time into v_key, v_head from asyncflow.%2$I t
           where t.shard >= v_begin and t.status = 'pending' and coalesce(t.queue_key, '') > v_at
-          order by coalesce(t.queue_key, '') limit 1;
+          order by coalesce(t.queue_key, ''), t.order_time limit 1;
         end if;
         if not found then
           exit when v_at is null;  -- no pending task at all
@@ -1034,9 +1040,9 @@ begin
           v_wrapped := false;
           v_since := 0;
         end if;
+        -- nothing of the key is due yet
+        continue when v_head > v_now;
         if v_type.queue_concurrency is not null then
-          -- one claimer counts a key at a time; the others pass it this round
-          continue when not pg_try_advisory_xact_lock(16713, hashtext(v_task_type || '/' || v_key));
           select count(*) into v_running from asyncflow.%2$I t
           where t.shard >= v_begin and coalesce(t.queue_key, '') = v_key and t.status = 'running';
           continue when v_running >= v_type.queue_concurrency;
@@ -2954,30 +2960,30 @@ $_$;
 
 CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 declare
   v_have integer;
 begin
   perform asyncflow.check_type_name(p_task_type);
   select count(*) into v_have from pg_catalog.pg_class c
   where c.relnamespace = 'asyncflow'::regnamespace
-    and c.relname in ('tasks_' || p_task_type || '_key_ready', 'tasks_' || p_task_type || '_key_running');
+    and c.relname in ('tasks_' || p_task_type || '$key_ready', 'tasks_' || p_task_type || '$key_running');
   if v_have = (case when p_on then 2 else 0 end) then
     return;
   end if;
   perform set_config('lock_timeout', '5s', true);
   if p_on then
     execute format('create index if not exists %I on asyncflow.%I (coalesce(queue_key, %L), order_time) '
-      'where status = ''pending''', 'tasks_' || p_task_type || '_key_ready', 'tasks_' || p_task_type, '');
+      'where status = ''pending''', 'tasks_' || p_task_type || '$key_ready', 'tasks_' || p_task_type, '');
     execute format('create index if not exists %I on asyncflow.%I (coalesce(queue_key, %L)) '
-      'where status = ''running''', 'tasks_' || p_task_type || '_key_running', 'tasks_' || p_task_type, '');
+      'where status = ''running''', 'tasks_' || p_task_type || '$key_running', 'tasks_' || p_task_type, '');
   else
-    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '_key_ready');
-    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '_key_running');
+    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '$key_ready');
+    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '$key_running');
     delete from asyncflow.queue_cursors where task_type = p_task_type;
   end if;
 end
-$$;
+$_$;
 
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE

@@ -305,7 +305,7 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
     register(&db, "mail", fair(2, None)).await;
     assert_eq!(
         indexes().await,
-        ["tasks_mail_key_ready", "tasks_mail_key_running", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
+        ["tasks_mail$key_ready", "tasks_mail$key_running", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
     );
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "y"]);
     // Named again (a worker's start): nothing to build.
@@ -313,4 +313,96 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
     assert_eq!(indexes().await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "x"]);
+}
+
+#[tokio::test]
+async fn the_key_indexes_never_take_the_names_of_another_types_indexes() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    let names = |ty: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let rows = pool
+                .get()
+                .await
+                .unwrap()
+                .query(
+                    "select indexname::text from pg_indexes where schemaname = 'asyncflow' and tablename = $1 order by 1",
+                    &[&format!("tasks_{ty}")],
+                )
+                .await
+                .unwrap();
+            rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>()
+        }
+    };
+    // type x_key's own indexes are tasks_x_key_ready and tasks_x_key_running
+    register(&db, "x_key", TaskTypeUpdate::default()).await;
+    register(&db, "x", fair(10, None)).await;
+    assert_eq!(
+        names("x").await,
+        ["tasks_x$key_ready", "tasks_x$key_running", "tasks_x_pkey", "tasks_x_ready", "tasks_x_running"]
+    );
+    register(&db, "x", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
+    assert_eq!(names("x_key").await, ["tasks_x_key_pkey", "tasks_x_key_ready", "tasks_x_key_running"]);
+    // and the other way round: a fair type first, then the type whose names would have been its
+    register(&db, "y", fair(10, None)).await;
+    register(&db, "y_key", TaskTypeUpdate::default()).await;
+    api::create_tasks(&c, "y_key", &keyed("k", 2)).await.unwrap();
+    assert_eq!(claim(&db, "y_key", 10).await.len(), 2);
+}
+
+#[tokio::test]
+async fn keys_with_nothing_due_or_no_room_do_not_hide_a_ready_key_from_the_claim() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db, "later", fair(1, None)).await;
+    register(&db, "capped", fair(1, Some(1))).await;
+    // 300 keys whose only task is due in an hour, and one key with a task ready now, last in
+    // key order
+    let delayed: Vec<NewTask> = (0..300)
+        .map(|n| NewTask {
+            queue_key: Some(format!("k{n:03}")),
+            run_at: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+            ..Default::default()
+        })
+        .collect();
+    api::create_tasks(&c, "later", &delayed).await.unwrap();
+    api::create_tasks(&c, "later", &keyed("z-ready", 1)).await.unwrap();
+    assert_eq!(keys_of(&db, &claim(&db, "later", 1).await).await, ["z-ready"]);
+    // 300 keys, each with one running task (its cap) and one more waiting; one of them ends
+    let two_each: Vec<NewTask> = (0..300).flat_map(|n| keyed(&format!("k{n:03}"), 2)).collect();
+    api::create_tasks(&c, "capped", &two_each).await.unwrap();
+    let mut running = Vec::new();
+    for _ in 0..300 {
+        running.extend(claim(&db, "capped", 1).await);
+    }
+    assert_eq!(running.len(), 300);
+    assert!(claim(&db, "capped", 1).await.is_empty(), "every key is at its cap");
+    let freed = first_of_key(&db, &running, "k150").await;
+    let report = Report {
+        task_id: freed.task_id.clone(),
+        claim_seq: freed.claim_seq,
+        kind: ReportKind::Succeed { result: json!({}) },
+    };
+    assert!(api::report_tasks(&c, &WorkerId::new("claimer").unwrap(), &[report], None).await.unwrap()[0].accepted);
+    assert_eq!(keys_of(&db, &claim(&db, "capped", 1).await).await, ["k150"]);
+}
+
+#[tokio::test]
+async fn a_claim_over_many_capped_keys_holds_one_advisory_lock() {
+    let db = TestDb::new().await;
+    register(&db, "wide", fair(500, Some(1))).await;
+    let tasks: Vec<NewTask> = (0..400).flat_map(|n| keyed(&format!("k{n:03}"), 1)).collect();
+    api::create_tasks(&db.conn().await, "wide", &tasks).await.unwrap();
+    let mut c = db.raw().await;
+    let tx = c.transaction().await.unwrap();
+    let got = tx.query("select * from asyncflow.type_claim__wide('w', 500)", &[]).await.unwrap();
+    assert_eq!(got.len(), 400);
+    let locks: i64 = tx
+        .query_one("select count(*) from pg_locks where locktype = 'advisory' and pid = pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(locks, 1);
+    tx.commit().await.unwrap();
 }

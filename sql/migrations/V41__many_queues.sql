@@ -12,16 +12,19 @@
 --     order as everywhere: priority is seconds ahead, so higher layers go first and lower ones
 --     age forward.
 --   - queue_concurrency: at most this many tasks of one key running at once (null: no limit).
---     A claimer takes a key's transaction-scoped advisory lock (16713, hash of type and key)
---     before counting its running tasks, and skips a key another claimer holds: two claims
---     never both see room for the same last slot.
+--     The claimers of such a type take turns: each waits for the type's transaction-scoped
+--     advisory lock (16713, hashtext(type)) before counting, so two claims never both see room
+--     for the same last slot (one lock per claim, whatever the number of keys: a lock per key
+--     would fill the server's lock table).
 --   - The type's own concurrency and paused settings apply as before; held claims (V22) are not
 --     used for such a type (its claims commit at once, as with a concurrency limit).
 --   - Nothing else changes: leases, rescue, retries, cancel and retention are per task.
 -- Turning fair_queues on creates two indexes on the type's tasks (inherited by every shard):
--- tasks_<type>_key_ready (coalesce(queue_key, ''), order_time) where pending, which a claim walks
--- one key at a time, and tasks_<type>_key_running (coalesce(queue_key, '')) where running, which
--- counts a key's running tasks. Turning it off drops them. CREATE INDEX holds writes to the type's
+-- "tasks_<type>$key_ready" (coalesce(queue_key, ''), order_time) where pending, which a claim
+-- walks one key at a time, and "tasks_<type>$key_running" (coalesce(queue_key, '')) where
+-- running, which counts a key's running tasks. The '$' cannot occur in a type name, so these
+-- names are never those of another type's objects (type x_key's ready index is tasks_x_key_ready).
+-- Turning it off drops them. CREATE INDEX holds writes to the type's
 -- tasks while it builds (waiting at most 5 s for its lock); other types are not touched, and a
 -- type without the setting pays nothing on insert or claim.
 -- Functions are replaced whole (the migration convention).
@@ -50,19 +53,19 @@ begin
   perform asyncflow.check_type_name(p_task_type);
   select count(*) into v_have from pg_catalog.pg_class c
   where c.relnamespace = 'asyncflow'::regnamespace
-    and c.relname in ('tasks_' || p_task_type || '_key_ready', 'tasks_' || p_task_type || '_key_running');
+    and c.relname in ('tasks_' || p_task_type || '$key_ready', 'tasks_' || p_task_type || '$key_running');
   if v_have = (case when p_on then 2 else 0 end) then
     return;
   end if;
   perform set_config('lock_timeout', '5s', true);
   if p_on then
     execute format('create index if not exists %I on asyncflow.%I (coalesce(queue_key, %L), order_time) '
-      'where status = ''pending''', 'tasks_' || p_task_type || '_key_ready', 'tasks_' || p_task_type, '');
+      'where status = ''pending''', 'tasks_' || p_task_type || '$key_ready', 'tasks_' || p_task_type, '');
     execute format('create index if not exists %I on asyncflow.%I (coalesce(queue_key, %L)) '
-      'where status = ''running''', 'tasks_' || p_task_type || '_key_running', 'tasks_' || p_task_type, '');
+      'where status = ''running''', 'tasks_' || p_task_type || '$key_running', 'tasks_' || p_task_type, '');
   else
-    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '_key_ready');
-    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '_key_running');
+    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '$key_ready');
+    execute format('drop index if exists asyncflow.%I', 'tasks_' || p_task_type || '$key_running');
     delete from asyncflow.queue_cursors where task_type = p_task_type;
   end if;
 end
@@ -520,10 +523,12 @@ $_$;
 -- turns of queue_key (see the header). The branch is chosen at run time from the type's row, as
 -- the concurrency limit is; its statements are planned only when first run, so a type without the
 -- setting (and without the key indexes they use) never plans them. One key's probe: the next key
--- with a pending task after the last one (an index descent of tasks_<type>_key_ready per live
--- shard, merged), then that key's oldest ready task claimed in one UPDATE. A claim probes at most
--- 4 × its batch + 16 keys: keys with only delayed, locked or capped tasks cost a probe each and
--- are passed; the cursor keeps the place for the next claim.
+-- with a pending task after the last one, with its oldest task's order_time (an index descent of
+-- "tasks_<type>$key_ready" per live shard, merged); a key whose oldest task is not due yet is
+-- passed there; with queue_concurrency, a count of the key's running tasks; then the key's oldest
+-- ready task claimed in one UPDATE. A claim probes at most max(4 × its batch + 16, 1000) keys:
+-- keys with only delayed, locked or capped tasks cost a probe each and are passed; the cursor
+-- keeps the place for the next claim.
 create or replace function asyncflow.create_claim_function(p_task_type text) returns void
 language plpgsql as $fn$
 declare
@@ -547,6 +552,7 @@ begin
       v_after text;
       v_at text;
       v_key text;
+      v_head timestamptz;
       v_mark text;
       v_wrapped boolean := false;
       v_since integer := 0;
@@ -605,18 +611,23 @@ begin
       -- A round starts at a key (v_mark) and ends when the walk, having wrapped past the last
       -- key, comes back to the mark or past it; a round without a claim (v_since = 0) ends the
       -- claim, so a single key with a backlog fills the whole batch, one task per round.
+      if v_type.queue_concurrency is not null then
+        -- the type's claimers count and claim one at a time; each waits here for the one before
+        -- it to commit, and its counts below (each statement a new snapshot) see that claim
+        perform pg_advisory_xact_lock(16713, hashtext(v_task_type));
+      end if;
       select begin_pos into v_begin from asyncflow.positions where task_type = v_task_type;
       select after_key into v_after from asyncflow.queue_cursors where task_type = v_task_type;
       v_at := v_after;
-      while v_got < v_limit and v_probes < 4 * v_limit + 16 loop
+      while v_got < v_limit and v_probes < greatest(4 * v_limit + 16, 1000) loop
         if v_at is null then
-          select coalesce(t.queue_key, '') into v_key from asyncflow.%2$I t
+          select coalesce(t.queue_key, ''), t.order_time into v_key, v_head from asyncflow.%2$I t
           where t.shard >= v_begin and t.status = 'pending'
-          order by coalesce(t.queue_key, '') limit 1;
+          order by coalesce(t.queue_key, ''), t.order_time limit 1;
         else
-          select coalesce(t.queue_key, '') into v_key from asyncflow.%2$I t
+          select coalesce(t.queue_key, ''), t.order_time into v_key, v_head from asyncflow.%2$I t
           where t.shard >= v_begin and t.status = 'pending' and coalesce(t.queue_key, '') > v_at
-          order by coalesce(t.queue_key, '') limit 1;
+          order by coalesce(t.queue_key, ''), t.order_time limit 1;
         end if;
         if not found then
           exit when v_at is null;  -- no pending task at all
@@ -637,9 +648,9 @@ begin
           v_wrapped := false;
           v_since := 0;
         end if;
+        -- nothing of the key is due yet
+        continue when v_head > v_now;
         if v_type.queue_concurrency is not null then
-          -- one claimer counts a key at a time; the others pass it this round
-          continue when not pg_try_advisory_xact_lock(16713, hashtext(v_task_type || '/' || v_key));
           select count(*) into v_running from asyncflow.%2$I t
           where t.shard >= v_begin and coalesce(t.queue_key, '') = v_key and t.status = 'running';
           continue when v_running >= v_type.queue_concurrency;

@@ -167,6 +167,22 @@ pub(super) async fn queue(pool: &DbPool, name: &str, tasks: usize, interval: Opt
     fill(pool, name, tasks).await
 }
 
+/// Queues `tasks` empty tasks of `name`, a type with fair_queues, spread in turn over `keys`
+/// queue keys, 1,000 per call.
+pub(super) async fn queue_keyed(pool: &DbPool, name: &str, tasks: usize, keys: usize) -> Result<()> {
+    let fair = TaskTypeUpdate { fair_queues: Some(true), ..settings(None) };
+    api::register_task_type(&pool.get().await?, &TypeName::new(name)?, &fair).await?;
+    let c = pool.get().await?;
+    let mut made = 0;
+    while made < tasks {
+        let batch: Vec<NewTask> = (made..tasks.min(made + 1000))
+            .map(|n| NewTask { queue_key: Some(format!("key{}", n % keys.max(1))), ..NewTask::default() })
+            .collect();
+        made += api::create_tasks(&c, name, &batch).await?.len();
+    }
+    Ok(())
+}
+
 /// Inserts `tasks` empty tasks of the registered type `name` on one connection, 1,000 per call.
 async fn fill(pool: &DbPool, name: &str, tasks: usize) -> Result<()> {
     let c = pool.get().await?;

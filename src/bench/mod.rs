@@ -16,6 +16,8 @@
 //!                    smallest PL/pgSQL function that could wrap it
 //!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function);
 //!                    the 1-stage figure is the median of three runs
+//!   fair             the 1-stage burn-down in a type with fair_queues, its tasks spread over
+//!                    --queue-keys keys: what claims by turns of key cost beside plain claims
 //!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
 //!   aging            the burn-down again beside 10 M finished tasks, in closed shards as the type's
 //!                    own roll leaves them (5 M rows each by default), three times, in turn with
@@ -72,11 +74,14 @@ pub struct BenchArgs {
     /// Rows in the expired shard that retention drops.
     #[arg(long, default_value_t = 1_000_000)]
     pub drop_rows: i64,
+    /// Queue keys the fair burn-down's tasks are spread over.
+    #[arg(long, default_value_t = 1000)]
+    pub queue_keys: usize,
     /// Tasks per second inserted during the wake-latency phase.
     #[arg(long, default_value_t = 50.0)]
     pub wake_rate: f64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, wake, aging, drop).
+    /// burndown3, fair, wake, aging, drop).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -91,8 +96,8 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 10] =
-    ["update", "insert", "enqueue", "parts", "bulk", "burndown", "burndown3", "wake", "aging", "drop"];
+pub const PHASES: [&str; 11] =
+    ["update", "insert", "enqueue", "parts", "bulk", "burndown", "burndown3", "fair", "wake", "aging", "drop"];
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -192,9 +197,13 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
         || args.concurrency > 10_000
         || args.bulk_connections == 0
         || args.bulk_connections > 64
+        || args.queue_keys == 0
+        || args.queue_keys > 1_000_000
     {
         return Err(Error::Config(
-            "--tasks, --connections must be positive, --concurrency 1..=10000, --bulk-connections 1..=64".into(),
+            "--tasks, --connections must be positive, --concurrency 1..=10000, --bulk-connections 1..=64, \
+             --queue-keys 1..=1000000"
+                .into(),
         ));
     }
     if !(args.wake_rate > 0.0 && args.wake_rate <= 1000.0) || args.aged_rows < 0 || args.drop_rows < 1000 {
@@ -250,6 +259,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     let mut figures: Vec<Figure> = Vec::new();
     let mut update = None;
     let mut insert = None;
+    let mut burn1 = None;
 
     if wants(args, "update") || wants(args, "insert") || wants(args, "wake") {
         api::bench_prepare(&pool.get().await?).await?;
@@ -337,6 +347,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             return Err(Error::Config("the 1-stage burn-down did not run".into()));
         };
         let rate = timed.rate;
+        burn1 = Some(rate);
         figures.push(
             Figure::new(
                 "burndown",
@@ -358,6 +369,20 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
                 .ratio(update, "UPDATE")
                 .cpu(timed.cpu),
         );
+    }
+    if wants(args, "fair") {
+        progress.phase("burn-down: 1-stage, fair queues");
+        load::queue_keyed(pool, "bench_fair", args.tasks, args.queue_keys).await?;
+        let timed = load::burn_down(pool, url, "bench_fair", args.tasks, 1, args.concurrency).await?;
+        // beside the plain 1-stage burn-down when it ran (what turns of key cost), else UPDATE
+        let fig = Figure::new(
+            "fair",
+            &format!("burn-down: 1-stage, fair_queues, {} keys", args.queue_keys),
+            timed.rate,
+            "tasks/s",
+        );
+        let fig = if burn1.is_some() { fig.ratio(burn1, "1-stage burn-down") } else { fig.ratio(update, "UPDATE") };
+        figures.push(fig.cpu(timed.cpu));
     }
     if wants(args, "wake") {
         progress.phase("wake latency");
