@@ -945,6 +945,8 @@ begin
       v_at text;
       v_key text;
       v_head timestamptz;
+      v_limits boolean;
+      v_cap integer;
       v_mark text;
       v_wrapped boolean := false;
       v_since integer := 0;
@@ -1003,7 +1005,9 @@ begin
       -- A round starts at a key (v_mark) and ends when the walk, having wrapped past the last
       -- key, comes back to the mark or past it; a round without a claim (v_since = 0) ends the
       -- claim, so a single key with a backlog fills the whole batch, one task per round.
-      if v_type.queue_concurrency is not null then
+      -- a limit of its own for some key (asyncflow.queue_limits)?
+      v_limits := exists (select 1 from asyncflow.queue_limits l where l.task_type = v_task_type);
+      if v_type.queue_concurrency is not null or v_limits then
         -- the type's claimers count and claim one at a time; each waits here for the one before
         -- it to commit, and its counts below (each statement a new snapshot) see that claim
         perform pg_advisory_xact_lock(16713, hashtext(v_task_type));
@@ -1042,10 +1046,19 @@ begin
         end if;
         -- nothing of the key is due yet
         continue when v_head > v_now;
-        if v_type.queue_concurrency is not null then
+        v_cap := v_type.queue_concurrency;
+        if v_limits then
+          select l.concurrency into v_cap from asyncflow.queue_limits l
+          where l.task_type = v_task_type and l.queue_key = v_key;
+          if not found then
+            v_cap := v_type.queue_concurrency;
+          end if;
+        end if;
+        if v_cap is not null then
+          continue when v_cap = 0;  -- the key is held
           select count(*) into v_running from asyncflow.%2$I t
           where t.shard >= v_begin and coalesce(t.queue_key, '') = v_key and t.status = 'running';
-          continue when v_running >= v_type.queue_concurrency;
+          continue when v_running >= v_cap;
         end if;
         return query
         with picked as (
@@ -2441,6 +2454,65 @@ begin
 end
 $_$;
 
+CREATE FUNCTION asyncflow.queue_keys(p_task_type text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS TABLE(queue_key text, ready bigint, delayed bigint, running bigint, oldest_ready_age double precision, concurrency integer)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_type asyncflow.task_types;
+begin
+  select * into v_type from asyncflow.task_types y where y.task_type = p_task_type collate "default";
+  if not found then
+    perform asyncflow.check_type_name(p_task_type);
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  if not v_type.fair_queues then
+    perform asyncflow.raise_error('AF006', format('task type %L does not have fair_queues: its tasks are not '
+      'kept by queue key', v_type.task_type));
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform asyncflow.raise_error('AF006', format('limit must be between 1 and 1000, got %s', coalesce(p_limit::text, 'null')));
+  end if;
+  -- the name passed check_type_name when the type was registered; p_after and p_limit go as values
+  return query execute format($q$
+    with recursive pending_keys(k) as (
+      (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+       where t.status = 'pending' and coalesce(t.queue_key, '') %2$s $1 order by 1 limit 1)
+      union all
+      select (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+              where t.status = 'pending' and coalesce(t.queue_key, '') > p.k order by 1 limit 1)
+      from pending_keys p where p.k is not null
+    ), running_keys(k) as (
+      (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+       where t.status = 'running' and coalesce(t.queue_key, '') %2$s $1 order by 1 limit 1)
+      union all
+      select (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+              where t.status = 'running' and coalesce(t.queue_key, '') > r.k order by 1 limit 1)
+      from running_keys r where r.k is not null
+    ), keys as (
+      select u.k from (select k from pending_keys union select k from running_keys) u
+      where u.k is not null order by u.k limit $2
+    )
+    select k.k, p.ready, p.delayed, r.running,
+      coalesce(extract(epoch from (now() - p.oldest)), 0)::double precision,
+      coalesce(l.concurrency, $3)
+    from keys k
+    cross join lateral (
+      select count(*) filter (where t.order_time <= now()) as ready,
+        count(*) filter (where t.order_time > now()) as delayed,
+        min(t.order_time) filter (where t.order_time <= now()) as oldest
+      from asyncflow.%1$I t where t.status = 'pending' and coalesce(t.queue_key, '') = k.k
+    ) p
+    cross join lateral (
+      select count(*) as running from asyncflow.%1$I t where t.status = 'running' and coalesce(t.queue_key, '') = k.k
+    ) r
+    left join asyncflow.queue_limits l on l.task_type = %3$L and l.queue_key = k.k
+    order by k.k
+    $q$, 'tasks_' || v_type.task_type, case when p_after is null then '>=' else '>' end, v_type.task_type)
+  using coalesce(p_after, '') collate "default", p_limit, v_type.queue_concurrency;
+end
+$_$;
+
 CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -2984,6 +3056,41 @@ begin
   end if;
 end
 $_$;
+
+CREATE FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_type asyncflow.task_types;
+begin
+  select * into v_type from asyncflow.task_types y where y.task_type = p_task_type collate "default";
+  if not found then
+    perform asyncflow.check_type_name(p_task_type);
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  if p_queue_key is null or length(p_queue_key) > 255 then
+    perform asyncflow.raise_error('AF006',
+      format('queue_key must be a string of at most 255 characters ('''' for the tasks without a key), got %s',
+        coalesce(to_jsonb(p_queue_key)::text, 'null')));
+  end if;
+  if p_concurrency not between 0 and 1000000 then
+    perform asyncflow.raise_error('AF006',
+      format('concurrency must be an integer between 0 and 1000000 (0 holds the key), got %s', p_concurrency));
+  end if;
+  if p_concurrency is null then
+    delete from asyncflow.queue_limits l
+    where l.task_type = v_type.task_type and l.queue_key = p_queue_key collate "default";
+    return v_type.queue_concurrency;
+  end if;
+  insert into asyncflow.queue_limits as l (task_type, queue_key, concurrency, updated_at)
+  values (v_type.task_type, p_queue_key collate "default", p_concurrency, now())
+  on conflict (task_type, queue_key) do update set concurrency = excluded.concurrency, updated_at = excluded.updated_at;
+  -- a key given more room may have work waiting now
+  perform asyncflow.wake(v_type.task_type);
+  return p_concurrency;
+end
+$$;
 
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE
@@ -3946,6 +4053,15 @@ CREATE VIEW asyncflow.queue_depth AS
            FROM asyncflow.tasks t
           WHERE ((t.task_type = y.task_type) AND (t.status = 'running'::asyncflow.task_status))) r ON (true));
 
+CREATE TABLE asyncflow.queue_limits (
+    task_type text NOT NULL,
+    queue_key text NOT NULL,
+    concurrency integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT queue_limits_concurrency_check CHECK (((concurrency >= 0) AND (concurrency <= 1000000))),
+    CONSTRAINT queue_limits_queue_key_check CHECK ((length(queue_key) <= 255))
+);
+
 CREATE TABLE asyncflow.refinery_schema_history (
     version integer NOT NULL,
     name character varying(255),
@@ -4052,6 +4168,9 @@ ALTER TABLE ONLY asyncflow.positions
 ALTER TABLE ONLY asyncflow.queue_cursors
     ADD CONSTRAINT queue_cursors_pkey PRIMARY KEY (task_type);
 
+ALTER TABLE ONLY asyncflow.queue_limits
+    ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (task_type, queue_key);
+
 ALTER TABLE ONLY asyncflow.refinery_schema_history
     ADD CONSTRAINT refinery_schema_history_pkey PRIMARY KEY (version);
 
@@ -4131,6 +4250,9 @@ ALTER TABLE ONLY asyncflow.positions
 
 ALTER TABLE ONLY asyncflow.queue_cursors
     ADD CONSTRAINT queue_cursors_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
+ALTER TABLE ONLY asyncflow.queue_limits
+    ADD CONSTRAINT queue_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
@@ -4243,6 +4365,9 @@ REVOKE ALL ON FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT pa
 REVOKE ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean, p_now timestamp with time zone) FROM PUBLIC;
@@ -4281,6 +4406,9 @@ REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer,
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
 

@@ -9,7 +9,7 @@ use crate::db::api::{self, TaskFilter};
 use crate::db::DbPool;
 use crate::error::{Error, Result};
 use crate::ids::TypeName;
-use crate::task::{NewTask, TaskStatus};
+use crate::task::{NewTask, QueueLimit, TaskStatus};
 use crate::task_type::TaskTypeUpdate;
 
 /// Where admin commands go.
@@ -112,6 +112,30 @@ pub enum TypeCommand {
     Resume {
         /// Type name.
         name: String,
+    },
+    /// The queues of a type with fair_queues, in key order: ready, delayed, running, the limit.
+    Queues {
+        /// Type name.
+        name: String,
+        /// Start after this queue key.
+        #[arg(long)]
+        after: Option<String>,
+        /// Page size (1..1000).
+        #[arg(long, default_value_t = 100)]
+        limit: i32,
+    },
+    /// Give one queue key a limit of its own on running tasks (0 holds the key), or remove it.
+    QueueLimit {
+        /// Type name.
+        name: String,
+        /// The queue key ("" for the tasks created without one).
+        queue_key: String,
+        /// Most of its tasks running at once, 0..1000000.
+        #[arg(long, conflicts_with = "remove", required_unless_present = "remove")]
+        concurrency: Option<i32>,
+        /// Remove the key's own limit: the type's queue_concurrency applies again.
+        #[arg(long)]
+        remove: bool,
     },
 }
 
@@ -271,6 +295,29 @@ pub async fn task_type(pool: Option<&DbPool>, target: &Target, command: TypeComm
         }
         (None, TypeCommand::Resume { name }) => {
             call(target, Method::POST, &format!("/v1/task-types/{}/resume", encode(&name)), None).await
+        }
+        (Some(p), TypeCommand::Queues { name, after, limit }) => {
+            Ok(json!(api::queue_keys(&p.get().await?, &name, after.as_deref(), limit).await?))
+        }
+        (None, TypeCommand::Queues { name, after, limit }) => {
+            let mut path = format!("/v1/task-types/{}/queues?limit={limit}", encode(&name));
+            if let Some(after) = after {
+                path.push_str(&format!("&after={}", encode(&after)));
+            }
+            call(target, Method::GET, &path, None).await
+        }
+        (pool, TypeCommand::QueueLimit { name, queue_key, concurrency, remove }) => {
+            let limit = QueueLimit { queue_key, concurrency: if remove { None } else { concurrency } };
+            match pool {
+                Some(p) => {
+                    let applies = api::set_queue_limit(&p.get().await?, &name, &limit).await?;
+                    Ok(json!(QueueLimit { concurrency: applies, ..limit }))
+                }
+                None => {
+                    let path = format!("/v1/task-types/{}/queue-limit", encode(&name));
+                    call(target, Method::PUT, &path, Some(json!(limit))).await
+                }
+            }
         }
     }
 }

@@ -296,3 +296,33 @@ pub struct QueueDepth {
     /// Whether claims are paused.
     pub paused: bool,
 }
+
+/// One queue of a task type with `fair_queues` (`asyncflow.queue_keys`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct QueueKeyDepth {
+    /// The queue key (`""`: the tasks created without one).
+    pub queue_key: String,
+    /// Pending and due now.
+    pub ready: i64,
+    /// Pending, due later.
+    pub delayed: i64,
+    /// Held by workers.
+    pub running: i64,
+    /// Seconds since the oldest ready task's order_time (0 when none).
+    pub oldest_ready_age: f64,
+    /// Most of its tasks running at once: its own limit, else the type's `queue_concurrency`
+    /// (None: no limit; 0: the key is held).
+    pub concurrency: Option<i32>,
+}
+
+/// A per-key limit to set (`asyncflow.set_queue_limit`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueLimit {
+    /// The queue key (`""`: the tasks created without one).
+    pub queue_key: String,
+    /// Most of the key's tasks running at once, 0 to 1,000,000 (0 holds the key); null removes
+    /// the key's own limit, so that the type's `queue_concurrency` applies again.
+    #[schema(nullable)]
+    pub concurrency: Option<i32>,
+}

@@ -41,6 +41,19 @@ fn scenario(db: &TestDb, server: Option<&str>) {
     assert_eq!(run(db, server, &["type", "resume", "clip"]).unwrap()["paused"], false);
     let types = run(db, server, &["type", "list"]).unwrap();
     assert_eq!(types.as_array().unwrap().len(), 1);
+    // Many queues: a key with a space and a slash, held, listed, then let go.
+    run(db, server, &["type", "set", "site", r#"{"fair_queues": true, "queue_concurrency": 1}"#]).unwrap();
+    run(db, server, &["task", "create", "site", "--queue-key", "a b/c"]).unwrap();
+    let held = run(db, server, &["type", "queue-limit", "site", "a b/c", "--concurrency", "0"]).unwrap();
+    assert_eq!(held, serde_json::json!({"queue_key": "a b/c", "concurrency": 0}));
+    let queues = run(db, server, &["type", "queues", "site"]).unwrap();
+    assert_eq!((queues[0]["queue_key"].as_str(), queues[0]["ready"].as_i64()), (Some("a b/c"), Some(1)));
+    assert_eq!(queues[0]["concurrency"], 0);
+    assert_eq!(run(db, server, &["type", "queues", "site", "--after", "a b/c"]).unwrap(), serde_json::json!([]));
+    let freed = run(db, server, &["type", "queue-limit", "site", "a b/c", "--remove"]).unwrap();
+    assert_eq!(freed["concurrency"], 1, "the type's queue_concurrency applies again");
+    let err = run(db, server, &["type", "queues", "clip"]).unwrap_err();
+    assert!(err.contains("fair_queues"), "{err}");
     // Errors: a clear message and a non-zero exit, nothing changed.
     let err = run(db, server, &["task", "get", "clip-1-999"]).unwrap_err();
     assert!(err.contains("unknown task"), "{err}");

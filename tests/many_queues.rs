@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use asyncflow::db::api;
 use asyncflow::function::{StageCall, StageReply};
-use asyncflow::task::{ClaimedTask, NewTask, Report, ReportKind, TaskStatus};
+use asyncflow::task::{ClaimedTask, NewTask, QueueLimit, Report, ReportKind, TaskStatus};
 use asyncflow::task_type::TaskTypeUpdate;
 use asyncflow::worker::{Worker, WorkerConfig};
 use asyncflow::{TypeName, WorkerId};
@@ -405,4 +405,50 @@ async fn a_claim_over_many_capped_keys_holds_one_advisory_lock() {
         .get(0);
     assert_eq!(locks, 1);
     tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_key_of_its_own_limit_holds_or_widens_that_key_only_and_the_queues_list_shows_it() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&db, "tenant", fair(20, Some(1))).await;
+    for key in ["held", "wide", "plain"] {
+        api::create_tasks(&c, "tenant", &keyed(key, 4)).await.unwrap();
+    }
+    let limit = |key: &str, n: Option<i32>| QueueLimit { queue_key: key.into(), concurrency: n };
+    assert_eq!(api::set_queue_limit(&c, "tenant", &limit("held", Some(0))).await.unwrap(), Some(0));
+    assert_eq!(api::set_queue_limit(&c, "tenant", &limit("wide", Some(3))).await.unwrap(), Some(3));
+    let mut keys = keys_of(&db, &claim(&db, "tenant", 20).await).await;
+    keys.sort();
+    assert_eq!(keys, ["plain", "wide", "wide", "wide"]);
+    let queues = api::queue_keys(&c, "tenant", None, 100).await.unwrap();
+    let row = |k: &str| queues.iter().find(|q| q.queue_key == k).cloned().unwrap();
+    assert_eq!(queues.iter().map(|q| q.queue_key.as_str()).collect::<Vec<_>>(), ["held", "plain", "wide"]);
+    assert_eq!((row("held").ready, row("held").running, row("held").concurrency), (4, 0, Some(0)));
+    assert_eq!((row("plain").ready, row("plain").running, row("plain").concurrency), (3, 1, Some(1)));
+    assert_eq!((row("wide").ready, row("wide").running, row("wide").concurrency), (1, 3, Some(3)));
+    assert!(row("held").oldest_ready_age >= 0.0);
+    // pages
+    let page = api::queue_keys(&c, "tenant", Some("held"), 1).await.unwrap();
+    assert_eq!(page.iter().map(|q| q.queue_key.as_str()).collect::<Vec<_>>(), ["plain"]);
+    // the hold removed: the type's limit applies again
+    assert_eq!(api::set_queue_limit(&c, "tenant", &limit("held", None)).await.unwrap(), Some(1));
+    assert_eq!(keys_of(&db, &claim(&db, "tenant", 20).await).await, ["held"]);
+    // bad input: a clear error, nothing changed
+    let raw = db.raw().await;
+    for (sql, why) in [
+        ("select asyncflow.set_queue_limit('tenant', 'k', -1)", "concurrency must be an integer between 0 and 1000000"),
+        ("select asyncflow.set_queue_limit('tenant', null, 1)", "queue_key must be a string of at most 255"),
+        ("select asyncflow.set_queue_limit('nope', 'k', 1)", "unknown task type"),
+        ("select * from asyncflow.queue_keys('tenant', p_limit => 0)", "limit must be between 1 and 1000"),
+    ] {
+        let e = raw.query(sql, &[]).await.expect_err(sql);
+        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.contains(why), "{sql}: {message}");
+    }
+    register(&db, "plainly", TaskTypeUpdate::default()).await;
+    let e = api::queue_keys(&c, "plainly", None, 10).await.unwrap_err();
+    assert!(e.to_string().contains("fair_queues"), "{e}");
+    let n: i64 = raw.query_one("select count(*) from asyncflow.queue_limits", &[]).await.unwrap().get(0);
+    assert_eq!(n, 1, "only wide's own limit is left");
 }

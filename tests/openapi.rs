@@ -334,6 +334,34 @@ async fn the_bodies_the_server_answers_have_the_documented_properties() {
     check("POST", "/v1/tasks/{id}/retry", s, &b);
     let (s, b) = call(&app, "GET", "/v1/queue-depth", None, t).await;
     check("GET", "/v1/queue-depth", s, &b);
+    let (s, b) = call(&app, "PUT", "/v1/task-types/site", Some(json!({"fair_queues": true})), t).await;
+    check("PUT", "/v1/task-types/{name}", s, &b);
+    let (s, b) = call(
+        &app,
+        "POST",
+        "/v1/tasks",
+        Some(json!({"type": "site", "queue_key": "a.example", "context": {"url": "https://a.example/"}})),
+        t,
+    )
+    .await;
+    check("POST", "/v1/tasks", s, &b);
+    let (s, b) = call(
+        &app,
+        "PUT",
+        "/v1/task-types/site/queue-limit",
+        Some(json!({"queue_key": "a.example", "concurrency": 2})),
+        t,
+    )
+    .await;
+    check("PUT", "/v1/task-types/{name}/queue-limit", s, &b);
+    assert_eq!(b, json!({"queue_key": "a.example", "concurrency": 2}));
+    let (s, b) = call(&app, "GET", "/v1/task-types/site/queues?limit=10", None, t).await;
+    check("GET", "/v1/task-types/{name}/queues", s, &b);
+    assert_eq!(b[0]["queue_key"], "a.example");
+    assert_eq!(b[0]["ready"], 1);
+    let (s, b) = call(&app, "GET", "/v1/task-types/video/queues", None, t).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "video has no fair_queues: {b}");
+    check("GET", "/v1/task-types/{name}/queues", s, &b);
     let (s, b) = call(&app, "POST", "/v1/task-types/video/pause", None, t).await;
     check("POST", "/v1/task-types/{name}/pause", s, &b);
     let (s, b) = call(&app, "GET", "/v1/task-types", None, t).await;
@@ -350,5 +378,5 @@ async fn the_bodies_the_server_answers_have_the_documented_properties() {
     check("GET", "/healthz", s, &b);
     let (s, b) = call(&app, "GET", "/readyz", None, None).await;
     check("GET", "/readyz", s, &b);
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 26);
 }

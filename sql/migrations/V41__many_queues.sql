@@ -11,7 +11,9 @@
 --     queue '' (the index below reads coalesce(queue_key, '')). Within a key, order_time is the
 --     order as everywhere: priority is seconds ahead, so higher layers go first and lower ones
 --     age forward.
---   - queue_concurrency: at most this many tasks of one key running at once (null: no limit).
+--   - queue_concurrency: at most this many tasks of one key running at once (null: no limit);
+--     asyncflow.set_queue_limit gives one key a limit of its own (0 holds the key), kept in
+--     asyncflow.queue_limits. asyncflow.queue_keys lists a fair type's queues with their depth.
 --     The claimers of such a type take turns: each waits for the type's transaction-scoped
 --     advisory lock (16713, hashtext(type)) before counting, so two claims never both see room
 --     for the same last slot (one lock per claim, whatever the number of keys: a lock per key
@@ -519,6 +521,124 @@ begin
 end
 $_$;
 
+-- Per-key limits that differ from the type's queue_concurrency: a busy tenant allowed more, a
+-- misbehaving site held (0: none of its tasks is claimed until the limit goes). Read by the
+-- claims of a type with fair_queues; the key '' is the queue of the tasks without a key.
+create table asyncflow.queue_limits (
+  task_type text not null references asyncflow.task_types on delete cascade,
+  queue_key text not null check (length(queue_key) <= 255),
+  concurrency integer not null check (concurrency between 0 and 1000000),
+  updated_at timestamptz not null default now(),
+  primary key (task_type, queue_key)
+);
+revoke all on asyncflow.queue_limits from public;
+
+-- Sets (or with a null concurrency removes) one key's own limit; returns the limit that now
+-- applies to the key (its own, else the type's queue_concurrency; null: none). The key as in
+-- create_task, or '' for the tasks without one. Errors: AF001, AF003, AF006.
+create function asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer)
+returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_type asyncflow.task_types;
+begin
+  select * into v_type from asyncflow.task_types y where y.task_type = p_task_type collate "default";
+  if not found then
+    perform asyncflow.check_type_name(p_task_type);
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  if p_queue_key is null or length(p_queue_key) > 255 then
+    perform asyncflow.raise_error('AF006',
+      format('queue_key must be a string of at most 255 characters ('''' for the tasks without a key), got %s',
+        coalesce(to_jsonb(p_queue_key)::text, 'null')));
+  end if;
+  if p_concurrency not between 0 and 1000000 then
+    perform asyncflow.raise_error('AF006',
+      format('concurrency must be an integer between 0 and 1000000 (0 holds the key), got %s', p_concurrency));
+  end if;
+  if p_concurrency is null then
+    delete from asyncflow.queue_limits l
+    where l.task_type = v_type.task_type and l.queue_key = p_queue_key collate "default";
+    return v_type.queue_concurrency;
+  end if;
+  insert into asyncflow.queue_limits as l (task_type, queue_key, concurrency, updated_at)
+  values (v_type.task_type, p_queue_key collate "default", p_concurrency, now())
+  on conflict (task_type, queue_key) do update set concurrency = excluded.concurrency, updated_at = excluded.updated_at;
+  -- a key given more room may have work waiting now
+  perform asyncflow.wake(v_type.task_type);
+  return p_concurrency;
+end
+$$;
+revoke all on function asyncflow.set_queue_limit(text, text, integer) from public;
+grant execute on function asyncflow.set_queue_limit(text, text, integer) to asyncflow_client;
+
+-- The queues of a type with fair_queues, in key order after p_after (null: from the first), at
+-- most p_limit (1 to 1000) keys that have pending or running tasks: tasks ready now, delayed,
+-- running, the age of the oldest ready one in seconds (0 when none), and the limit that applies
+-- (the key's own, else queue_concurrency; null: none). Reads the key indexes: a loose scan for
+-- the keys, then the listed keys' own entries. Errors: AF001, AF003, AF006 (a type without
+-- fair_queues has no key indexes to read).
+create function asyncflow.queue_keys(p_task_type text, p_after text default null, p_limit integer default 100)
+returns table (queue_key text, ready bigint, delayed bigint, running bigint, oldest_ready_age double precision,
+  concurrency integer)
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_type asyncflow.task_types;
+begin
+  select * into v_type from asyncflow.task_types y where y.task_type = p_task_type collate "default";
+  if not found then
+    perform asyncflow.check_type_name(p_task_type);
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  if not v_type.fair_queues then
+    perform asyncflow.raise_error('AF006', format('task type %L does not have fair_queues: its tasks are not '
+      'kept by queue key', v_type.task_type));
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform asyncflow.raise_error('AF006', format('limit must be between 1 and 1000, got %s', coalesce(p_limit::text, 'null')));
+  end if;
+  -- the name passed check_type_name when the type was registered; p_after and p_limit go as values
+  return query execute format($q$
+    with recursive pending_keys(k) as (
+      (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+       where t.status = 'pending' and coalesce(t.queue_key, '') %2$s $1 order by 1 limit 1)
+      union all
+      select (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+              where t.status = 'pending' and coalesce(t.queue_key, '') > p.k order by 1 limit 1)
+      from pending_keys p where p.k is not null
+    ), running_keys(k) as (
+      (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+       where t.status = 'running' and coalesce(t.queue_key, '') %2$s $1 order by 1 limit 1)
+      union all
+      select (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+              where t.status = 'running' and coalesce(t.queue_key, '') > r.k order by 1 limit 1)
+      from running_keys r where r.k is not null
+    ), keys as (
+      select u.k from (select k from pending_keys union select k from running_keys) u
+      where u.k is not null order by u.k limit $2
+    )
+    select k.k, p.ready, p.delayed, r.running,
+      coalesce(extract(epoch from (now() - p.oldest)), 0)::double precision,
+      coalesce(l.concurrency, $3)
+    from keys k
+    cross join lateral (
+      select count(*) filter (where t.order_time <= now()) as ready,
+        count(*) filter (where t.order_time > now()) as delayed,
+        min(t.order_time) filter (where t.order_time <= now()) as oldest
+      from asyncflow.%1$I t where t.status = 'pending' and coalesce(t.queue_key, '') = k.k
+    ) p
+    cross join lateral (
+      select count(*) as running from asyncflow.%1$I t where t.status = 'running' and coalesce(t.queue_key, '') = k.k
+    ) r
+    left join asyncflow.queue_limits l on l.task_type = %3$L and l.queue_key = k.k
+    order by k.k
+    $q$, 'tasks_' || v_type.task_type, case when p_after is null then '>=' else '>' end, v_type.task_type)
+  using coalesce(p_after, '') collate "default", p_limit, v_type.queue_concurrency;
+end
+$$;
+revoke all on function asyncflow.queue_keys(text, text, integer) from public;
+grant execute on function asyncflow.queue_keys(text, text, integer) to asyncflow_client;
+
 -- create_claim_function (V18) with the fair branch: a type with fair_queues takes its tasks by
 -- turns of queue_key (see the header). The branch is chosen at run time from the type's row, as
 -- the concurrency limit is; its statements are planned only when first run, so a type without the
@@ -553,6 +673,8 @@ begin
       v_at text;
       v_key text;
       v_head timestamptz;
+      v_limits boolean;
+      v_cap integer;
       v_mark text;
       v_wrapped boolean := false;
       v_since integer := 0;
@@ -611,7 +733,9 @@ begin
       -- A round starts at a key (v_mark) and ends when the walk, having wrapped past the last
       -- key, comes back to the mark or past it; a round without a claim (v_since = 0) ends the
       -- claim, so a single key with a backlog fills the whole batch, one task per round.
-      if v_type.queue_concurrency is not null then
+      -- a limit of its own for some key (asyncflow.queue_limits)?
+      v_limits := exists (select 1 from asyncflow.queue_limits l where l.task_type = v_task_type);
+      if v_type.queue_concurrency is not null or v_limits then
         -- the type's claimers count and claim one at a time; each waits here for the one before
         -- it to commit, and its counts below (each statement a new snapshot) see that claim
         perform pg_advisory_xact_lock(16713, hashtext(v_task_type));
@@ -650,10 +774,19 @@ begin
         end if;
         -- nothing of the key is due yet
         continue when v_head > v_now;
-        if v_type.queue_concurrency is not null then
+        v_cap := v_type.queue_concurrency;
+        if v_limits then
+          select l.concurrency into v_cap from asyncflow.queue_limits l
+          where l.task_type = v_task_type and l.queue_key = v_key;
+          if not found then
+            v_cap := v_type.queue_concurrency;
+          end if;
+        end if;
+        if v_cap is not null then
+          continue when v_cap = 0;  -- the key is held
           select count(*) into v_running from asyncflow.%2$I t
           where t.shard >= v_begin and coalesce(t.queue_key, '') = v_key and t.status = 'running';
-          continue when v_running >= v_type.queue_concurrency;
+          continue when v_running >= v_cap;
         end if;
         return query
         with picked as (

@@ -55,6 +55,8 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::task_types::pause,
         super::task_types::resume,
         super::task_types::depth,
+        super::task_types::queues,
+        super::task_types::queue_limit,
         super::worker_protocol::hold,
         super::worker_protocol::report_batch,
         heartbeat,

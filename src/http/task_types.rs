@@ -1,8 +1,9 @@
-//! Task type routes: list, get, create or update settings, pause, resume; queue depth.
+//! Task type routes: list, get, create or update settings, pause, resume; queue depth; the
+//! queues of a type with fair_queues and their per-key limits.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
@@ -10,7 +11,7 @@ use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::error::echo;
 use crate::ids::TypeName;
-use crate::task::QueueDepth;
+use crate::task::{QueueDepth, QueueKeyDepth, QueueLimit};
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
 pub(super) fn routes() -> Router<AppState> {
@@ -20,6 +21,64 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/task-types/:name/pause", post(pause))
         .route("/v1/task-types/:name/resume", post(resume))
         .route("/v1/queue-depth", get(depth))
+        .route("/v1/task-types/:name/queues", get(queues))
+        .route("/v1/task-types/:name/queue-limit", axum::routing::put(queue_limit))
+}
+
+/// The parameters of `GET /v1/task-types/{name}/queues`; any other is refused.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct QueuesQuery {
+    /// Start after this queue key (the last key of the previous page).
+    after: Option<String>,
+    /// Page size, 1..=1000 (default 100).
+    limit: Option<i32>,
+}
+
+/// The queues of a type with `fair_queues` that have pending or running tasks, in key order
+/// (`asyncflow.queue_keys`): per key its ready, delayed and running tasks, the age of its oldest
+/// ready task and the limit that applies to it.
+#[utoipa::path(get, path = "/v1/task-types/{name}/queues", operation_id = "list_queues", tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$"), QueuesQuery),
+    responses(
+        (status = 200, description = "One page of queues", body = Vec<QueueKeyDepth>),
+        (status = 400, description = "Not a type with fair_queues, bad limit or unknown parameter", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+    ))]
+async fn queues(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: Result<Query<QueuesQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Vec<QueueKeyDepth>>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    Ok(Json(api::queue_keys(&c, &name, q.after.as_deref(), q.limit.unwrap_or(100)).await?))
+}
+
+/// Sets one queue key's own limit on running tasks, or removes it (`concurrency: null`; the
+/// type's `queue_concurrency` applies again). 0 holds the key. Answers with the limit that now
+/// applies to the key.
+#[utoipa::path(put, path = "/v1/task-types/{name}/queue-limit", operation_id = "put_queue_limit", tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$")),
+    request_body = QueueLimit,
+    responses(
+        (status = 200, description = "The key and the limit that now applies to it", body = QueueLimit),
+        (status = 400, description = "Bad key or limit, unknown field", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+async fn queue_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<QueueLimit>> {
+    let limit: QueueLimit = parse_body(&state, body)?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    let applies = api::set_queue_limit(&c, &name, &limit).await?;
+    Ok(Json(QueueLimit { queue_key: limit.queue_key, concurrency: applies }))
 }
 
 /// Every registered task type's settings, by name.

@@ -16,7 +16,10 @@ pub use workflow::*;
 use super::GenericClient;
 use crate::error::{Error, Result};
 use crate::ids::{TaskId, TypeName, WorkerId};
-use crate::task::{ClaimedTask, HeldTask, NewTask, QueueDepth, Report, ReportKind, ReportResult, Task, TaskStatus};
+use crate::task::{
+    ClaimedTask, HeldTask, NewTask, QueueDepth, QueueKeyDepth, QueueLimit, Report, ReportKind, ReportResult, Task,
+    TaskStatus,
+};
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
 async fn query<C: GenericClient>(
@@ -408,6 +411,41 @@ pub async fn queue_depth<C: GenericClient>(c: &C) -> Result<Vec<QueueDepth>> {
             })
         })
         .collect()
+}
+
+/// `asyncflow.queue_keys`: the queues of a type with fair_queues, in key order after `after`, at
+/// most `limit` (1..=1000).
+pub async fn queue_keys<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    after: Option<&str>,
+    limit: i32,
+) -> Result<Vec<QueueKeyDepth>> {
+    let rows = query(c, "select * from asyncflow.queue_keys($1, $2, $3)", &[&task_type, &after, &limit]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(QueueKeyDepth {
+                queue_key: get(r, "queue_key")?,
+                ready: get(r, "ready")?,
+                delayed: get(r, "delayed")?,
+                running: get(r, "running")?,
+                oldest_ready_age: get(r, "oldest_ready_age")?,
+                concurrency: get(r, "concurrency")?,
+            })
+        })
+        .collect()
+}
+
+/// `asyncflow.set_queue_limit`: one key's own limit set (or removed with None); the limit that
+/// now applies to the key.
+pub async fn set_queue_limit<C: GenericClient>(c: &C, task_type: &str, limit: &QueueLimit) -> Result<Option<i32>> {
+    let row = query_one(
+        c,
+        "select asyncflow.set_queue_limit($1, $2, $3) as concurrency",
+        &[&task_type, &limit.queue_key, &limit.concurrency],
+    )
+    .await?;
+    get(&row, "concurrency")
 }
 
 /// Shard positions of one type (seed t_schedule_pos), with the live shards' count.
