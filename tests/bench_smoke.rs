@@ -48,6 +48,7 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         "bulk",
         "burndown",
         "burndown3",
+        "fair",
         "commit_p50",
         "paced_insert_p50",
         "wake_p50",
@@ -60,13 +61,18 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     }
     for f in written["figures"].as_array().unwrap() {
         let value = f["value"].as_f64().unwrap_or(f64::NAN);
-        assert!(value.is_finite() && value >= 0.0, "{f}");
+        // the worker's share of the wake latency is negative when the function started before
+        // the commit's acknowledgement reached the client (seen in a CI run: -0.39 ms)
+        let may_be_negative = f["key"] == "wake_after_commit_p50";
+        assert!(value.is_finite() && (value >= 0.0 || may_be_negative), "{f}");
         if f["key"] != "update" && f["unit"].as_str().is_some_and(|u| u.ends_with("/s")) {
             assert!(f["ratio"].as_f64().is_some_and(|r| r > 0.0), "a rate has its ratio to the baseline: {f}");
         }
     }
     let figure = |key: &str| written["figures"].as_array().unwrap().iter().find(|f| f["key"] == key).unwrap().clone();
     assert_eq!(figure("drop_dead")["value"], 0.0);
+    // the fair burn-down is compared with the plain one of the same run
+    assert_eq!(figure("fair")["ratio_to"], "1-stage burn-down");
     // create_task's parts are compared with the INSERT its bar is measured against
     for key in ["parts_floor", "parts_row", "parts_function"] {
         assert_eq!(figure(key)["ratio_to"], "INSERT", "{key}");

@@ -139,12 +139,17 @@ pub(super) async fn run(
             Ok(Some(due)) => due.min(poll),
             _ => poll,
         };
-        if wait.is_zero() && got_none {
+        let held_back = wait.is_zero() && got_none;
+        if held_back {
             // "Ready now" right after a claim that found nothing: the ready tasks are in a hold
             // (this worker's or another's: pending until it ends, at most the window), or behind
-            // the type's concurrency limit until a running task ends. Looking again at once would
-            // spin; look again after a pause that starts at the hold window (or
-            // EMPTY_CLAIM_PAUSE) and doubles while claims keep finding nothing, up to the poll.
+            // the type's concurrency limit or its queue keys' limits until a running task ends.
+            // Looking again at once would spin; look again after a pause that starts at the hold
+            // window (or EMPTY_CLAIM_PAUSE) and doubles while claims keep finding nothing, up to
+            // the poll. A call of this worker ending (its reply written) may be what frees room:
+            // the pause then ends at once, or EMPTY_CLAIM_PAUSE after the claim that found nothing
+            // if that is later, so a limit's slot does not wait out a doubled pause and the
+            // claims stay at most one per EMPTY_CLAIM_PAUSE however often calls end.
             let base = shared.hold_window.max(EMPTY_CLAIM_PAUSE);
             wait = base.saturating_mul(1 << empty_claims.min(10)).min(poll);
             empty_claims = empty_claims.saturating_add(1);
@@ -154,11 +159,20 @@ pub(super) async fn run(
         if std::mem::take(&mut recheck) {
             wait = wait.min(RECHECK_AFTER_WAKE);
         }
-        let deadline = tokio::time::Instant::now() + wait;
+        let waiting_since = tokio::time::Instant::now();
+        let mut deadline = waiting_since + wait;
+        freed.borrow_and_update();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => break,
                 _ = stop.cancelled() => return,
+                changed = freed.changed(), if held_back => {
+                    if changed.is_err() {
+                        tokio::time::sleep_until(deadline).await;
+                        break;
+                    }
+                    deadline = deadline.min(tokio::time::Instant::now().max(waiting_since + EMPTY_CLAIM_PAUSE));
+                }
                 wake = wakes.recv() => match wake {
                     Ok(Some(t)) if t != task_type.as_str() => continue,
                     Err(RecvError::Closed) => { tokio::time::sleep_until(deadline).await; break }
