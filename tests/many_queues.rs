@@ -452,3 +452,30 @@ async fn a_key_of_its_own_limit_holds_or_widens_that_key_only_and_the_queues_lis
     let n: i64 = raw.query_one("select count(*) from asyncflow.queue_limits", &[]).await.unwrap().get(0);
     assert_eq!(n, 1, "only wide's own limit is left");
 }
+
+#[tokio::test]
+async fn a_task_whose_worker_vanished_is_rescued_and_claimed_again_under_its_key_and_limit() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(
+        &db,
+        "crawl",
+        TaskTypeUpdate { max_processing_time: Some(30), max_retry_interval: Some(-1), ..fair(10, Some(1)) },
+    )
+    .await;
+    let ids = api::create_tasks(&c, "crawl", &keyed("site", 2)).await.unwrap();
+    let first = claim(&db, "crawl", 10).await;
+    assert_eq!(first.len(), 1, "one at a time for the key");
+    assert_eq!(first[0].task_id, ids[0]);
+    // the worker vanishes: its lease runs out, the rescuer queues the task again (after its
+    // 1 s back-off), and the key's one slot is free again for it
+    let later = chrono::Utc::now() + chrono::Duration::seconds(31);
+    let rescued = api::rescue_expired(&c, Some(later), 100).await.unwrap();
+    assert_eq!(rescued.len(), 1);
+    let due = later + chrono::Duration::seconds(2);
+    let again = api::claim_tasks(&c, "crawl", &WorkerId::new("second").unwrap(), 10, Some(due)).await.unwrap();
+    assert_eq!(again.len(), 1, "still one at a time: {again:?}");
+    let task = api::get_task(&c, again[0].task_id.as_str()).await.unwrap().unwrap();
+    assert_eq!(task.queue_key.as_deref(), Some("site"));
+    assert_eq!(task.status, TaskStatus::Running);
+}
