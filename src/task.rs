@@ -127,6 +127,12 @@ pub struct Task {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`
+/// is None, and a field left out is an error (serde reads a plain `Option` left out as None).
+fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d)
+}
+
 /// For `#[serde(default, deserialize_with = "crate::task::present")]` on an `Option<T>`: a field
 /// that is there is `Some`, `null` included (`Some(None)` for an `Option<Option<_>>`,
 /// `Some(Value::Null)` for a `Value`), where a plain `Option` would read `null` as left out. For
@@ -322,7 +328,9 @@ pub struct QueueLimit {
     /// The queue key (`""`: the tasks created without one).
     pub queue_key: String,
     /// Most of the key's tasks running at once, 0 to 1,000,000 (0 holds the key); null removes
-    /// the key's own limit, so that the type's `queue_concurrency` applies again.
+    /// the key's own limit, so that the type's `queue_concurrency` applies again. Required: a
+    /// body that leaves it out is refused rather than read as a removal.
+    #[serde(deserialize_with = "nullable")]
     #[schema(nullable)]
     pub concurrency: Option<i32>,
 }

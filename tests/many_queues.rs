@@ -449,6 +449,16 @@ async fn a_key_of_its_own_limit_holds_or_widens_that_key_only_and_the_queues_lis
     register(&db, "plainly", TaskTypeUpdate::default()).await;
     let e = api::queue_keys(&c, "plainly", None, 10).await.unwrap_err();
     assert!(e.to_string().contains("fair_queues"), "{e}");
+    // no claim of a type without fair_queues would read a key's limit
+    let e = api::set_queue_limit(&c, "plainly", &limit("k", Some(1))).await.unwrap_err();
+    assert!(e.to_string().contains("fair_queues"), "{e}");
+    // over HTTP and in the library, a limit left out is refused, not read as a removal
+    let e = serde_json::from_value::<QueueLimit>(json!({"queue_key": "held"})).unwrap_err();
+    assert!(e.to_string().contains("missing field `concurrency`"), "{e}");
+    assert_eq!(
+        serde_json::from_value::<QueueLimit>(json!({"queue_key": "held", "concurrency": null})).unwrap(),
+        limit("held", None)
+    );
     let n: i64 = raw.query_one("select count(*) from asyncflow.queue_limits", &[]).await.unwrap().get(0);
     assert_eq!(n, 1, "only wide's own limit is left");
 }
@@ -478,4 +488,58 @@ async fn a_task_whose_worker_vanished_is_rescued_and_claimed_again_under_its_key
     let task = api::get_task(&c, again[0].task_id.as_str()).await.unwrap().unwrap();
     assert_eq!(task.queue_key.as_deref(), Some("site"));
     assert_eq!(task.status, TaskStatus::Running);
+}
+
+#[tokio::test]
+async fn an_idle_worker_with_held_keys_backs_off_instead_of_claiming_on_and_on() {
+    // Four types whose one due task is in a key held at 0: every claim finds nothing while
+    // next_due says "ready now". Their producers must back off (doubling pauses), not wake each
+    // other: a claim that finds nothing hands its slots back, and that must not count as room.
+    let db = TestDb::new().await;
+    db.raw().await.batch_execute(&format!("alter database {} set track_functions = 'pl'", db.name)).await.unwrap();
+    let c = db.conn().await;
+    let types = ["ta", "tb", "tc", "td"];
+    let mut worker = Worker::new(
+        db.pool.clone(),
+        db.url.clone(),
+        WorkerConfig {
+            worker_id: WorkerId::new("idle").unwrap(),
+            shutdown_grace: Duration::from_millis(300),
+            ..WorkerConfig::default()
+        },
+    );
+    for t in types {
+        register(&db, t, fair(10, None)).await;
+        api::set_queue_limit(&c, t, &QueueLimit { queue_key: "k".into(), concurrency: Some(0) }).await.unwrap();
+        api::create_tasks(&c, t, &keyed("k", 1)).await.unwrap();
+        worker = worker.register(
+            TypeName::new(t).unwrap(),
+            |_call: StageCall| async move { StageReply::Succeeded { result: json!({}) } },
+            None,
+            TaskTypeUpdate::default(),
+        );
+    }
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    // the worker's connections are closed: their function statistics have reached the server
+    let raw = db.raw().await;
+    let claims = || async {
+        raw.execute("select pg_stat_clear_snapshot()", &[]).await.unwrap();
+        let rows = raw
+            .query(
+                "select calls from pg_stat_user_functions where funcname like 'type_claim__t_' order by funcname",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>()
+    };
+    wait_until(Duration::from_secs(10), "the claims' statistics", || async { claims().await.len() == types.len() })
+        .await;
+    let calls = claims().await;
+    // doubling from 20 ms: about 8 claims in 4 s; waking each other, they made hundreds
+    assert!(calls.iter().all(|&n| (1..=15).contains(&n)), "claims per type in 4 s: {calls:?}");
 }

@@ -535,7 +535,9 @@ revoke all on asyncflow.queue_limits from public;
 
 -- Sets (or with a null concurrency removes) one key's own limit; returns the limit that now
 -- applies to the key (its own, else the type's queue_concurrency; null: none). The key as in
--- create_task, or '' for the tasks without one. Errors: AF001, AF003, AF006.
+-- create_task, or '' for the tasks without one. Only for a type with fair_queues (no other claim
+-- reads it). Setting a limit above 0 or removing one wakes the type's workers. Errors: AF001,
+-- AF003, AF006.
 create function asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer)
 returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -556,16 +558,26 @@ begin
     perform asyncflow.raise_error('AF006',
       format('concurrency must be an integer between 0 and 1000000 (0 holds the key), got %s', p_concurrency));
   end if;
+  if not v_type.fair_queues then
+    perform asyncflow.raise_error('AF006', format('task type %L does not have fair_queues: no claim would read '
+      'a limit per queue key', v_type.task_type));
+  end if;
   if p_concurrency is null then
     delete from asyncflow.queue_limits l
     where l.task_type = v_type.task_type and l.queue_key = p_queue_key collate "default";
+    -- a hold let go, or a lower limit of its own gone: the key's waiting tasks may run now
+    if found then
+      perform asyncflow.wake(v_type.task_type);
+    end if;
     return v_type.queue_concurrency;
   end if;
   insert into asyncflow.queue_limits as l (task_type, queue_key, concurrency, updated_at)
   values (v_type.task_type, p_queue_key collate "default", p_concurrency, now())
   on conflict (task_type, queue_key) do update set concurrency = excluded.concurrency, updated_at = excluded.updated_at;
-  -- a key given more room may have work waiting now
-  perform asyncflow.wake(v_type.task_type);
+  -- a key given more room may have work waiting now (a key held, 0, has none to wake for)
+  if p_concurrency > 0 then
+    perform asyncflow.wake(v_type.task_type);
+  end if;
   return p_concurrency;
 end
 $$;
@@ -599,20 +611,21 @@ begin
   end if;
   -- the name passed check_type_name when the type was registered; p_after and p_limit go as values
   return query execute format($q$
-    with recursive pending_keys(k) as (
-      (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+    -- each walk stops after $2 keys: the first $2 keys of the union are among the first $2 of each
+    with recursive pending_keys(k, n) as (
+      (select coalesce(t.queue_key, ''), 1 from asyncflow.%1$I t
        where t.status = 'pending' and coalesce(t.queue_key, '') %2$s $1 order by 1 limit 1)
       union all
       select (select coalesce(t.queue_key, '') from asyncflow.%1$I t
-              where t.status = 'pending' and coalesce(t.queue_key, '') > p.k order by 1 limit 1)
-      from pending_keys p where p.k is not null
-    ), running_keys(k) as (
-      (select coalesce(t.queue_key, '') from asyncflow.%1$I t
+              where t.status = 'pending' and coalesce(t.queue_key, '') > p.k order by 1 limit 1), p.n + 1
+      from pending_keys p where p.k is not null and p.n < $2
+    ), running_keys(k, n) as (
+      (select coalesce(t.queue_key, ''), 1 from asyncflow.%1$I t
        where t.status = 'running' and coalesce(t.queue_key, '') %2$s $1 order by 1 limit 1)
       union all
       select (select coalesce(t.queue_key, '') from asyncflow.%1$I t
-              where t.status = 'running' and coalesce(t.queue_key, '') > r.k order by 1 limit 1)
-      from running_keys r where r.k is not null
+              where t.status = 'running' and coalesce(t.queue_key, '') > r.k order by 1 limit 1), r.n + 1
+      from running_keys r where r.k is not null and r.n < $2
     ), keys as (
       select u.k from (select k from pending_keys union select k from running_keys) u
       where u.k is not null order by u.k limit $2

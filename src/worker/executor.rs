@@ -31,6 +31,7 @@ pub(super) async fn run(
     hold: Option<(Arc<Hold>, usize)>,
 ) {
     let (task_id, claim_seq, lease_until) = (task.task_id.clone(), task.claim_seq, task.lease_until);
+    let task_type = task.task_type.clone();
     let key = task_id.to_string();
     let lost = match &hold {
         Some((hold, index)) => hold.lost_token(*index),
@@ -97,7 +98,7 @@ pub(super) async fn run(
         (None, _) => {}
     }
     drop(permit);
-    shared.calls_ended(1);
+    shared.calls_ended(&task_type, 1);
 }
 
 /// Reports a reply through the reporter and counts what became of it.

@@ -325,14 +325,14 @@ async fn finish(
     let kept = slots.split_off(slots.len().saturating_sub(to_report.len()));
     let freed = slots.len();
     drop(slots);
-    shared.calls_ended(freed);
+    shared.calls_ended(task_type.as_str(), freed);
     if !kept.is_empty() {
         let reports =
             to_report.into_iter().map(|(id, seq, reply)| super::executor::report_reply(&shared, id, seq, reply));
         futures_util::future::join_all(reports).await;
         let freed = kept.len();
         drop(kept);
-        shared.calls_ended(freed);
+        shared.calls_ended(task_type.as_str(), freed);
     }
 }
 

@@ -207,6 +207,9 @@ struct Shared {
     concurrency: usize,
     /// Bumped whenever a slot is freed, so producers waiting for one wake up.
     freed: watch::Sender<u64>,
+    /// Per type: bumped when calls of the type end (their replies written), so that its
+    /// producer, held back by the type's limits, claims again (see producer).
+    ended: BTreeMap<String, watch::Sender<u64>>,
     inflight: Mutex<HashMap<String, InFlight>>,
     reporter: reporter::Reporter,
     stats: WorkerStats,
@@ -268,13 +271,16 @@ impl Shared {
         }
     }
 
-    /// `n` calls have ended and their replies are written (or given up): their slots are free
-    /// (the caller has dropped them), they are no longer active, and producers waiting for a
-    /// slot wake up.
-    fn calls_ended(&self, n: usize) {
+    /// `n` calls of `task_type` have ended and their replies are written (or given up): their
+    /// slots are free (the caller has dropped them), they are no longer active, producers
+    /// waiting for a slot wake up, and so does the type's own if a limit held it back.
+    fn calls_ended(&self, task_type: &str, n: usize) {
         self.activity.fetch_add(1, Ordering::SeqCst);
         self.active.fetch_sub(n, Ordering::SeqCst);
         self.freed.send_modify(|v| *v = v.wrapping_add(1));
+        if let Some(ended) = self.ended.get(task_type) {
+            ended.send_modify(|v| *v = v.wrapping_add(1));
+        }
     }
 
     /// Called when claims were made: fires `budget_spent` when the budget is used up.
@@ -401,6 +407,7 @@ impl Worker {
             slots: Arc::new(Semaphore::new(self.config.concurrency.max(1))),
             concurrency: self.config.concurrency.max(1),
             freed: watch::channel(0).0,
+            ended: types.iter().map(|(name, _, _)| (name.to_string(), watch::channel(0).0)).collect(),
             inflight: Mutex::new(HashMap::new()),
             reporter,
             stats: WorkerStats::default(),

@@ -45,6 +45,8 @@ pub(super) async fn run(
     let batch = settings.schedule_limit.max(1) as usize;
     let lease_secs = i64::from(settings.max_processing_time);
     let mut freed = shared.freed.subscribe();
+    // calls of this type ending (None: not reached, every type has one)
+    let mut ended = shared.ended.get(task_type.as_str()).map(|e| e.subscribe());
     let mut failures: u32 = 0;
     let mut recheck = false;
     // claims in a row that found nothing although tasks were due
@@ -57,6 +59,10 @@ pub(super) async fn run(
             return;
         }
         freed.borrow_and_update();
+        // seen before the claim: a call of this type that ends from here on wakes the wait below
+        if let Some(ended) = ended.as_mut() {
+            ended.borrow_and_update();
+        }
         let free = shared.slots.available_permits().min(batch);
         if free == 0 {
             fill_deadline = None;
@@ -146,10 +152,11 @@ pub(super) async fn run(
             // the type's concurrency limit or its queue keys' limits until a running task ends.
             // Looking again at once would spin; look again after a pause that starts at the hold
             // window (or EMPTY_CLAIM_PAUSE) and doubles while claims keep finding nothing, up to
-            // the poll. A call of this worker ending (its reply written) may be what frees room:
-            // the pause then ends at once, or EMPTY_CLAIM_PAUSE after the claim that found nothing
-            // if that is later, so a limit's slot does not wait out a doubled pause and the
-            // claims stay at most one per EMPTY_CLAIM_PAUSE however often calls end.
+            // the poll. A call of this type ending in this worker (its reply written, since the
+            // claim began) may be what frees room: the pause then ends at once, or a floor after
+            // the claim that found nothing if that is later, so a limit's slot does not wait out
+            // a doubled pause. The floor starts at EMPTY_CLAIM_PAUSE and doubles with the claims
+            // that keep finding nothing, up to 16 times, however often the type's calls end.
             let base = shared.hold_window.max(EMPTY_CLAIM_PAUSE);
             wait = base.saturating_mul(1 << empty_claims.min(10)).min(poll);
             empty_claims = empty_claims.saturating_add(1);
@@ -161,17 +168,24 @@ pub(super) async fn run(
         }
         let waiting_since = tokio::time::Instant::now();
         let mut deadline = waiting_since + wait;
-        freed.borrow_and_update();
+        let floor = waiting_since + EMPTY_CLAIM_PAUSE.saturating_mul(1 << empty_claims.saturating_sub(1).min(4));
         loop {
+            let call_ended = async {
+                match ended.as_mut() {
+                    Some(ended) if held_back => ended.changed().await.is_ok(),
+                    _ => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => break,
                 _ = stop.cancelled() => return,
-                changed = freed.changed(), if held_back => {
-                    if changed.is_err() {
-                        tokio::time::sleep_until(deadline).await;
-                        break;
+                open = call_ended => {
+                    if !open {
+                        // not reached (the worker holds the sender): the pause as it is
+                        ended = None;
+                        continue;
                     }
-                    deadline = deadline.min(tokio::time::Instant::now().max(waiting_since + EMPTY_CLAIM_PAUSE));
+                    deadline = deadline.min(tokio::time::Instant::now().max(floor));
                 }
                 wake = wakes.recv() => match wake {
                     Ok(Some(t)) if t != task_type.as_str() => continue,
