@@ -270,7 +270,40 @@ async fn bad_queue_keys_and_settings_are_refused_and_change_nothing() {
     let t = api::list_task_types(&db.conn().await).await.unwrap().pop().unwrap();
     assert!(t.fair_queues);
     assert_eq!(t.queue_concurrency, None);
-    // A key is any text of 1 to 255 characters, kept as given.
+    let e = c
+        .query(
+            "select asyncflow.create_tasks('tenant', jsonb_build_array(jsonb_build_object('queue_key', $1::text)))",
+            &[&long],
+        )
+        .await
+        .unwrap_err();
+    assert!(e.as_db_error().is_some_and(|d| d.message().contains("tasks[0]: queue_key must be")), "{e}");
+    // A key is any text of 1 to 255 characters, kept as given; with an idempotency key too.
+    let longest = "é".repeat(255);
+    let kept = api::create_tasks(
+        &db.conn().await,
+        "tenant",
+        &[NewTask { queue_key: Some(longest.clone()), idempotency_key: Some("once".into()), ..Default::default() }],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        api::get_task(&db.conn().await, kept[0].as_str()).await.unwrap().unwrap().queue_key,
+        Some(longest.clone())
+    );
+    let again = api::create_task(
+        &db.conn().await,
+        "tenant",
+        &NewTask { queue_key: Some("k".into()), idempotency_key: Some("twice".into()), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(api::get_task(&db.conn().await, again.as_str()).await.unwrap().unwrap().queue_key.as_deref(), Some("k"));
+    let mut both = keys_of(&db, &claim(&db, "tenant", 5).await).await;
+    both.sort();
+    let mut expected = vec!["k".to_string(), longest];
+    expected.sort();
+    assert_eq!(both, expected);
     let odd = "ü/ 'x'; drop table y --";
     let id =
         api::create_task(&db.conn().await, "tenant", &NewTask { queue_key: Some(odd.into()), ..Default::default() })
@@ -308,8 +341,22 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
         ["tasks_mail$key_ready", "tasks_mail$key_running", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
     );
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "y"]);
-    // Named again (a worker's start): nothing to build.
+    // Named again (a worker's start): nothing to build, the same indexes stay.
+    let oids = || async {
+        let rows = db
+            .conn()
+            .await
+            .query(
+                "select indexrelid::oid from pg_index where indrelid = 'asyncflow.tasks_mail'::regclass order by 1",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get::<_, u32>(0)).collect::<Vec<_>>()
+    };
+    let before = oids().await;
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(true), ..Default::default() }).await;
+    assert_eq!(oids().await, before);
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
     assert_eq!(indexes().await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "x"]);

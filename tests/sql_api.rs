@@ -584,6 +584,9 @@ async fn create_task_reaches_nothing_of_the_callers_search_path() {
         .get(0);
     let null_context: String =
         c.query_one("select asyncflow.create_task('video', 'null'::pg_catalog.jsonb)", &[]).await.unwrap().get(0);
+    // (V41) a queue key's check (length, >=, <=) on the direct path
+    let with_key: String =
+        c.query_one("select asyncflow.create_task('video', queue_key => 'site-a')", &[]).await.unwrap().get(0);
     // the general path (SET search_path of its own): an idempotency key, and a refusal
     let keyed: String =
         c.query_one("select asyncflow.create_task('video', idempotency_key => 'k1')", &[]).await.unwrap().get(0);
@@ -601,6 +604,7 @@ async fn create_task_reaches_nothing_of_the_callers_search_path() {
         "2030-01-01T00:00:00Z".parse::<chrono::DateTime<chrono::Utc>>().unwrap() - secs(30.0)
     );
     assert_eq!(task(&c, &null_context).await["context"], json!({}));
+    assert_eq!(task(&c, &with_key).await["queue_key"], "site-a");
     for id in [&plain, &keyed] {
         assert_eq!(task(&c, id).await["status"], "pending", "{id}");
     }

@@ -377,7 +377,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         // beside the plain 1-stage burn-down when it ran (what turns of key cost), else UPDATE
         let fig = Figure::new(
             "fair",
-            &format!("burn-down: 1-stage, fair_queues, {} keys", args.queue_keys),
+            &format!("burn-down: 1-stage, fair_queues, {} keys", args.queue_keys.min(args.tasks)),
             timed.rate,
             "tasks/s",
         );
