@@ -943,11 +943,16 @@ begin
       v_begin integer;
       v_after text;
       v_at text;
-      v_key text;
-      v_head timestamptz;
       v_limits boolean;
-      v_cap integer;
-      v_mark text;
+      v_from text;
+      v_keys text[];
+      v_heads timestamptz[];
+      v_walk integer;
+      v_walked integer;
+      v_budget integer;
+      v_claimed asyncflow.claimed_task[];
+      v_claimed_keys text[];
+      v_n integer;
       v_wrapped boolean := false;
       v_since integer := 0;
       v_got integer := 0;
@@ -1001,10 +1006,13 @@ begin
         return;
       end if;
 
-      -- Turns of queue_key. v_at: the key probed last (null: before the first key, '' included).
-      -- A round starts at a key (v_mark) and ends when the walk, having wrapped past the last
-      -- key, comes back to the mark or past it; a round without a claim (v_since = 0) ends the
-      -- claim, so a single key with a backlog fills the whole batch, one task per round.
+      -- Turns of queue_key, a round at a time: every key with a pending task once, in key order
+      -- from the one after the cursor (v_after) to the last, then from the first to the cursor
+      -- (the second segment, v_wrapped). Keys are walked a batch at a time (one statement: a
+      -- loose scan of the key index), and the walked keys' oldest ready tasks claimed in one more
+      -- (one per key, in key order, passing keys at their limit, until the batch is full). A
+      -- round that claims nothing (v_since = 0) ends the claim; a single key with a backlog so
+      -- fills the batch one task per round. v_at: where the claim stopped (the cursor).
       -- a limit of its own for some key (asyncflow.queue_limits)?
       v_limits := exists (select 1 from asyncflow.queue_limits l where l.task_type = v_task_type);
       if v_type.queue_concurrency is not null or v_limits then
@@ -1015,70 +1023,93 @@ begin
       select begin_pos into v_begin from asyncflow.positions where task_type = v_task_type;
       select after_key into v_after from asyncflow.queue_cursors where task_type = v_task_type;
       v_at := v_after;
-      while v_got < v_limit and v_probes < greatest(4 * v_limit + 16, 1000) loop
-        if v_at is null then
-          select coalesce(t.queue_key, ''), t.order_time into v_key, v_head from asyncflow.%2$I t
-          where t.shard >= v_begin and t.status = 'pending'
-          order by coalesce(t.queue_key, ''), t.order_time limit 1;
-        else
-          select coalesce(t.queue_key, ''), t.order_time into v_key, v_head from asyncflow.%2$I t
-          where t.shard >= v_begin and t.status = 'pending' and coalesce(t.queue_key, '') > v_at
-          order by coalesce(t.queue_key, ''), t.order_time limit 1;
-        end if;
-        if not found then
-          exit when v_at is null;  -- no pending task at all
-          if v_wrapped then
-            -- wrapped twice without reaching the mark: its key is gone, and the round is over
-            exit when v_since = 0;
-            v_mark := null;
-          end if;
-          v_wrapped := v_mark is not null;
-          v_at := null;            -- past the last key: around again from the first
-          continue;
-        end if;
-        v_at := v_key;
-        v_probes := v_probes + 1;
-        if v_mark is null or (v_wrapped and v_key >= v_mark) then
-          exit when v_mark is not null and v_since = 0;
-          v_mark := v_key;
-          v_wrapped := false;
-          v_since := 0;
-        end if;
-        -- nothing of the key is due yet
-        continue when v_head > v_now;
-        v_cap := v_type.queue_concurrency;
-        if v_limits then
-          select l.concurrency into v_cap from asyncflow.queue_limits l
-          where l.task_type = v_task_type and l.queue_key = v_key;
-          if not found then
-            v_cap := v_type.queue_concurrency;
-          end if;
-        end if;
-        if v_cap is not null then
-          continue when v_cap = 0;  -- the key is held
-          select count(*) into v_running from asyncflow.%2$I t
-          where t.shard >= v_begin and coalesce(t.queue_key, '') = v_key and t.status = 'running';
-          continue when v_running >= v_cap;
-        end if;
-        return query
-        with picked as (
-          select shard, id from asyncflow.%2$I
-          where shard >= v_begin and coalesce(queue_key, '') = v_key and status = 'pending' and order_time <= v_now
-          order by order_time
-          limit 1
-          for update skip locked
+      v_from := v_after;
+      v_budget := greatest(4 * v_limit + 16, 1000);
+      while v_got < v_limit and v_probes < v_budget loop
+        v_walk := least(greatest(2 * (v_limit - v_got), 32), v_budget - v_probes);
+        -- the next keys after v_from (null: from the first) with a pending task, each with its
+        -- oldest one's order_time; in the second segment up to v_after
+        with recursive walk(k, head, n) as (
+          (select coalesce(t.queue_key, ''), t.order_time, 1 from asyncflow.%2$I t
+           where v_from is null and t.shard >= v_begin and t.status = 'pending'
+           order by coalesce(t.queue_key, ''), t.order_time limit 1)
+          union all
+          (select coalesce(t.queue_key, ''), t.order_time, 1 from asyncflow.%2$I t
+           where v_from is not null and t.shard >= v_begin and t.status = 'pending'
+             and coalesce(t.queue_key, '') > v_from
+           order by coalesce(t.queue_key, ''), t.order_time limit 1)
+          union all
+          select x.k, x.head, w.n + 1 from walk w
+          cross join lateral (
+            select coalesce(t.queue_key, '') as k, t.order_time as head from asyncflow.%2$I t
+            where t.shard >= v_begin and t.status = 'pending' and coalesce(t.queue_key, '') > w.k
+            order by coalesce(t.queue_key, ''), t.order_time limit 1) x
+          where w.n < v_walk and (not v_wrapped or w.k < v_after)
         )
-        update asyncflow.%2$I t set
-          status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
-          claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
-          updated_at = v_now
-        from picked
-        where t.shard = picked.shard and t.id = picked.id
-        returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
-          t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at;
-        if found then
-          v_got := v_got + 1;
-          v_since := v_since + 1;
+        select array_agg(w.k order by w.n), array_agg(w.head order by w.n) into v_keys, v_heads
+        from walk w where not v_wrapped or w.k <= v_after;
+        v_walked := coalesce(cardinality(v_keys), 0);
+        v_probes := v_probes + v_walked;
+        if v_walked > 0 then
+          -- the walked keys' oldest ready tasks, one per key that has room, in key order
+          with cand as (
+            select w.k, w.ord from unnest(v_keys, v_heads) with ordinality w(k, head, ord)
+            cross join lateral (
+              select coalesce((select l.concurrency from asyncflow.queue_limits l
+                               where v_limits and l.task_type = v_task_type and l.queue_key = w.k),
+                              v_type.queue_concurrency) as cap) c
+            where w.head <= v_now
+              and (c.cap is null or (select count(*) from asyncflow.%2$I r
+                                     where r.shard >= v_begin and coalesce(r.queue_key, '') = w.k
+                                       and r.status = 'running') < c.cap)
+          ), picked as (
+            select p.shard, p.id, cand.k, cand.ord from cand
+            cross join lateral (
+              select t.shard, t.id from asyncflow.%2$I t
+              where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
+                and t.order_time <= v_now
+              order by t.order_time limit 1
+              for update skip locked) p
+            order by cand.ord
+            limit v_limit - v_got
+          ), claimed as (
+            update asyncflow.%2$I t set
+              status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
+              claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
+              updated_at = v_now
+            from picked
+            where t.shard = picked.shard and t.id = picked.id
+            returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context,
+              t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at)::asyncflow.claimed_task as task,
+              picked.k, picked.ord
+          )
+          select array_agg(c.task order by c.ord), array_agg(c.k order by c.ord) into v_claimed, v_claimed_keys
+          from claimed c;
+          v_n := coalesce(cardinality(v_claimed), 0);
+          if v_n > 0 then
+            return query select * from unnest(v_claimed);
+            v_got := v_got + v_n;
+            v_since := v_since + v_n;
+          end if;
+          if v_got >= v_limit then
+            v_at := v_claimed_keys[v_n];  -- the keys walked past it get their turn next time
+            exit;
+          end if;
+          v_from := v_keys[v_walked];
+          v_at := v_from;
+        end if;
+        if v_walked < v_walk or (v_wrapped and v_from >= v_after) then
+          -- the segment is over
+          if not v_wrapped and v_after is not null then
+            v_wrapped := true;
+            v_from := null;
+          else
+            -- so is the round
+            exit when v_since = 0;
+            v_since := 0;
+            v_wrapped := false;
+            v_from := v_after;
+          end if;
         end if;
       end loop;
       if v_at is distinct from v_after then
