@@ -1112,7 +1112,9 @@ begin
           end if;
         end if;
       end loop;
-      if v_at is distinct from v_after then
+      -- a claim that claimed nothing and walked all it could leaves the cursor: an idle type's
+      -- polls write nothing
+      if v_at is distinct from v_after and (v_got > 0 or v_probes >= v_budget) then
         insert into asyncflow.queue_cursors as c (task_type, after_key, updated_at)
         values (v_task_type, v_at, v_now)
         on conflict (task_type) do update set after_key = excluded.after_key, updated_at = excluded.updated_at;
