@@ -143,7 +143,7 @@ pub(super) async fn bulk_rate(pool: &DbPool, tasks: usize, connections: usize) -
     for k in 0..connections {
         let share = tasks / connections + usize::from(k < tasks % connections);
         let pool = pool.clone();
-        loaders.push(tokio::spawn(async move { fill(&pool, "bench_bulk", share).await }));
+        loaders.push(tokio::spawn(async move { fill(&pool, "bench_bulk", share, |_| NewTask::default()).await }));
     }
     for loader in loaders {
         loader.await.map_err(|e| Error::Config(format!("bench task: {e}")))??;
@@ -164,7 +164,7 @@ fn settings(interval: Option<f64>) -> TaskTypeUpdate {
 /// Queues `tasks` empty tasks of `name`, 1,000 per call.
 pub(super) async fn queue(pool: &DbPool, name: &str, tasks: usize, interval: Option<f64>) -> Result<()> {
     register(pool, name, interval).await?;
-    fill(pool, name, tasks).await
+    fill(pool, name, tasks, |_| NewTask::default()).await
 }
 
 /// Queues `tasks` empty tasks of `name`, a type with fair_queues, spread in turn over `keys`
@@ -172,24 +172,18 @@ pub(super) async fn queue(pool: &DbPool, name: &str, tasks: usize, interval: Opt
 pub(super) async fn queue_keyed(pool: &DbPool, name: &str, tasks: usize, keys: usize) -> Result<()> {
     let fair = TaskTypeUpdate { fair_queues: Some(true), ..settings(None) };
     api::register_task_type(&pool.get().await?, &TypeName::new(name)?, &fair).await?;
-    let c = pool.get().await?;
-    let mut made = 0;
-    while made < tasks {
-        let batch: Vec<NewTask> = (made..tasks.min(made + 1000))
-            .map(|n| NewTask { queue_key: Some(format!("key{}", n % keys.max(1))), ..NewTask::default() })
-            .collect();
-        made += api::create_tasks(&c, name, &batch).await?.len();
-    }
-    Ok(())
+    fill(pool, name, tasks, |n| NewTask { queue_key: Some(format!("key{}", n % keys.max(1))), ..NewTask::default() })
+        .await
 }
 
-/// Inserts `tasks` empty tasks of the registered type `name` on one connection, 1,000 per call.
-async fn fill(pool: &DbPool, name: &str, tasks: usize) -> Result<()> {
+/// Inserts `tasks` tasks of the registered type `name` on one connection, 1,000 per call, the
+/// n-th as `task(n)` makes it.
+async fn fill(pool: &DbPool, name: &str, tasks: usize, task: impl Fn(usize) -> NewTask) -> Result<()> {
     let c = pool.get().await?;
-    let batch = vec![NewTask::default(); 1000];
     let mut made = 0;
     while made < tasks {
-        made += api::create_tasks(&c, name, &batch[..1000.min(tasks - made)]).await?.len();
+        let batch: Vec<NewTask> = (made..tasks.min(made + 1000)).map(&task).collect();
+        made += api::create_tasks(&c, name, &batch).await?.len();
     }
     Ok(())
 }
