@@ -155,11 +155,7 @@ async fn queue_concurrency_caps_each_key_across_concurrent_claimers() {
     assert_eq!(running(db.conn().await).await, [("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]);
     assert_eq!(claimed.len(), 6);
     // One of key a ends: one more of a, and only of a, may run.
-    let a = first_of_key(&db, &claimed, "a").await;
-    let report =
-        Report { task_id: a.task_id.clone(), claim_seq: a.claim_seq, kind: ReportKind::Succeed { result: json!({}) } };
-    let owner = WorkerId::new(&api::get_task(&c, a.task_id.as_str()).await.unwrap().unwrap().owner.unwrap()).unwrap();
-    assert!(api::report_tasks(&c, &owner, &[report], None).await.unwrap()[0].accepted);
+    succeed(&db, &first_of_key(&db, &claimed, "a").await).await;
     assert_eq!(keys_of(&db, &claim(&db, "tenant", 5).await).await, vec!["a"]);
     assert!(claim(&db, "tenant", 5).await.is_empty());
 }
@@ -171,6 +167,32 @@ async fn first_of_key(db: &TestDb, tasks: &[ClaimedTask], key: &str) -> ClaimedT
         }
     }
     panic!("no task of key {key} among {} claimed", tasks.len());
+}
+
+/// Reports the claimed task succeeded, as the worker that holds it; the report must be taken.
+async fn succeed(db: &TestDb, task: &ClaimedTask) {
+    let c = db.conn().await;
+    let owner = api::get_task(&c, task.task_id.as_str()).await.unwrap().unwrap().owner.unwrap();
+    let report = Report {
+        task_id: task.task_id.clone(),
+        claim_seq: task.claim_seq,
+        kind: ReportKind::Succeed { result: json!({}) },
+    };
+    assert!(api::report_tasks(&c, &WorkerId::new(&owner).unwrap(), &[report], None).await.unwrap()[0].accepted);
+}
+
+/// The names of the indexes on the tasks of type `ty`, in order.
+async fn index_names(db: &TestDb, ty: &str) -> Vec<String> {
+    let rows = db
+        .conn()
+        .await
+        .query(
+            "select indexname::text from pg_indexes where schemaname = 'asyncflow' and tablename = $1 order by 1",
+            &[&format!("tasks_{ty}")],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect()
 }
 
 /// Per queue key: calls in flight now, and the most seen at once.
@@ -317,27 +339,14 @@ async fn bad_queue_keys_and_settings_are_refused_and_change_nothing() {
 async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turned_off() {
     let db = TestDb::new().await;
     let c = db.conn().await;
-    let indexes = || async {
-        let rows = db
-            .conn()
-            .await
-            .query(
-                "select indexname::text from pg_indexes where schemaname = 'asyncflow' and tablename = 'tasks_mail' \
-                 order by 1",
-                &[],
-            )
-            .await
-            .unwrap();
-        rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>()
-    };
     register(&db, "mail", TaskTypeUpdate::default()).await;
     // Keys given before the setting is on are kept, and count once it is.
     api::create_tasks(&c, "mail", &keyed("x", 3)).await.unwrap();
     api::create_tasks(&c, "mail", &keyed("y", 1)).await.unwrap();
-    assert_eq!(indexes().await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
+    assert_eq!(index_names(&db, "mail").await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
     register(&db, "mail", fair(2, None)).await;
     assert_eq!(
-        indexes().await,
+        index_names(&db, "mail").await,
         ["tasks_mail$key_ready", "tasks_mail$key_running", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
     );
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "y"]);
@@ -358,7 +367,7 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(true), ..Default::default() }).await;
     assert_eq!(oids().await, before);
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
-    assert_eq!(indexes().await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
+    assert_eq!(index_names(&db, "mail").await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "x"]);
 }
 
@@ -366,31 +375,15 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
 async fn the_key_indexes_never_take_the_names_of_another_types_indexes() {
     let db = TestDb::new().await;
     let c = db.conn().await;
-    let names = |ty: &'static str| {
-        let pool = db.pool.clone();
-        async move {
-            let rows = pool
-                .get()
-                .await
-                .unwrap()
-                .query(
-                    "select indexname::text from pg_indexes where schemaname = 'asyncflow' and tablename = $1 order by 1",
-                    &[&format!("tasks_{ty}")],
-                )
-                .await
-                .unwrap();
-            rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>()
-        }
-    };
     // type x_key's own indexes are tasks_x_key_ready and tasks_x_key_running
     register(&db, "x_key", TaskTypeUpdate::default()).await;
     register(&db, "x", fair(10, None)).await;
     assert_eq!(
-        names("x").await,
+        index_names(&db, "x").await,
         ["tasks_x$key_ready", "tasks_x$key_running", "tasks_x_pkey", "tasks_x_ready", "tasks_x_running"]
     );
     register(&db, "x", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
-    assert_eq!(names("x_key").await, ["tasks_x_key_pkey", "tasks_x_key_ready", "tasks_x_key_running"]);
+    assert_eq!(index_names(&db, "x_key").await, ["tasks_x_key_pkey", "tasks_x_key_ready", "tasks_x_key_running"]);
     // and the other way round: a fair type first, then the type whose names would have been its
     register(&db, "y", fair(10, None)).await;
     register(&db, "y_key", TaskTypeUpdate::default()).await;
@@ -425,13 +418,7 @@ async fn keys_with_nothing_due_or_no_room_do_not_hide_a_ready_key_from_the_claim
     }
     assert_eq!(running.len(), 300);
     assert!(claim(&db, "capped", 1).await.is_empty(), "every key is at its cap");
-    let freed = first_of_key(&db, &running, "k150").await;
-    let report = Report {
-        task_id: freed.task_id.clone(),
-        claim_seq: freed.claim_seq,
-        kind: ReportKind::Succeed { result: json!({}) },
-    };
-    assert!(api::report_tasks(&c, &WorkerId::new("claimer").unwrap(), &[report], None).await.unwrap()[0].accepted);
+    succeed(&db, &first_of_key(&db, &running, "k150").await).await;
     assert_eq!(keys_of(&db, &claim(&db, "capped", 1).await).await, ["k150"]);
 }
 
