@@ -1,4 +1,5 @@
-//! Migrations: from empty, idempotent, concurrent, and a database ahead of the code refused.
+//! Migrations and the SQL API: from empty, idempotent, concurrent, a database ahead of the code or
+//! made by a pre-release history refused, and the SQL API applied again when it changed.
 mod common;
 
 use asyncflow::db::migrate::{latest_version, migrate, versions};
@@ -23,8 +24,10 @@ async fn an_empty_database_gets_every_migration_and_a_second_run_does_nothing() 
     let first = migrate(&url).await.unwrap();
     assert_eq!(first.applied, versions());
     assert_eq!(first.version, latest_version());
+    assert!(first.api_applied);
     let second = migrate(&url).await.unwrap();
     assert!(second.applied.is_empty());
+    assert!(!second.api_applied, "the SQL API is applied only when it changed");
     let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
     let n: i64 = c
@@ -83,5 +86,94 @@ async fn an_edited_migration_is_refused() {
     let c = db.raw().await;
     c.batch_execute("update asyncflow.refinery_schema_history set checksum = '1' where version = 1").await.unwrap();
     let err = migrate(&db.url).await.unwrap_err().to_string();
-    assert!(err.contains("V1__schema") && err.contains("different"), "{err}");
+    assert!(err.contains("V1__baseline") && err.contains("different"), "{err}");
+}
+
+#[tokio::test]
+async fn a_database_of_the_pre_release_history_is_refused_and_left_alone() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute("update asyncflow.refinery_schema_history set name = 'schema' where version = 1").await.unwrap();
+    let err = migrate(&db.url).await.unwrap_err().to_string();
+    assert!(err.contains("pre-release") && err.contains("recreate"), "{err}");
+    let name: String =
+        c.query_one("select name from asyncflow.refinery_schema_history where version = 1", &[]).await.unwrap().get(0);
+    assert_eq!(name, "schema", "nothing changed");
+}
+
+#[tokio::test]
+async fn a_changed_sql_api_is_applied_again_with_every_types_own_functions() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute(
+        "select asyncflow.register_task_type('plain', '{}'); \
+         select asyncflow.register_task_type('fair', '{\"fair_queues\": true}'); \
+         drop function asyncflow.type_claim__plain(text, integer, timestamptz); \
+         drop function asyncflow.type_hold__fair(text, integer); \
+         update asyncflow.sql_api set checksum = 'an older build'",
+    )
+    .await
+    .unwrap();
+    let report = migrate(&db.url).await.unwrap();
+    assert!(report.applied.is_empty());
+    assert!(report.api_applied);
+    let checksum: String = c.query_one("select checksum from asyncflow.sql_api", &[]).await.unwrap().get(0);
+    assert_eq!(checksum, asyncflow::db::migrate::sql_api_checksum());
+    for (name, template) in [
+        ("type_claim__plain", "claim_plain"),
+        ("type_claim__fair", "claim_fair"),
+        ("type_hold__fair", "hold"),
+        ("type_finish__plain", "finish"),
+        ("type_report__fair", "report"),
+    ] {
+        let row = c
+            .query_opt(
+                "select p.prosrc, has_function_privilege('asyncflow_worker', p.oid, 'execute') as worker, \
+                   has_function_privilege('asyncflow_client', p.oid, 'execute') as client \
+                 from pg_proc p where p.pronamespace = 'asyncflow'::regnamespace and p.proname = $1",
+                &[&name],
+            )
+            .await
+            .unwrap();
+        let row = row.unwrap_or_else(|| panic!("{name} was made again"));
+        let (worker, client): (bool, bool) = (row.get("worker"), row.get("client"));
+        assert!(worker && !client, "{name}: executable by workers only");
+        let body: String = c
+            .query_one("select body from asyncflow.function_templates where name = $1", &[&template])
+            .await
+            .unwrap()
+            .get(0);
+        let src: String = row.get("prosrc");
+        let first_line = src.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default().to_string();
+        assert!(body.contains(&first_line), "{name} comes from template {template}: {first_line}");
+    }
+    // each type has one function of each kind: no overload left by an older build
+    let n: i64 = c
+        .query_one(
+            "select count(*) from pg_proc where pronamespace = 'asyncflow'::regnamespace and proname like 'type\\_%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 8);
+}
+
+#[tokio::test]
+async fn turning_fair_queues_on_and_off_switches_the_claim_template() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute("select asyncflow.register_task_type('crawl', '{}')").await.unwrap();
+    assert!(!claims_by_turns(&c).await, "a plain type claims with claim_plain");
+    c.batch_execute("select asyncflow.register_task_type('crawl', '{\"fair_queues\": true}')").await.unwrap();
+    assert!(claims_by_turns(&c).await, "fair_queues on: claim_fair");
+    c.batch_execute("select asyncflow.register_task_type('crawl', '{\"fair_queues\": false}')").await.unwrap();
+    assert!(!claims_by_turns(&c).await, "fair_queues off: claim_plain again");
+}
+
+/// Whether type crawl's claim is the fair one (it keeps a cursor of queue keys).
+async fn claims_by_turns(c: &tokio_postgres::Client) -> bool {
+    let src: String =
+        c.query_one("select prosrc from pg_proc where proname = 'type_claim__crawl'", &[]).await.unwrap().get(0);
+    src.contains("queue_cursors")
 }

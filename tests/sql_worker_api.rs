@@ -1044,22 +1044,24 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
         .unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].get::<_, bool>(0), claimed[0].get::<_, String>(1)), (true, "running".to_string()));
-    let old_form = a
+    let succeeded = a
         .query(
-            "select * from asyncflow.type_finish__staged($1, $2, $3, $4, $5, $6, $7)",
+            "select * from asyncflow.type_finish__staged($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             &[
                 &"w",
                 &vec![last[2].task_id.shard()],
                 &vec![last[2].task_id.number()],
                 &vec![1i32],
-                &vec![true],
+                &vec![Some("succeed")],
                 &vec![Some(json!(7))],
+                &vec![None::<&str>],
+                &vec![None::<serde_json::Value>],
                 &vec![Some(0.002f64)],
             ],
         )
         .await
         .unwrap();
-    assert!(old_form.is_empty());
+    assert!(succeeded.is_empty());
     a.batch_execute("commit").await.unwrap();
     let timed = task(&**b, last[0].task_id.as_str()).await;
     assert_eq!(timed["schedule_log"][0]["cost_ms"], 1001, "{timed}");

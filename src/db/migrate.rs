@@ -1,12 +1,33 @@
-//! Applies `sql/migrations/` (embedded at build time by refinery) under a session advisory lock,
-//! so any number of processes may migrate at once: one applies, the others wait and find nothing
-//! to do. A database that has migrations this build does not know is refused.
+//! `asyncflow migrate`: brings a database to this build's schema and SQL API, under a session
+//! advisory lock, so any number of processes may migrate at once (one applies, the others wait
+//! and find nothing to do).
+//!
+//! Two kinds of SQL, kept apart:
+//!
+//! ```text
+//!   sql/migrations/V<n>__<change>.sql   schema changes (tables, types, indexes, roles), applied
+//!                                       once each by refinery, never edited once landed
+//!   sql/api/*.sql                       the current text of every function, trigger and view
+//!   sql/api/templates/*.sql             the functions generated for each task type
+//! ```
+//!
+//! After the migrations, the SQL API is applied as a whole, in one transaction, when the checksum
+//! of its files differs from the one recorded in `asyncflow.sql_api`: the templates are stored,
+//! the files run in name order (`create or replace`), and every registered type's own functions
+//! are made again from the templates. A database that has migrations this build does not know,
+//! or that was made by a pre-release build's migration history, is refused.
+
+use sha2::{Digest, Sha256};
 
 use crate::db::{self, api};
 use crate::error::{Error, Result};
 
 mod embedded {
     refinery::embed_migrations!("sql/migrations");
+}
+
+mod sql_api {
+    include!(concat!(env!("OUT_DIR"), "/sql_api.rs"));
 }
 
 /// Advisory lock key (class 'AF', 1) held while migrating.
@@ -17,24 +38,40 @@ pub fn latest_version() -> u32 {
     versions().last().copied().unwrap_or(0)
 }
 
-/// Every migration this build knows, oldest first. Numbers may have gaps: a number is taken
-/// when a change that needs it is begun, and changes land in any order.
+/// Every migration this build knows, oldest first.
 pub fn versions() -> Vec<u32> {
     let mut versions: Vec<u32> = embedded::migrations::runner().get_migrations().iter().map(|m| m.version()).collect();
     versions.sort_unstable();
     versions
 }
 
+/// The checksum of this build's SQL API: every file of sql/api/ and sql/api/templates/, name and
+/// text.
+pub fn sql_api_checksum() -> String {
+    let mut hash = Sha256::new();
+    for (kind, files) in [("api", sql_api::FILES), ("template", sql_api::TEMPLATES)] {
+        for (name, text) in files {
+            for part in [kind, name, text] {
+                hash.update((part.len() as u64).to_le_bytes());
+                hash.update(part.as_bytes());
+            }
+        }
+    }
+    hex::encode(hash.finalize())
+}
+
 /// What a migration run did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrateReport {
-    /// Versions applied by this run (empty when the database was current).
+    /// Versions applied by this run (empty when the schema was current).
     pub applied: Vec<u32>,
     /// The database's version afterwards.
     pub version: u32,
+    /// Whether this run applied the SQL API (it had changed, or the database was new).
+    pub api_applied: bool,
 }
 
-/// Brings the database at `url` to this build's schema.
+/// Brings the database at `url` to this build's schema and SQL API.
 pub async fn migrate(url: &str) -> Result<MigrateReport> {
     let (mut client, driver) = db::connect(url).await?;
     api::advisory_lock(&client, MIGRATION_LOCK).await?;
@@ -47,22 +84,66 @@ pub async fn migrate(url: &str) -> Result<MigrateReport> {
 
 async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport> {
     api::create_schema(client).await?;
+    let history = api::schema_history(client).await?;
+    check_history(&history)?;
     let mut runner = embedded::migrations::runner().set_abort_missing(true).set_abort_divergent(true);
     runner.set_migration_table_name("asyncflow.refinery_schema_history");
-    let known = latest_version();
-    if let Some(version) = api::schema_version(client).await? {
-        if version > i64::from(known) {
+    let report = runner.run_async(client).await.map_err(|e| Error::Migration(e.to_string()))?;
+    let applied: Vec<u32> = report.applied_migrations().iter().map(|m| m.version()).collect();
+    let checksum = sql_api_checksum();
+    let api_applied = api::sql_api_checksum(client).await?.as_deref() != Some(checksum.as_str());
+    if api_applied {
+        api::apply_sql_api(client, sql_api::FILES, sql_api::TEMPLATES, &checksum).await?;
+    }
+    Ok(MigrateReport { applied, version: latest_version(), api_applied })
+}
+
+/// Refuses a database ahead of this build, and one made by the migration history of a
+/// pre-release build (its first migration was not the baseline).
+fn check_history(history: &[(i64, String)]) -> Result<()> {
+    if let Some((1, name)) = history.first() {
+        if name != "baseline" {
+            return Err(Error::Migration(format!(
+                "this database was made by a pre-release build of asyncflow (its first migration is \
+                 '{name}', not 'baseline'), whose schema cannot be upgraded: recreate it (a new \
+                 database, or `drop schema asyncflow cascade`) and run asyncflow migrate again"
+            )));
+        }
+    }
+    let known = i64::from(latest_version());
+    if let Some((version, _)) = history.last() {
+        if *version > known {
             return Err(Error::Migration(format!(
                 "the database is at version {version} but this build knows only up to {known}: \
                  run a newer asyncflow (refusing to touch a database that is ahead of the code)"
             )));
         }
     }
-    let report = runner.run_async(client).await.map_err(migration_error)?;
-    let applied: Vec<u32> = report.applied_migrations().iter().map(|m| m.version()).collect();
-    Ok(MigrateReport { applied, version: known })
+    Ok(())
 }
 
-fn migration_error(e: refinery::Error) -> Error {
-    Error::Migration(e.to_string())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sql_api_is_embedded_in_name_order() {
+        let names: Vec<&str> = sql_api::FILES.iter().map(|(n, _)| *n).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+        assert!(names.contains(&"20_enqueue"), "{names:?}");
+        let templates: Vec<&str> = sql_api::TEMPLATES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(templates, ["claim_fair", "claim_plain", "finish", "hold", "report"]);
+    }
+
+    #[test]
+    fn a_pre_release_history_is_refused_and_a_newer_one_too() {
+        let old = check_history(&[(1, "schema".into()), (2, "task_types".into())]).unwrap_err().to_string();
+        assert!(old.contains("pre-release") && old.contains("recreate"), "{old}");
+        let ahead = check_history(&[(1, "baseline".into()), (999_999, "future".into())]).unwrap_err().to_string();
+        assert!(ahead.contains("ahead of the code"), "{ahead}");
+        assert!(check_history(&[(1, "baseline".into())]).is_ok());
+        assert!(check_history(&[]).is_ok());
+    }
 }

@@ -40,13 +40,18 @@ fn url_for(base: &str, database: &str) -> String {
 }
 
 fn migrations_hash() -> String {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql/migrations");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("sql/migrations").flatten().map(|e| e.path()).collect();
+    // the template database is made again when a migration or a file of the SQL API changes
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let mut files = Vec::new();
+    for dir in ["migrations", "api", "api/templates"] {
+        files.extend(std::fs::read_dir(root.join(dir)).expect("sql folder").flatten().map(|e| e.path()));
+    }
+    files.retain(|f| f.is_file());
     files.sort();
     let mut h = DefaultHasher::new();
     for f in files {
-        f.file_name().hash(&mut h);
-        std::fs::read(&f).expect("migration file").hash(&mut h);
+        f.strip_prefix(&root).unwrap_or(&f).hash(&mut h);
+        std::fs::read(&f).expect("sql file").hash(&mut h);
     }
     format!("{:016x}", h.finish())
 }

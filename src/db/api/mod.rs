@@ -8,9 +8,11 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 mod bench;
+mod migration;
 mod workflow;
 
 pub use bench::*;
+pub use migration::*;
 pub use workflow::*;
 
 use super::GenericClient;
@@ -605,27 +607,6 @@ pub async fn advisory_lock(c: &tokio_postgres::Client, key: (i32, i32)) -> Resul
 /// Releases a session advisory lock (class, key).
 pub async fn advisory_unlock(c: &tokio_postgres::Client, key: (i32, i32)) -> Result<()> {
     c.execute("select pg_advisory_unlock($1, $2)", &[&key.0, &key.1]).await.map(|_| ()).map_err(Error::from_db)
-}
-
-/// Creates the asyncflow schema (refinery's history table lives in it).
-pub async fn create_schema(c: &tokio_postgres::Client) -> Result<()> {
-    c.batch_execute("create schema if not exists asyncflow").await.map_err(Error::from_db)
-}
-
-/// The newest applied migration, or None on a database never migrated.
-pub async fn schema_version(c: &tokio_postgres::Client) -> Result<Option<i64>> {
-    let row = c
-        .query_one("select to_regclass('asyncflow.refinery_schema_history') is not null as migrated", &[])
-        .await
-        .map_err(Error::from_db)?;
-    if !get::<bool>(&row, "migrated")? {
-        return Ok(None);
-    }
-    let row = c
-        .query_one("select max(version)::bigint as v from asyncflow.refinery_schema_history", &[])
-        .await
-        .map_err(Error::from_db)?;
-    get(&row, "v")
 }
 
 /// Per-type figures for `GET /metrics` that `queue_depth` does not give.

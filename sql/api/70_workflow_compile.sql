@@ -1,163 +1,12 @@
--- V36: workflow limits, checked where they are passed.
---
--- 1. Steps in one call. The engine runs the nodes that complete at once (start, end, parallel,
---    router, a dynamic node with no items, a sub-pipeline whose run ends at once) in the call
---    that reached them, and skips the nodes of a branch a router does not take, by recursion:
---    wf_activate -> wf_complete_event -> wf_arrive -> wf_activate ..., and wf_arrive -> wf_arrive.
---    put_pipeline accepted any chain of them, and a long enough one ran out of PostgreSQL's stack
---    at run time (54001, max_stack_depth): start_run raised, a task's report failed the run with
---    an internal error, and (since V31) the checker failed a delayed run. Measured on PostgreSQL
---    15 (x86-64, max_stack_depth 2MB) from start_run, a task's report, complete_node, retry_node
---    and the checker: 209 parallel nodes in a row broke (211 with start and end), 201 routers or
---    empty dynamic nodes; a skipped node takes a little under a third of the stack of one that
---    completes, a sub-pipeline node about 5/3 of one plus what its run takes. So a plan counts
---    its steps (plan_steps): 3 for a node that may complete at once, 1 for a task or callback
---    node a router upstream may skip, 5 plus the child's steps for a sub-pipeline node; a task or
---    callback node no router can skip ends a chain (its task's end is a new call). The longest
---    chain's count is plan.steps: every measured breakage was at 609 steps or more.
---    compile_pipeline refuses more than 300 (plan_step_limit, half of it, for other versions and
---    platforms and for callers deeper in the stack) with AF010, naming the node the chain ends
---    at, so put_pipeline does.
---    A sub-pipeline node counts the version it would start when its parent is stored, and that
---    version can grow since. Each sub-pipeline node's plan entry keeps the steps its plan adds
---    around the child's (steps_around); before wf_activate starts a child run it adds those of
---    every run above to the child's steps, and past the limit the node fails, saying so, rather
---    than the call running out of stack.
--- 2. Sub-pipeline runs of one run. Their nesting was capped (8 levels) but not their number: a
---    run starts one child per sub-pipeline node, a pipeline may have 500 of them, and so may each
---    child's: one start_run could start up to 500^8 runs, all in the one call when the children
---    are instant. The root run of a tree now counts the sub-pipeline runs started anywhere in it
---    (runs.sub_runs; a retried node's new child counts too), and the node that would start the
---    1001st fails, saying so, as the one that would nest a 9th level does.
---
--- Plans stored before V36 are given their steps and are not refused, but the check before a
--- sub-pipeline's child run applies to them too: a node whose steps with the runs above pass 300
--- fails, where it may have fitted the stack before (breakage starts at about 609). Other runs of
--- such a plan past the stack fail as before. compile_pipeline and wf_activate are replaced whole
--- (the migration convention); only the parts marked V36 changed.
+-- Workflow pipelines: definitions compiled to plans, versions and their status.
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
 
-alter table asyncflow.runs add column sub_runs integer not null default 0;
-comment on column asyncflow.runs.sub_runs is
-  'on a root run: the sub-pipeline runs started in its tree, at most 1000 (V36)';
-
--- The most steps one call may run through a plan (see plan_steps).
-create function asyncflow.plan_step_limit() returns integer
-language sql immutable parallel safe as $$ select 300 $$;
-
--- A plan with its steps: the most one call can run through it, by the recursion of wf_activate,
--- wf_complete_event and wf_arrive (plan.steps), and for each sub-pipeline node the steps its
--- pipeline adds around the child's own (steps_around: the longest chain to it, its own 5, the
--- longest chain on after it). A node that may complete at once counts 3; a task or callback node
--- counts 1 (it may be skipped, when a router is upstream), and without a router upstream it cuts
--- the chain: what follows it runs in the call that ends its task. A sub-pipeline node counts 5
--- plus the steps of the version it would start now (none when there is none: wf_activate checks
--- the version it does start). path: the nodes of the longest chain.
-create function asyncflow.plan_steps(p_plan jsonb, out plan jsonb, out path text[])
-language plpgsql stable as $$
-declare
-  v_names text[] := array(select jsonb_array_elements_text(p_plan -> 'order'));
-  v_n integer := cardinality(v_names);
-  v_types text[];
-  v_weight integer[];
-  v_fi integer[];
-  v_ti integer[];
-  v_out integer[];
-  v_out_at integer[];
-  v_in integer[];
-  v_in_at integer[];
-  v_count integer[];
-  v_topo integer[];
-  v_head integer := 1;
-  v_k integer;
-  v_j integer;
-  v_i integer;
-  -- per node: may a router's choice skip it; does the call go on from it; the steps of the
-  -- longest chain before it, and through it; the node before it on that chain; the steps of the
-  -- longest chain after it
-  v_skippable boolean[];
-  v_carries boolean[];
-  v_before integer[];
-  v_through integer[];
-  v_prev integer[];
-  v_after integer[];
-  v_last integer := 1;
-  v_around jsonb := '{}';
+CREATE OR REPLACE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
 begin
-  select array_agg(d ->> 'type' order by k),
-    array_agg(case when d ->> 'type' in ('task', 'callback') then 1
-      when d ->> 'type' = 'pipeline' then 5 + coalesce((select (p.plan ->> 'steps')::integer from asyncflow.pipelines p
-        where p.name = d ->> 'pipeline' and case when d ->> 'version' is null then p.status = 'active'
-          else p.version = (d ->> 'version')::numeric end), 0)
-      else 3 end order by k)
-  into v_types, v_weight
-  from unnest(v_names) with ordinality u(n, k), jsonb_extract_path(p_plan, 'nodes', n) d;
-  select coalesce(array_agg(f.k::integer order by f.k, e.o), '{}'), coalesce(array_agg(t.k::integer order by f.k, e.o), '{}')
-  into v_fi, v_ti
-  from unnest(v_names) with ordinality f(n, k)
-  cross join lateral jsonb_array_elements(p_plan -> 'nodes' -> f.n -> 'out') with ordinality e(edge, o)
-  join unnest(v_names) with ordinality t(n, k) on t.n = e.edge ->> 'to';
-  select * into v_out, v_out_at from asyncflow.graph_index(v_fi, v_n);
-  select * into v_in, v_in_at from asyncflow.graph_index(v_ti, v_n);
-
-  -- topological order (Kahn; the plan has no cycle)
-  v_count := array(select v_in_at[k + 1] - v_in_at[k] from generate_series(1, v_n) k);
-  v_topo := array(select k from generate_series(1, v_n) k where v_count[k] = 0);
-  while v_head <= cardinality(v_topo) loop
-    v_k := v_topo[v_head];
-    v_head := v_head + 1;
-    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
-      v_i := v_ti[v_out[v_j]];
-      v_count[v_i] := v_count[v_i] - 1;
-      if v_count[v_i] = 0 then
-        v_topo := v_topo || v_i;
-      end if;
-    end loop;
-  end loop;
-
-  v_skippable := array_fill(false, array[v_n]);
-  v_carries := array_fill(false, array[v_n]);
-  v_before := array_fill(0, array[v_n]);
-  v_through := array_fill(0, array[v_n]);
-  v_prev := array_fill(null::integer, array[v_n]);
-  v_after := array_fill(0, array[v_n]);
-  foreach v_k in array v_topo loop
-    v_through[v_k] := v_before[v_k] + v_weight[v_k];
-    v_carries[v_k] := v_types[v_k] not in ('task', 'callback') or v_skippable[v_k];
-    if v_through[v_k] > v_through[v_last] then
-      v_last := v_k;
-    end if;
-    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
-      v_i := v_ti[v_out[v_j]];
-      v_skippable[v_i] := v_skippable[v_i] or v_skippable[v_k] or v_types[v_k] = 'router';
-      if v_carries[v_k] and v_through[v_k] > v_before[v_i] then
-        v_before[v_i] := v_through[v_k];
-        v_prev[v_i] := v_k;
-      end if;
-    end loop;
-  end loop;
-  for v_head in reverse cardinality(v_topo) .. 1 loop
-    v_k := v_topo[v_head];
-    if v_carries[v_k] then
-      for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
-        v_i := v_ti[v_out[v_j]];
-        v_after[v_k] := greatest(v_after[v_k], v_weight[v_i] + v_after[v_i]);
-      end loop;
-    end if;
-    if v_types[v_k] = 'pipeline' then
-      v_around := v_around || jsonb_build_object(v_names[v_k], v_before[v_k] + 5 + v_after[v_k]);
-    end if;
-  end loop;
-
-  path := '{}';
-  v_k := v_last;
-  while v_k is not null loop
-    path := v_names[v_k] || path;
-    v_k := v_prev[v_k];
-  end loop;
-  plan := p_plan || jsonb_build_object('steps', v_through[v_last],
-    'nodes', (select jsonb_object_agg(x.n, case when v_around ? x.n
-      then x.d || jsonb_build_object('steps_around', v_around -> x.n) else x.d end)
-      from jsonb_each(p_plan -> 'nodes') x(n, d)));
+  -- (V37) cut: the message may repeat a name from the definition, of any size
+  raise exception using errcode = 'AF010', message = asyncflow.shorten(p_message);
 end
 $$;
 
@@ -550,151 +399,323 @@ begin
 end
 $_$;
 
-CREATE OR REPLACE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
+create or replace function asyncflow.pipeline_json(p asyncflow.pipelines) returns jsonb
+language sql stable as $$
+  select jsonb_build_object('name', p.name, 'version', p.version, 'status', p.status, 'definition', p.definition,
+    'plan', p.plan, 'created_at', p.created_at, 'updated_at', p.updated_at)
+$$;
+
+-- put_pipeline: validates a definition and stores it as the next version of the pipeline, with
+-- p_status 'active' (the default: the previously active version is retired; runs already
+-- started keep theirs) or 'draft'. A definition equal to the latest version's stores nothing new
+-- (that version's status is set instead), so applying the same file twice is harmless.
+-- Returns the version as JSON, with "created": false when nothing new was stored.
+-- Locks: a transaction advisory lock on the pipeline's name.
+create or replace function asyncflow.put_pipeline(name text, definition jsonb, status text default 'active')
+returns jsonb
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
-  v_plan jsonb := asyncflow.wf_plan(p_run);
-  v_def jsonb := v_plan -> 'nodes' -> p_node;
-  v_type text := v_def ->> 'type';
-  v_event_id text := p_run.run_id || '_' || p_node;
-  v_inputs jsonb;
-  v_data jsonb;
-  v_items jsonb;
-  v_edge jsonb;
-  v_route text;
-  v_ids text[];
-  v_child text;
-  v_url text;
-  v_root asyncflow.runs;
-  v_up asyncflow.runs;
-  v_steps integer;
-  v_child_pipe asyncflow.pipelines;
+  p_name alias for $1;
+  p_definition alias for $2;
+  p_status alias for $3;
+  v_plan jsonb;
+  v_latest asyncflow.pipelines;
+  v_row asyncflow.pipelines;
+  v_created boolean := true;
 begin
-  update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, started_at = coalesce(started_at, p_now),
-    deadline = p_now + make_interval(secs => (v_def ->> 'timeout')::double precision), task_id = null,
-    child_run = null, cancelled_from = null, error = null, result = null, finished_at = null, total_cost_ms = null,
-    updated_at = p_now
-  where day = p_run.day and event_id = v_event_id;
-  v_inputs := asyncflow.wf_inputs(p_run, v_def);
-  begin
-    case v_type
-    when 'start' then
-      perform asyncflow.wf_complete_event(v_event_id, p_run.input, p_now);
-    when 'end', 'parallel' then
-      perform asyncflow.wf_complete_event(v_event_id, v_inputs, p_now);
-    when 'router' then
-      v_data := asyncflow.wf_data(p_run);
-      for v_edge in select e from jsonb_array_elements(v_def -> 'out') e loop
-        if v_edge ->> 'when' is null or coalesce(jsonb_path_match(v_data, (v_edge ->> 'when')::jsonpath, silent => true), false) then
-          v_route := v_edge ->> 'to';
-          exit;
-        end if;
-      end loop;
-      if v_route is null then
-        perform asyncflow.wf_fail_event(v_event_id, 'no route matched and the router has no default edge', p_now);
-      else
-        perform asyncflow.wf_complete_event(v_event_id, jsonb_build_object('route', v_route), p_now);
-      end if;
-    when 'task' then
-      if v_def ->> 'function' is null then
-        update asyncflow.run_events set status = 'external', updated_at = p_now where day = p_run.day and event_id = v_event_id;
-      else
-        v_ids := asyncflow.wf_create_tasks(v_def, jsonb_build_array(asyncflow.wf_node_context(p_run, p_node, v_inputs)),
-          array[v_event_id]);
-        update asyncflow.run_events set status = 'pending', task_id = v_ids[1], updated_at = p_now
-        where day = p_run.day and event_id = v_event_id;
-      end if;
-    when 'dynamic' then
-      v_items := jsonb_path_query_first(asyncflow.wf_data(p_run), (v_def ->> 'items')::jsonpath, silent => true);
-      if jsonb_typeof(v_items) is distinct from 'array' then
-        perform asyncflow.wf_fail_event(v_event_id, format('items %s gave %s, not an array', v_def ->> 'items',
-          coalesce(left(v_items::text, 200), 'nothing')), p_now);
-      elsif jsonb_array_length(v_items) > coalesce((v_def ->> 'max_segments')::integer, 10000) then
-        perform asyncflow.wf_fail_event(v_event_id, format('items gave %s segments, more than max_segments %s',
-          jsonb_array_length(v_items), coalesce((v_def ->> 'max_segments')::integer, 10000)), p_now);
-      elsif jsonb_array_length(v_items) = 0 then
-        perform asyncflow.wf_complete_event(v_event_id, '[]'::jsonb, p_now);
-      else
-        perform asyncflow.wf_start_segments(p_run, p_node, v_def, v_inputs,
-          array(select generate_series(0, jsonb_array_length(v_items) - 1)),
-          array(select e from jsonb_array_elements(v_items) e), jsonb_array_length(v_items), p_now);
-      end if;
-    when 'pipeline' then
-      -- (V36) the runs above, up to the root: the steps each adds around the sub-pipeline node
-      -- that started the one below (plan_steps), and the root, which counts its tree's runs
-      v_steps := coalesce((v_def ->> 'steps_around')::integer, 0);
-      v_root := p_run;
-      while v_root.parent_event is not null loop
-        v_up := asyncflow.wf_get_run(split_part(v_root.parent_event, '_', 1));
-        exit when v_up.run_id is null;
-        v_steps := v_steps + coalesce((asyncflow.wf_plan(v_up) -> 'nodes'
-          -> substr(v_root.parent_event, strpos(v_root.parent_event, '_') + 1) ->> 'steps_around')::integer, 0);
-        v_root := v_up;
-      end loop;
-      -- the version wf_new_run starts (when there is none, it says so)
-      select * into v_child_pipe from asyncflow.pipelines p where p.name = v_def ->> 'pipeline'
-        and (case when v_def ->> 'version' is null then p.status = 'active' else p.version = (v_def ->> 'version')::integer end);
-      v_steps := v_steps + coalesce((v_child_pipe.plan ->> 'steps')::integer, 0);
-      if p_run.depth >= 8 then
-        perform asyncflow.wf_fail_event(v_event_id, 'sub-pipelines nest deeper than 8 levels', p_now);
-      elsif v_steps > asyncflow.plan_step_limit() then
-        perform asyncflow.wf_fail_event(v_event_id, format('sub-pipeline %L version %s: with the runs above, one call '
-          'could run %s steps, more than the limit of %s (its steps have grown since this pipeline was stored)',
-          v_child_pipe.name, v_child_pipe.version, v_steps, asyncflow.plan_step_limit()), p_now);
-      else
-        -- (V36) counted on the root; rolled back with the child when wf_new_run raises
-        update asyncflow.runs set sub_runs = sub_runs + 1
-        where day = v_root.day and run_id = v_root.run_id and sub_runs < 1000;
-        if not found then
-          perform asyncflow.wf_fail_event(v_event_id, format('run %s has started 1000 sub-pipeline runs in its tree, '
-            'the limit for one run', v_root.run_id), p_now);
-        else
-          v_child := asyncflow.wf_new_run(v_def ->> 'pipeline', (v_def ->> 'version')::integer,
-            jsonb_build_object('parent_run', p_run.run_id, 'input', p_run.input, 'inputs', v_inputs),
-            null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now);
-          -- the child may have ended already (a pipeline of instant nodes) and completed this event
-          update asyncflow.run_events set child_run = v_child, updated_at = p_now where day = p_run.day and event_id = v_event_id;
-        end if;
-      end if;
-    when 'callback' then
-      v_url := coalesce(v_def ->> 'url', p_run.notify_url);
-      if v_url is null then
-        perform asyncflow.wf_fail_event(v_event_id, 'no url: the node names none and the run has no notify_url', p_now);
-      else
-        perform asyncflow.wf_enqueue_callback(p_run, 'node', v_event_id, v_url, jsonb_build_object(
-          'run_id', p_run.run_id, 'pipeline', p_run.pipeline, 'version', p_run.version, 'node', p_node,
-          'notify_key', p_run.notify_key, 'input', p_run.input, 'inputs', v_inputs), p_now);
-      end if;
-    end case;
-  exception
-    when deadlock_detected or serialization_failure or lock_not_available or query_canceled then
-      raise;
-    when sqlstate 'AF001' or sqlstate 'AF005' or sqlstate 'AF006' or sqlstate 'AF011' or sqlstate 'AF013' then
-      perform asyncflow.wf_fail_event(v_event_id, sqlerrm, p_now);
-  end;
+  if p_name is null or p_name !~ '^[a-z][a-z0-9_]{0,39}$' then
+    perform asyncflow.pipeline_error(format('invalid pipeline name %s: it must match ^[a-z][a-z0-9_]{0,39}$',
+      coalesce(quote_literal(p_name), 'null')));
+  end if;
+  if p_status is null or p_status not in ('active', 'draft') then
+    perform asyncflow.raise_error('AF006', format('status must be active or draft, got %s', coalesce(quote_literal(p_status), 'null')));
+  end if;
+  v_plan := asyncflow.compile_pipeline(p_name, p_definition);
+  perform pg_advisory_xact_lock(16714, hashtext(p_name));
+  -- the engine hears of the tasks of these functions (see wf_watch_type)
+  perform asyncflow.wf_watch_type(f) from (
+    select distinct v ->> 'function' as f from jsonb_each(v_plan -> 'nodes') x(k, v) where v ? 'function') fs;
+  select * into v_latest from asyncflow.pipelines p where p.name = p_name order by p.version desc limit 1;
+  if found and v_latest.definition = p_definition then
+    v_created := false;
+    v_row := v_latest;
+  else
+    insert into asyncflow.pipelines (name, version, status, definition, plan)
+    values (p_name, coalesce(v_latest.version, 0) + 1, 'draft', p_definition, v_plan)
+    returning * into v_row;
+  end if;
+  if p_status = 'active' and v_row.status <> 'active' then
+    v_row := asyncflow.set_pipeline_status(p_name, v_row.version, 'active');
+  end if;
+  return asyncflow.pipeline_json(v_row) || jsonb_build_object('created', v_created);
 end
 $$;
 
--- Plans stored before V36 get their steps (the limit is not applied to them: a version that
--- runs past it fails as before). A parent counts its children's steps, so this goes over the
--- versions until nothing changes, at most 9 times (8 levels of sub-pipelines below a root).
-do $$
+CREATE OR REPLACE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
 declare
-  v_pass integer;
-  v_changed integer;
+  p_name alias for $1;
+  p_version alias for $2;
+  p_status alias for $3;
+  v_row asyncflow.pipelines;
 begin
-  for v_pass in 1 .. 9 loop
-    update asyncflow.pipelines p set plan = s.plan
-    from (select x.name, x.version, (asyncflow.plan_steps(x.plan)).plan from asyncflow.pipelines x
-          -- after the first pass, only a plan with a sub-pipeline node can change
-          where v_pass = 1 or jsonb_path_exists(x.plan, '$.nodes.*.type ? (@ == "pipeline")')) s
-    where s.name = p.name and s.version = p.version and s.plan is distinct from p.plan;
-    get diagnostics v_changed = row_count;
-    exit when v_changed = 0;
+  if p_status is null or p_status not in ('active', 'draft', 'retired') then
+    perform asyncflow.raise_error('AF006', format('status must be active, draft or retired, got %s',
+      coalesce(quote_literal(p_status), 'null')));
+  end if;
+  perform pg_advisory_xact_lock(16714, hashtext(p_name));
+  if p_status = 'active' then
+    update asyncflow.pipelines p set status = 'retired', updated_at = now()
+    where p.name = p_name and p.status = 'active' and p.version <> p_version;
+  end if;
+  update asyncflow.pipelines p set status = p_status, updated_at = now()
+  where p.name = p_name and p.version = p_version returning * into v_row;
+  if not found then
+    -- (V37) through raise_error, which cuts a long name
+    perform asyncflow.raise_error('AF011', format('unknown pipeline %L version %s', p_name, p_version));
+  end if;
+  return v_row;
+end
+$_$;
+
+-- get_pipeline: one version (default: the active one, else the latest) as JSON, or null.
+create or replace function asyncflow.get_pipeline(name text, version integer default null) returns jsonb
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select asyncflow.pipeline_json(p) from asyncflow.pipelines p
+  where p.name = $1 and ($2 is null or p.version = $2)
+  order by (p.status = 'active') desc, p.version desc limit 1
+$$;
+
+-- list_pipelines: every pipeline's versions, newest first, without definitions and plans.
+create or replace function asyncflow.list_pipelines() returns setof jsonb
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select jsonb_build_object('name', p.name, 'version', p.version, 'status', p.status,
+    'nodes', jsonb_array_length(p.plan -> 'order'), 'created_at', p.created_at, 'updated_at', p.updated_at)
+  from asyncflow.pipelines p order by p.name, p.version desc
+$$;
+
+-- The edges of a graph grouped by one of their ends: p_ends[i] is edge i's end (its from node
+-- for out-edges, its to node for in-edges) as a node number 1..p_nodes. Node k's edges are
+-- edges[at[k]] .. edges[at[k + 1] - 1], in definition order.
+create or replace function asyncflow.graph_index(p_ends integer[], p_nodes integer, out edges integer[], out at integer[])
+language sql immutable parallel safe as $$
+  select array(select i::integer from unnest(p_ends) with ordinality u(k, i) order by k, i),
+    array(select (1 + coalesce(sum(c) over (order by k rows between unbounded preceding and 1 preceding), 0))::integer
+          from (select k, count(u.e) as c from generate_series(1, p_nodes + 1) k
+                left join unnest(p_ends) u(e) on u.e = k group by k) x
+          order by k)
+$$;
+
+-- The nodes reached from p_root along the edges of graph_index (p_at, p_edges), p_far[i] being
+-- edge i's other end; only the edges with p_live[i] when p_live is given. One flag per node.
+create or replace function asyncflow.graph_reach(p_root integer, p_nodes integer, p_at integer[], p_edges integer[],
+  p_far integer[], p_live boolean[] default null) returns boolean[]
+language plpgsql immutable parallel safe as $$
+declare
+  v_seen boolean[] := array_fill(false, array[p_nodes]);
+  v_queue integer[] := array[p_root];
+  v_head integer := 1;
+  v_k integer;
+  v_j integer;
+  v_t integer;
+begin
+  v_seen[p_root] := true;
+  while v_head <= cardinality(v_queue) loop
+    v_k := v_queue[v_head];
+    v_head := v_head + 1;
+    for v_j in p_at[v_k] .. p_at[v_k + 1] - 1 loop
+      continue when p_live is not null and not p_live[p_edges[v_j]];
+      v_t := p_far[p_edges[v_j]];
+      if not v_seen[v_t] then
+        v_seen[v_t] := true;
+        v_queue := v_queue || v_t;
+      end if;
+    end loop;
   end loop;
+  return v_seen;
 end
 $$;
 
-revoke all on function asyncflow.plan_step_limit() from public;
-revoke all on function asyncflow.plan_steps(jsonb) from public;
+-- The most steps one call may run through a plan (see plan_steps).
+create or replace function asyncflow.plan_step_limit() returns integer
+language sql immutable parallel safe as $$ select 300 $$;
+
+-- V39: engine review fixes.
+--
+-- plan_steps (V36) counted as skippable by a router every node below one, including nodes that
+-- always have a live in-edge (a join of all of a router's branches, or a node fed by a node no
+-- router can skip); their task nodes then did not cut the chain, and valid pipelines of about
+-- 300 task nodes after such a join were refused with AF010 (a few hundred steps that can never
+-- run in one call). A node is now skippable only when it is neither start, nor the target of a
+-- live node that is not a router, nor a post-dominator of a live node. The stored plans are
+-- given their steps again. plan_steps is replaced whole (the migration convention).
+CREATE OR REPLACE FUNCTION asyncflow.plan_steps(p_plan jsonb, out plan jsonb, out path text[])
+language plpgsql stable as $$
+declare
+  v_names text[] := array(select jsonb_array_elements_text(p_plan -> 'order'));
+  v_n integer := cardinality(v_names);
+  v_types text[];
+  v_weight integer[];
+  v_fi integer[];
+  v_ti integer[];
+  v_out integer[];
+  v_out_at integer[];
+  v_in integer[];
+  v_in_at integer[];
+  v_count integer[];
+  v_topo integer[];
+  v_head integer := 1;
+  v_k integer;
+  v_j integer;
+  v_i integer;
+  -- per node: may a router's choice skip it; does the call go on from it; the steps of the
+  -- longest chain before it, and through it; the node before it on that chain; the steps of the
+  -- longest chain after it
+  v_skippable boolean[];
+  v_carries boolean[];
+  v_before integer[];
+  v_through integer[];
+  v_prev integer[];
+  v_after integer[];
+  v_last integer := 1;
+  v_around jsonb := '{}';
+  -- (V39) per node: its place in v_topo; its immediate post-dominator (the first node every path
+  -- from it to the end passes); whether the call that reaches it live always reaches it live
+  v_pos integer[];
+  v_ipdom integer[];
+  v_a integer;
+  v_d integer;
+  v_live boolean[];
+begin
+  select array_agg(d ->> 'type' order by k),
+    array_agg(case when d ->> 'type' in ('task', 'callback') then 1
+      when d ->> 'type' = 'pipeline' then 5 + coalesce((select (p.plan ->> 'steps')::integer from asyncflow.pipelines p
+        where p.name = d ->> 'pipeline' and case when d ->> 'version' is null then p.status = 'active'
+          else p.version = (d ->> 'version')::numeric end), 0)
+      else 3 end order by k)
+  into v_types, v_weight
+  from unnest(v_names) with ordinality u(n, k), jsonb_extract_path(p_plan, 'nodes', n) d;
+  select coalesce(array_agg(f.k::integer order by f.k, e.o), '{}'), coalesce(array_agg(t.k::integer order by f.k, e.o), '{}')
+  into v_fi, v_ti
+  from unnest(v_names) with ordinality f(n, k)
+  cross join lateral jsonb_array_elements(p_plan -> 'nodes' -> f.n -> 'out') with ordinality e(edge, o)
+  join unnest(v_names) with ordinality t(n, k) on t.n = e.edge ->> 'to';
+  select * into v_out, v_out_at from asyncflow.graph_index(v_fi, v_n);
+  select * into v_in, v_in_at from asyncflow.graph_index(v_ti, v_n);
+
+  -- topological order (Kahn; the plan has no cycle)
+  v_count := array(select v_in_at[k + 1] - v_in_at[k] from generate_series(1, v_n) k);
+  v_topo := array(select k from generate_series(1, v_n) k where v_count[k] = 0);
+  while v_head <= cardinality(v_topo) loop
+    v_k := v_topo[v_head];
+    v_head := v_head + 1;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_i := v_ti[v_out[v_j]];
+      v_count[v_i] := v_count[v_i] - 1;
+      if v_count[v_i] = 0 then
+        v_topo := v_topo || v_i;
+      end if;
+    end loop;
+  end loop;
+
+  -- (V39) Which nodes a router's choice may skip. A node is skipped only when every in-edge is
+  -- dead (wf_arrive), and V36 counted as skippable every node below a router, also a node with a
+  -- live in-edge whatever the routers choose: a join of all of a router's branches, or one fed by
+  -- a node no router can skip. Its task nodes then carried the chain on, and a valid pipeline of
+  -- about 300 task nodes after such a join was refused (and parents of it counted its steps).
+  -- Now a node cannot be skipped (is live) when it is start, when a live node that is not a router
+  -- has an edge to it (every such edge is taken), or when it post-dominates a live node (from a
+  -- live node some branch is always taken, on to the end, and every branch passes it).
+  v_pos := array_fill(0, array[v_n]);
+  for v_head in 1 .. cardinality(v_topo) loop
+    v_pos[v_topo[v_head]] := v_head;
+  end loop;
+  -- immediate post-dominators, from the end back (Cooper, Harvey and Kennedy's intersection; in a
+  -- DAG whose every node reaches the end, which is last in v_topo, one pass suffices)
+  v_ipdom := array_fill(null::integer, array[v_n]);
+  for v_head in reverse cardinality(v_topo) .. 1 loop
+    v_k := v_topo[v_head];
+    v_d := null;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_a := v_ti[v_out[v_j]];
+      if v_d is null then
+        v_d := v_a;
+        continue;
+      end if;
+      while v_a <> v_d loop
+        while v_pos[v_a] < v_pos[v_d] loop
+          v_a := v_ipdom[v_a];
+        end loop;
+        while v_pos[v_d] < v_pos[v_a] loop
+          v_d := v_ipdom[v_d];
+        end loop;
+      end loop;
+    end loop;
+    v_ipdom[v_k] := v_d;
+  end loop;
+  v_live := array_fill(false, array[v_n]);
+  if v_n > 0 then
+    v_live[v_topo[1]] := true;
+  end if;
+  foreach v_k in array v_topo loop
+    continue when not v_live[v_k];
+    if v_types[v_k] <> 'router' then
+      for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+        v_live[v_ti[v_out[v_j]]] := true;
+      end loop;
+    end if;
+    -- a node already live walks its own post-dominators when its turn comes
+    v_i := v_ipdom[v_k];
+    while v_i is not null and not v_live[v_i] loop
+      v_live[v_i] := true;
+      v_i := v_ipdom[v_i];
+    end loop;
+  end loop;
+
+  v_skippable := array(select not v_live[k] from generate_series(1, v_n) k);
+  v_carries := array_fill(false, array[v_n]);
+  v_before := array_fill(0, array[v_n]);
+  v_through := array_fill(0, array[v_n]);
+  v_prev := array_fill(null::integer, array[v_n]);
+  v_after := array_fill(0, array[v_n]);
+  foreach v_k in array v_topo loop
+    v_through[v_k] := v_before[v_k] + v_weight[v_k];
+    v_carries[v_k] := v_types[v_k] not in ('task', 'callback') or v_skippable[v_k];
+    if v_through[v_k] > v_through[v_last] then
+      v_last := v_k;
+    end if;
+    for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+      v_i := v_ti[v_out[v_j]];
+      if v_carries[v_k] and v_through[v_k] > v_before[v_i] then
+        v_before[v_i] := v_through[v_k];
+        v_prev[v_i] := v_k;
+      end if;
+    end loop;
+  end loop;
+  for v_head in reverse cardinality(v_topo) .. 1 loop
+    v_k := v_topo[v_head];
+    if v_carries[v_k] then
+      for v_j in v_out_at[v_k] .. v_out_at[v_k + 1] - 1 loop
+        v_i := v_ti[v_out[v_j]];
+        v_after[v_k] := greatest(v_after[v_k], v_weight[v_i] + v_after[v_i]);
+      end loop;
+    end if;
+    if v_types[v_k] = 'pipeline' then
+      v_around := v_around || jsonb_build_object(v_names[v_k], v_before[v_k] + 5 + v_after[v_k]);
+    end if;
+  end loop;
+
+  path := '{}';
+  v_k := v_last;
+  while v_k is not null loop
+    path := v_names[v_k] || path;
+    v_k := v_prev[v_k];
+  end loop;
+  plan := p_plan || jsonb_build_object('steps', v_through[v_last],
+    'nodes', (select jsonb_object_agg(x.n, case when v_around ? x.n
+      then x.d || jsonb_build_object('steps_around', v_around -> x.n) else x.d end)
+      from jsonb_each(p_plan -> 'nodes') x(n, d)));
+end
+$$;

@@ -1,13 +1,12 @@
--- Maintenance operations, called by the Rust maintenance services (one leader at a time):
--- rescue_expired, roll_shard, advance_begin_pos, drop_expired_shards. Each takes p_now so tests
--- move the clock.
+-- Maintenance: the rescuer, the shard roll, begin_pos and retention of shards.
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
 
 -- rescue_expired: running tasks whose lease ended without a report go back to pending at
 -- now + backoff with one more failed try, or to failed when out of tries. Their claim_seq stays,
 -- but status is no longer running, so the vanished worker's late report is refused; the next claim
 -- increments claim_seq. Locks: the rescued rows (SKIP LOCKED: a row being reported right now is
 -- left for the next pass). At most p_limit tasks per call.
-create function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000)
+create or replace function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000)
 returns table (task_id text, task_type text, status asyncflow.task_status)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
@@ -54,14 +53,10 @@ begin
 end
 $$;
 
--- roll_shard: when the end shard holds shard_max_rows tasks or more, creates the next shard and
--- moves end_pos to it. Counting is cheap: ids come from the type's own sequence, so the rows
--- inserted into the end shard are max(id) - min(id) + 1 (two primary-key lookups; ids lost to
--- rolled-back inserts only make the roll come a little early). Locks: the positions row;
--- ATTACH takes SHARE UPDATE EXCLUSIVE on the type's table (inserts and claims go on).
--- Returns the new end_pos, or null when no roll was needed.
-create function asyncflow.roll_shard(p_task_type text, p_now timestamptz default null) returns integer
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+CREATE OR REPLACE FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 declare
   v_now timestamptz := coalesce(p_now, now());
   v_max_rows bigint;
@@ -73,7 +68,16 @@ begin
   if not found then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
-  select end_pos into v_end from asyncflow.positions where task_type = p_task_type for update;
+  -- (V40) as in advance_begin_pos: a retry_task's transaction holds this row; past 1 s, no roll
+  -- this time
+  begin
+    perform set_config('lock_timeout', '1s', true);
+    select end_pos into v_end from asyncflow.positions where task_type = p_task_type for update;
+    perform set_config('lock_timeout', v_lock_timeout, true);
+  exception when lock_not_available then
+    perform set_config('lock_timeout', v_lock_timeout, true);
+    return null;
+  end;
   select max(id) - min(id) + 1 into v_rows from asyncflow.tasks where task_type = p_task_type and shard = v_end;
   if coalesce(v_rows, 0) < v_max_rows then
     return null;
@@ -87,42 +91,55 @@ end
 $$;
 
 -- Whether a shard holds a pending or running task (each test uses one partial index).
-create function asyncflow.shard_is_live(p_task_type text, p_shard integer) returns boolean
+create or replace function asyncflow.shard_is_live(p_task_type text, p_shard integer) returns boolean
 language sql stable as $$
   select exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'pending')
       or exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'running')
 $$;
 
--- advance_begin_pos: recomputes begin_pos as the oldest undropped shard that still holds a live
--- task (end_pos when none does), stamping closed_at on the shards it passes. Recomputing from the
--- bottom each time, rather than only moving forward, finds again a task that an insert racing a
--- roll put into a shard already passed. Locks: the positions row. Returns the new begin_pos.
-create function asyncflow.advance_begin_pos(p_task_type text, p_now timestamptz default null) returns integer
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+CREATE OR REPLACE FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 declare
   v_now timestamptz := coalesce(p_now, now());
   v_pos asyncflow.positions;
   v_shard integer;
   v_begin integer;
+  v_live integer[] := '{}';
+  v_lock_timeout text := current_setting('lock_timeout');
 begin
-  select * into v_pos from asyncflow.positions where task_type = p_task_type for update;
-  if not found then
+  -- (V40) a retry_task holds this row until its transaction ends: past 1 s, this pass changes
+  -- nothing and the next one tries again
+  begin
+    perform set_config('lock_timeout', '1s', true);
+    select * into v_pos from asyncflow.positions where task_type = p_task_type for update;
+    perform set_config('lock_timeout', v_lock_timeout, true);
+  exception when lock_not_available then
+    perform set_config('lock_timeout', v_lock_timeout, true);
+    return (select begin_pos from asyncflow.positions where task_type = p_task_type);
+  end;
+  if v_pos.task_type is null then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
+  -- (V34) every undropped shard below the end one is looked at, not only those below the first
+  -- live one: a shard with no live task is closed (its retention counts from then) wherever it
+  -- lies, so one long-delayed task keeps its own shard, not every newer one, from being dropped
   v_begin := v_pos.end_pos;
   for v_shard in
     select shard from asyncflow.shards
     where task_type = p_task_type and dropped_at is null and shard < v_pos.end_pos order by shard
   loop
     if asyncflow.shard_is_live(p_task_type, v_shard) then
-      v_begin := v_shard;
-      exit;
+      v_begin := least(v_begin, v_shard);
+      v_live := v_live || v_shard;
     end if;
   end loop;
   update asyncflow.shards set closed_at = v_now
-  where task_type = p_task_type and shard < v_begin and closed_at is null and dropped_at is null;
+  where task_type = p_task_type and shard < v_pos.end_pos and not shard = any (v_live)
+    and closed_at is null and dropped_at is null;
   update asyncflow.shards set closed_at = null
-  where task_type = p_task_type and shard >= v_begin and closed_at is not null;
+  where task_type = p_task_type and (shard = any (v_live) or shard >= v_pos.end_pos) and closed_at is not null;
   if v_begin <> v_pos.begin_pos then
     update asyncflow.positions set begin_pos = v_begin, updated_at = v_now where task_type = p_task_type;
   end if;
@@ -130,14 +147,10 @@ begin
 end
 $$;
 
--- drop_expired_shards: drops, whole, the shards below begin_pos that have been without live tasks
--- for longer than the type's retention: no DELETE, no dead tuples. Each shard is first locked
--- ACCESS EXCLUSIVE (waiting at most 1 s, otherwise left for the next pass), which waits out any
--- transaction still writing into it, and checked again for live tasks under that lock. Their
--- idempotency keys go with them. Returns the dropped shard numbers.
-create function asyncflow.drop_expired_shards(p_task_type text, p_now timestamptz default null)
-returns setof integer
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+CREATE OR REPLACE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 declare
   v_now timestamptz := coalesce(p_now, now());
   v_shard integer;
@@ -146,16 +159,22 @@ declare
 begin
   perform asyncflow.check_type_name(p_task_type);
   for v_shard in
+    -- (V34) any closed shard below the end one, not only those below begin_pos (a shard above
+    -- begin_pos is closed when it holds no live task, see advance_begin_pos)
     select s.shard from asyncflow.shards s
     join asyncflow.positions p on p.task_type = s.task_type
     join asyncflow.task_types y on y.task_type = s.task_type
-    where s.task_type = p_task_type and s.dropped_at is null and s.shard < p.begin_pos
+    where s.task_type = p_task_type and s.dropped_at is null and s.shard < p.end_pos
       and s.closed_at <= v_now - make_interval(secs => y.retention)
     order by s.shard
   loop
     v_leaf := 'tasks_' || p_task_type || '_' || v_shard;
     begin
       perform set_config('lock_timeout', '1s', true);
+      -- (V30) the type's table first, then the shard: the order every claim, report and insert
+      -- takes them in. DROP TABLE of a shard locks its parent too; taking the shard first, as V6
+      -- did, deadlocked with claims holding the parent and waiting for the shard.
+      execute format('lock table asyncflow.%I in access exclusive mode', 'tasks_' || p_task_type);
       execute format('lock table asyncflow.%I in access exclusive mode', v_leaf);
       if asyncflow.shard_is_live(p_task_type, v_shard) then
         update asyncflow.shards set closed_at = null where task_type = p_task_type and shard = v_shard;
@@ -166,7 +185,9 @@ begin
       end if;
       execute format('drop table asyncflow.%I', v_leaf);
       perform set_config('lock_timeout', v_lock_timeout, true);
-    exception when lock_not_available then
+    exception when lock_not_available or undefined_table then
+      -- busy (tried again at the next pass), or dropped meanwhile by a pass running beside this
+      -- one, which records it
       perform set_config('lock_timeout', v_lock_timeout, true);
       continue;
     end;

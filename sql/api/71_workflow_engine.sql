@@ -1,37 +1,56 @@
--- The workflow engine: moving runs through their plans. Everything happens inside the
--- transaction that changed something (a report, a claim, a rescue, a cancel, a start), so a run
--- never loses a step: either the task's end and the next nodes' tasks commit together, or
--- neither does.
---
---   start_run -> event(start) succeeded -> arrive(each successor)
---   arrive(node):  latch_cnt + 1 under the event's row lock (concurrent parents queue on it, so
---                  exactly one of them sees latch_cnt = in_degree and activates the node)
---   activate(node) by type:
---     start, parallel   succeed at once with their inputs
---     router            succeed at once; only the chosen edge is live, the others carry a skip
---     task              create_task(function, context) with tasks.run_ref = event id
---     dynamic           one task per item (segments), the event succeeds when all have
---     pipeline          start_run(child) with parent_event = this event
---     callback          a callbacks row; succeeds when delivered
---     end               the run succeeds with the end's inputs as its result
---   a task of the run ends (trigger tg_tasks__workflow) -> the event or segment succeeds/fails
---   an event fails -> the run fails: open events cancelled, their tasks cancelled, callback
---
--- A node whose in-edges were all skipped is skipped too (dead-path elimination), so joins after a
--- router wait only for the branch taken.
--- Node context given to functions:
---   {"run_id", "pipeline", "version", "node", "event_id", "input": <run input>,
---    "inputs": {<predecessor>: <its result>}, "segment": {"n", "count", "id", "item"} (dynamic)}
+-- The workflow engine: runs, events and segments move as their tasks end (wf_* are private).
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
 
-create function asyncflow.wf_run_error(p_code text, p_message text) returns void
+-- The day of a run id, null when the id does not hold a real date (to_date raised 22008).
+-- Nested CASEs: each cast runs only on what the test before it allowed.
+create or replace function asyncflow.run_day(p_id text) returns date
+language sql immutable parallel safe as $$
+  select case when p_id ~ '^r[0-9]{8}-[0-9a-f]{32}' then
+    case when substr(p_id, 2, 4)::integer >= 1 and substr(p_id, 6, 2)::integer between 1 and 12 then
+      case when substr(p_id, 8, 2)::integer between 1 and extract(day from make_date(substr(p_id, 2, 4)::integer,
+          substr(p_id, 6, 2)::integer, 1) + interval '1 month' - interval '1 day')::integer
+        then make_date(substr(p_id, 2, 4)::integer, substr(p_id, 6, 2)::integer, substr(p_id, 8, 2)::integer)
+      end
+    end
+  end
+$$;
+
+-- Creates the day's partition of every run table unless it exists. Runs rarely: the checker
+-- creates today's and tomorrow's ahead of need. Leaves are created alone and then attached
+-- (SHARE UPDATE EXCLUSIVE on the parent, like create_shard); the names are built from a date.
+create or replace function asyncflow.ensure_run_day(p_day date) returns void
 language plpgsql as $$
+declare
+  v_table text;
 begin
-  raise exception using errcode = p_code, message = p_message;
+  if exists (select 1 from asyncflow.run_days where day = p_day) then
+    return;
+  end if;
+  perform pg_advisory_xact_lock(16713, 0);
+  if exists (select 1 from asyncflow.run_days where day = p_day) then
+    return;
+  end if;
+  foreach v_table in array array['runs', 'run_events', 'run_segments', 'run_traces', 'callbacks'] loop
+    execute format('create table asyncflow.%I (like asyncflow.%I including defaults including constraints)',
+      v_table || '_' || to_char(p_day, 'YYYYMMDD'), v_table);
+    execute format('alter table asyncflow.%I attach partition asyncflow.%I for values from (%L) to (%L)',
+      v_table, v_table || '_' || to_char(p_day, 'YYYYMMDD'), p_day, p_day + 1);
+  end loop;
+  insert into asyncflow.run_days (day) values (p_day);
+end
+$$;
+
+CREATE OR REPLACE FUNCTION asyncflow.wf_run_error(p_code text, p_message text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  -- (V37) cut: the message may repeat a caller's value of any size
+  raise exception using errcode = p_code, message = asyncflow.shorten(p_message);
 end
 $$;
 
 -- The run's data for routers and items: {"input", "nodes": {<node>: <result>}}.
-create function asyncflow.wf_data(p_run asyncflow.runs) returns jsonb
+create or replace function asyncflow.wf_data(p_run asyncflow.runs) returns jsonb
 language sql stable as $$
   select jsonb_build_object('input', p_run.input, 'nodes', coalesce((
     select jsonb_object_agg(e.node, coalesce(e.result, 'null'::jsonb)) from asyncflow.run_events e
@@ -39,7 +58,7 @@ language sql stable as $$
 $$;
 
 -- The results of a node's predecessors that succeeded: {<predecessor>: <result>}.
-create function asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) returns jsonb
+create or replace function asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) returns jsonb
 language sql stable as $$
   select coalesce(jsonb_object_agg(e.node, coalesce(e.result, 'null'::jsonb)), '{}'::jsonb)
   from asyncflow.run_events e
@@ -47,18 +66,18 @@ language sql stable as $$
     and e.status = 'succeeded'
 $$;
 
-create function asyncflow.wf_plan(p_run asyncflow.runs) returns jsonb
+create or replace function asyncflow.wf_plan(p_run asyncflow.runs) returns jsonb
 language sql stable as $$
   select plan from asyncflow.pipelines where name = p_run.pipeline and version = p_run.version
 $$;
 
-create function asyncflow.wf_get_run(p_run_id text) returns asyncflow.runs
+create or replace function asyncflow.wf_get_run(p_run_id text) returns asyncflow.runs
 language sql stable as $$
   select * from asyncflow.runs where day = asyncflow.run_day(p_run_id) and run_id = p_run_id
 $$;
 
 -- Cancels a task of the run unless it already ended (the trigger then finds its event closed).
-create function asyncflow.wf_cancel_task(p_task_id text, p_now timestamptz) returns void
+create or replace function asyncflow.wf_cancel_task(p_task_id text, p_now timestamptz) returns void
 language plpgsql as $$
 begin
   if p_task_id is not null then
@@ -71,7 +90,7 @@ $$;
 
 -- Stops whatever still works for an event that ended early: its task, its open segments' tasks,
 -- its child run, its pending callback.
-create function asyncflow.wf_close_event_work(p_day date, p_event_id text, p_task_id text, p_child_run text,
+create or replace function asyncflow.wf_close_event_work(p_day date, p_event_id text, p_task_id text, p_child_run text,
   p_node_type text, p_now timestamptz) returns void
 language plpgsql as $$
 declare
@@ -101,7 +120,7 @@ $$;
 -- Ends a run (succeeded, failed, timed_out, cancelled): open events are cancelled with their
 -- tasks and child runs, the parent event (sub-pipeline) hears of it, and the outcome goes to the
 -- notify_url unless p_notify is false (a timed-out run the checker retries as a new run).
-create function asyncflow.wf_finish_run(p_run_id text, p_status asyncflow.run_status, p_result jsonb, p_error text,
+create or replace function asyncflow.wf_finish_run(p_run_id text, p_status asyncflow.run_status, p_result jsonb, p_error text,
   p_now timestamptz, p_notify boolean default true) returns void
 language plpgsql as $$
 declare
@@ -149,7 +168,7 @@ begin
 end
 $$;
 
-create function asyncflow.wf_enqueue_callback(p_run asyncflow.runs, p_kind text, p_event_id text, p_url text,
+create or replace function asyncflow.wf_enqueue_callback(p_run asyncflow.runs, p_kind text, p_event_id text, p_url text,
   p_payload jsonb, p_now timestamptz) returns text
 language plpgsql as $$
 declare
@@ -166,7 +185,7 @@ $$;
 
 -- Ends an open event (pending, running or external) as succeeded or failed; the event as it is
 -- now, or a row of nulls when it was not open (already ended, or its run ended first).
-create function asyncflow.wf_end_event(p_event_id text, p_status text, p_result jsonb, p_error text,
+create or replace function asyncflow.wf_end_event(p_event_id text, p_status text, p_result jsonb, p_error text,
   p_now timestamptz) returns asyncflow.run_events
 language plpgsql as $$
 declare
@@ -184,7 +203,7 @@ end
 $$;
 
 -- An event failed: the run fails with it.
-create function asyncflow.wf_fail_event(p_event_id text, p_error text, p_now timestamptz) returns void
+create or replace function asyncflow.wf_fail_event(p_event_id text, p_error text, p_now timestamptz) returns void
 language plpgsql as $$
 declare
   v_event asyncflow.run_events := asyncflow.wf_end_event(p_event_id, 'failed', null, p_error, p_now);
@@ -200,7 +219,7 @@ end
 $$;
 
 -- An event succeeded: its out-edges are resolved (a router's chosen edge live, the rest skipped).
-create function asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_now timestamptz) returns void
+create or replace function asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_now timestamptz) returns void
 language plpgsql as $$
 declare
   v_event asyncflow.run_events := asyncflow.wf_end_event(p_event_id, 'succeeded', p_result, null, p_now);
@@ -231,7 +250,7 @@ end
 $$;
 
 -- One in-edge of p_node is resolved (p_live: taken, or skipped by a router).
-create function asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamptz) returns void
+create or replace function asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamptz) returns void
 language plpgsql as $$
 declare
   v_event asyncflow.run_events;
@@ -263,7 +282,7 @@ end
 $$;
 
 -- The context a node's function is called with.
-create function asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) returns jsonb
+create or replace function asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) returns jsonb
 language sql immutable as $$
   select jsonb_build_object('run_id', p_run.run_id, 'pipeline', p_run.pipeline, 'version', p_run.version,
     'node', p_node, 'event_id', p_run.run_id || '_' || p_node, 'input', p_run.input, 'inputs', p_inputs)
@@ -271,7 +290,7 @@ $$;
 
 -- Creates the tasks of a node (one, or one per segment) and links them to the run. Errors that
 -- the task engine raises for this input (too large a context, say) fail the node, not the caller.
-create function asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[]) returns text[]
+create or replace function asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[]) returns text[]
 language plpgsql as $$
 declare
   v_ids text[];
@@ -288,9 +307,9 @@ begin
 end
 $$;
 
--- All in-edges of p_node resolved with at least one taken: the node runs.
-create function asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamptz) returns void
-language plpgsql as $$
+CREATE OR REPLACE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
 declare
   v_plan jsonb := asyncflow.wf_plan(p_run);
   v_def jsonb := v_plan -> 'nodes' -> p_node;
@@ -304,6 +323,10 @@ declare
   v_ids text[];
   v_child text;
   v_url text;
+  v_root asyncflow.runs;
+  v_up asyncflow.runs;
+  v_steps integer;
+  v_child_pipe asyncflow.pipelines;
 begin
   update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, started_at = coalesce(started_at, p_now),
     deadline = p_now + make_interval(secs => (v_def ->> 'timeout')::double precision), task_id = null,
@@ -355,14 +378,41 @@ begin
           array(select e from jsonb_array_elements(v_items) e), jsonb_array_length(v_items), p_now);
       end if;
     when 'pipeline' then
+      -- (V36) the runs above, up to the root: the steps each adds around the sub-pipeline node
+      -- that started the one below (plan_steps), and the root, which counts its tree's runs
+      v_steps := coalesce((v_def ->> 'steps_around')::integer, 0);
+      v_root := p_run;
+      while v_root.parent_event is not null loop
+        v_up := asyncflow.wf_get_run(split_part(v_root.parent_event, '_', 1));
+        exit when v_up.run_id is null;
+        v_steps := v_steps + coalesce((asyncflow.wf_plan(v_up) -> 'nodes'
+          -> substr(v_root.parent_event, strpos(v_root.parent_event, '_') + 1) ->> 'steps_around')::integer, 0);
+        v_root := v_up;
+      end loop;
+      -- the version wf_new_run starts (when there is none, it says so)
+      select * into v_child_pipe from asyncflow.pipelines p where p.name = v_def ->> 'pipeline'
+        and (case when v_def ->> 'version' is null then p.status = 'active' else p.version = (v_def ->> 'version')::integer end);
+      v_steps := v_steps + coalesce((v_child_pipe.plan ->> 'steps')::integer, 0);
       if p_run.depth >= 8 then
         perform asyncflow.wf_fail_event(v_event_id, 'sub-pipelines nest deeper than 8 levels', p_now);
+      elsif v_steps > asyncflow.plan_step_limit() then
+        perform asyncflow.wf_fail_event(v_event_id, format('sub-pipeline %L version %s: with the runs above, one call '
+          'could run %s steps, more than the limit of %s (its steps have grown since this pipeline was stored)',
+          v_child_pipe.name, v_child_pipe.version, v_steps, asyncflow.plan_step_limit()), p_now);
       else
-        v_child := asyncflow.wf_new_run(v_def ->> 'pipeline', (v_def ->> 'version')::integer,
-          jsonb_build_object('parent_run', p_run.run_id, 'input', p_run.input, 'inputs', v_inputs),
-          null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now);
-        -- the child may have ended already (a pipeline of instant nodes) and completed this event
-        update asyncflow.run_events set child_run = v_child, updated_at = p_now where day = p_run.day and event_id = v_event_id;
+        -- (V36) counted on the root; rolled back with the child when wf_new_run raises
+        update asyncflow.runs set sub_runs = sub_runs + 1
+        where day = v_root.day and run_id = v_root.run_id and sub_runs < 1000;
+        if not found then
+          perform asyncflow.wf_fail_event(v_event_id, format('run %s has started 1000 sub-pipeline runs in its tree, '
+            'the limit for one run', v_root.run_id), p_now);
+        else
+          v_child := asyncflow.wf_new_run(v_def ->> 'pipeline', (v_def ->> 'version')::integer,
+            jsonb_build_object('parent_run', p_run.run_id, 'input', p_run.input, 'inputs', v_inputs),
+            null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now);
+          -- the child may have ended already (a pipeline of instant nodes) and completed this event
+          update asyncflow.run_events set child_run = v_child, updated_at = p_now where day = p_run.day and event_id = v_event_id;
+        end if;
       end if;
     when 'callback' then
       v_url := coalesce(v_def ->> 'url', p_run.notify_url);
@@ -385,7 +435,7 @@ $$;
 
 -- Starts (again) segments of a dynamic node: the items p_items (numbered p_ns) out of p_count,
 -- each given the node's inputs (p_inputs, the predecessors' results).
-create function asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb,
+create or replace function asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb,
   p_ns integer[], p_items jsonb[], p_count integer, p_now timestamptz) returns void
 language plpgsql as $$
 declare
@@ -411,7 +461,7 @@ end
 $$;
 
 -- A task of a run ended (or, p_status = 'running', was claimed).
-create function asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb,
+create or replace function asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb,
   p_error text, p_now timestamptz) returns void
 language plpgsql as $$
 declare
@@ -481,11 +531,8 @@ begin
 end
 $$;
 
--- Fires on every status change of a task that works for a run: records the call (trace) and
--- moves the run on. Anything unexpected fails the run rather than the worker's report (which
--- would otherwise be refused again and again); lock and serialization errors are raised so the
--- report is retried whole.
-create function asyncflow.tg_tasks__workflow() returns trigger
+-- The workflow trigger (V11): a success's trace takes its outcome from the status.
+create or replace function asyncflow.tg_tasks__workflow() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_task_id text := asyncflow.format_task_id(new.task_type, new.shard, new.id);
@@ -496,7 +543,9 @@ begin
       request, response, error, started_at, cost_ms, created_at)
     values (asyncflow.run_day(new.run_ref), left(new.run_ref, 42), split_part(new.run_ref, '#', 1),
       case when new.run_ref like '%#%' then replace(new.run_ref, '#', '_') end, v_task_id, old.stage, old.attempt,
-      old.owner, coalesce(v_entry ->> 'outcome', v_entry ->> 'event'), old.context,
+      -- a success writes no log entry (V19): its outcome is the status
+      old.owner, coalesce(case when new.status = 'succeeded' then 'succeed' end, v_entry ->> 'outcome',
+        v_entry ->> 'event'), old.context,
       case when new.status = 'succeeded' then new.result when new.stage <> old.stage then new.context end,
       case when new.status in ('pending', 'failed') and new.retry_count > old.retry_count then new.last_error end,
       old.claimed_at, floor(date_part('epoch', new.updated_at - old.claimed_at) * 1000)::bigint, new.updated_at);
@@ -517,20 +566,138 @@ begin
 end
 $$;
 
--- The trigger is created per task type, on asyncflow.tasks_<type> (and so on each of its shards,
--- present and future), by put_pipeline for the functions a pipeline names: a type no pipeline
--- uses has no trigger at all, so its claims and reports pay nothing for workflows (a row trigger,
--- even one whose WHEN is false, makes every UPDATE fetch the old row again for it). Creating it
--- takes a SHARE ROW EXCLUSIVE lock on the type's tasks for a moment, once.
-create function asyncflow.wf_watch_type(p_task_type text) returns void
+-- wf_watch_type (V11) under a per-type advisory lock, (16715, hashtext(type)): two pipelines
+-- naming the same type, put concurrently, both found no trigger and the second failed to create
+-- it (42710). The second now waits for the first and finds its trigger.
+create or replace function asyncflow.wf_watch_type(p_task_type text) returns void
 language plpgsql as $$
 begin
   perform asyncflow.check_type_name(p_task_type);
+  perform pg_advisory_xact_lock(16715, hashtext(p_task_type));
   if not exists (select 1 from pg_trigger g where g.tgname = 'tg_tasks__workflow' and not g.tgisinternal
       and g.tgrelid = format('asyncflow.%I', 'tasks_' || p_task_type)::regclass) then
     execute format('create trigger tg_tasks__workflow after update on asyncflow.%I for each row '
       'when (new.run_ref is not null and old.status is distinct from new.status) '
       'execute function asyncflow.tg_tasks__workflow()', 'tasks_' || p_task_type);
+  end if;
+end
+$$;
+
+-- Creates a run (scheduled) with its events, and begins it when due. The one way runs are made:
+-- start_run, retry_run, the checker's run retries and sub-pipeline nodes all come here.
+create or replace function asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text,
+  p_notify_key text, p_run_at timestamptz, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text,
+  p_now timestamptz) returns text
+language plpgsql as $$
+declare
+  v_pipe asyncflow.pipelines;
+  v_day date := (p_now at time zone 'UTC')::date;
+  v_run_id text := 'r' || to_char(p_now at time zone 'UTC', 'YYYYMMDD') || '-' || replace(gen_random_uuid()::text, '-', '');
+  v_max_bytes integer;
+begin
+  if p_pipeline is null or p_pipeline !~ '^[a-z][a-z0-9_]{0,39}$' then
+    perform asyncflow.raise_error('AF006', format('invalid pipeline name %s', coalesce(quote_literal(p_pipeline), 'null')));
+  end if;
+  select * into v_pipe from asyncflow.pipelines p where p.name = p_pipeline
+    and (case when p_version is null then p.status = 'active' else p.version = p_version end);
+  if not found then
+    perform asyncflow.wf_run_error('AF011', case when p_version is null
+      then format('pipeline %L has no active version', p_pipeline)
+      else format('unknown pipeline %L version %s', p_pipeline, p_version) end);
+  end if;
+  if v_pipe.status = 'retired' then
+    perform asyncflow.wf_run_error('AF013', format('pipeline %L version %s is retired: it starts no new runs',
+      p_pipeline, v_pipe.version));
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  if p_input is not null and jsonb_typeof(p_input) <> 'object' then
+    perform asyncflow.raise_error('AF006', 'input must be a JSON object');
+  elsif pg_column_size(p_input) > v_max_bytes then
+    perform asyncflow.raise_error('AF005', format('input is too large: %s bytes, the limit is %s',
+      pg_column_size(p_input), v_max_bytes));
+  elsif p_notify_url is not null and (p_notify_url !~ '^https?://[^\s]+$' or length(p_notify_url) > 2048) then
+    perform asyncflow.raise_error('AF006', format('notify_url must be an http(s) URL of at most 2048 characters, got %s',
+      to_jsonb(left(p_notify_url, 100))));
+  elsif length(p_notify_key) not between 1 and 255 then
+    perform asyncflow.raise_error('AF006', 'notify_key must be a string of 1 to 255 characters');
+  elsif p_run_at is not null and (not isfinite(p_run_at) or p_run_at > p_now + interval '366 days') then
+    perform asyncflow.raise_error('AF006', format('run_at must be a finite time within a year, got %s', p_run_at));
+  end if;
+  perform asyncflow.ensure_run_day(v_day);
+  insert into asyncflow.runs (day, run_id, pipeline, version, status, input, notify_url, notify_key, parent_event,
+    depth, attempt, retry_of, run_at, created_at, updated_at)
+  values (v_day, v_run_id, p_pipeline, v_pipe.version, 'scheduled', coalesce(p_input, '{}'::jsonb), p_notify_url,
+    p_notify_key, p_parent_event, p_depth, p_attempt, p_retry_of, coalesce(p_run_at, p_now), p_now, p_now);
+  insert into asyncflow.run_events (day, event_id, run_id, node, node_type, in_degree, created_at, updated_at)
+  select v_day, v_run_id || '_' || n, v_run_id, n, v_pipe.plan -> 'nodes' -> n ->> 'type',
+    (v_pipe.plan -> 'nodes' -> n ->> 'in_degree')::integer, p_now, p_now
+  from jsonb_array_elements_text(v_pipe.plan -> 'order') n;
+  if coalesce(p_run_at, p_now) <= p_now then
+    perform asyncflow.wf_begin_run(v_run_id, p_now);
+  end if;
+  return v_run_id;
+end
+$$;
+
+-- A scheduled run begins: its deadline is set and its start node runs.
+create or replace function asyncflow.wf_begin_run(p_run_id text, p_now timestamptz) returns void
+language plpgsql as $$
+declare
+  v_run asyncflow.runs;
+  v_plan jsonb;
+begin
+  update asyncflow.runs r set status = 'running', started_at = p_now, updated_at = p_now,
+    deadline = p_now + make_interval(secs => (select (p.plan ->> 'timeout')::double precision from asyncflow.pipelines p
+      where p.name = r.pipeline and p.version = r.version))
+  where day = asyncflow.run_day(p_run_id) and run_id = p_run_id and status = 'scheduled'
+  returning * into v_run;
+  if found then
+    v_plan := asyncflow.wf_plan(v_run);
+    perform asyncflow.wf_activate(v_run, v_plan ->> 'start', p_now);
+  end if;
+end
+$$;
+
+-- The run, or AF012.
+create or replace function asyncflow.wf_run_for_update(p_run_id text) returns asyncflow.runs
+language plpgsql as $$
+declare
+  v_run asyncflow.runs;
+begin
+  select * into v_run from asyncflow.runs where day = asyncflow.run_day(p_run_id) and run_id = p_run_id for update;
+  if not found then
+    perform asyncflow.wf_run_error('AF012', format('unknown run %s', coalesce(quote_literal(p_run_id), 'null')));
+  end if;
+  return v_run;
+end
+$$;
+
+-- Runs an event again: a dynamic node only its segments that did not succeed, any other node
+-- from the start.
+create or replace function asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow.run_events, p_now timestamptz)
+returns void
+language plpgsql as $$
+declare
+  v_def jsonb := asyncflow.wf_plan(p_run) -> 'nodes' -> p_event.node;
+  v_ns integer[];
+  v_items jsonb[];
+begin
+  if p_event.node_type = 'dynamic' and p_event.segment_cnt > 0 then
+    select array_agg(s.n order by s.n), array_agg(s.item order by s.n) into v_ns, v_items
+    from asyncflow.run_segments s
+    where s.day = p_event.day and s.event_id = p_event.event_id and s.status <> 'succeeded';
+    update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, error = null, cancelled_from = null,
+      finished_at = null, updated_at = p_now
+    where day = p_event.day and event_id = p_event.event_id;
+    if v_ns is null then
+      perform asyncflow.wf_complete_event(p_event.event_id, (select jsonb_agg(coalesce(s.result, 'null'::jsonb) order by s.n)
+        from asyncflow.run_segments s where s.day = p_event.day and s.event_id = p_event.event_id), p_now);
+    else
+      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, asyncflow.wf_inputs(p_run, v_def), v_ns, v_items,
+        p_event.segment_cnt, p_now);
+    end if;
+  else
+    perform asyncflow.wf_activate(p_run, p_event.node, p_now);
   end if;
 end
 $$;

@@ -1,87 +1,10 @@
--- The workflow API: start_run, get_run, list_runs, cancel_run, retry_run, retry_node,
--- complete_node (clients); check_runs, claim_callbacks, record_callback, drop_expired_runs
--- (maintenance). Errors: AF006 bad input, AF011 unknown pipeline, AF012 unknown run or node,
--- AF013 wrong state.
-
--- Creates a run (scheduled) with its events, and begins it when due. The one way runs are made:
--- start_run, retry_run, the checker's run retries and sub-pipeline nodes all come here.
-create function asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text,
-  p_notify_key text, p_run_at timestamptz, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text,
-  p_now timestamptz) returns text
-language plpgsql as $$
-declare
-  v_pipe asyncflow.pipelines;
-  v_day date := (p_now at time zone 'UTC')::date;
-  v_run_id text := 'r' || to_char(p_now at time zone 'UTC', 'YYYYMMDD') || '-' || replace(gen_random_uuid()::text, '-', '');
-  v_max_bytes integer;
-begin
-  if p_pipeline is null or p_pipeline !~ '^[a-z][a-z0-9_]{0,39}$' then
-    perform asyncflow.raise_error('AF006', format('invalid pipeline name %s', coalesce(quote_literal(p_pipeline), 'null')));
-  end if;
-  select * into v_pipe from asyncflow.pipelines p where p.name = p_pipeline
-    and (case when p_version is null then p.status = 'active' else p.version = p_version end);
-  if not found then
-    perform asyncflow.wf_run_error('AF011', case when p_version is null
-      then format('pipeline %L has no active version', p_pipeline)
-      else format('unknown pipeline %L version %s', p_pipeline, p_version) end);
-  end if;
-  if v_pipe.status = 'retired' then
-    perform asyncflow.wf_run_error('AF013', format('pipeline %L version %s is retired: it starts no new runs',
-      p_pipeline, v_pipe.version));
-  end if;
-  select max_context_bytes into v_max_bytes from asyncflow.config;
-  if p_input is not null and jsonb_typeof(p_input) <> 'object' then
-    perform asyncflow.raise_error('AF006', 'input must be a JSON object');
-  elsif pg_column_size(p_input) > v_max_bytes then
-    perform asyncflow.raise_error('AF005', format('input is too large: %s bytes, the limit is %s',
-      pg_column_size(p_input), v_max_bytes));
-  elsif p_notify_url is not null and (p_notify_url !~ '^https?://[^\s]+$' or length(p_notify_url) > 2048) then
-    perform asyncflow.raise_error('AF006', format('notify_url must be an http(s) URL of at most 2048 characters, got %s',
-      to_jsonb(left(p_notify_url, 100))));
-  elsif length(p_notify_key) not between 1 and 255 then
-    perform asyncflow.raise_error('AF006', 'notify_key must be a string of 1 to 255 characters');
-  elsif p_run_at is not null and (not isfinite(p_run_at) or p_run_at > p_now + interval '366 days') then
-    perform asyncflow.raise_error('AF006', format('run_at must be a finite time within a year, got %s', p_run_at));
-  end if;
-  perform asyncflow.ensure_run_day(v_day);
-  insert into asyncflow.runs (day, run_id, pipeline, version, status, input, notify_url, notify_key, parent_event,
-    depth, attempt, retry_of, run_at, created_at, updated_at)
-  values (v_day, v_run_id, p_pipeline, v_pipe.version, 'scheduled', coalesce(p_input, '{}'::jsonb), p_notify_url,
-    p_notify_key, p_parent_event, p_depth, p_attempt, p_retry_of, coalesce(p_run_at, p_now), p_now, p_now);
-  insert into asyncflow.run_events (day, event_id, run_id, node, node_type, in_degree, created_at, updated_at)
-  select v_day, v_run_id || '_' || n, v_run_id, n, v_pipe.plan -> 'nodes' -> n ->> 'type',
-    (v_pipe.plan -> 'nodes' -> n ->> 'in_degree')::integer, p_now, p_now
-  from jsonb_array_elements_text(v_pipe.plan -> 'order') n;
-  if coalesce(p_run_at, p_now) <= p_now then
-    perform asyncflow.wf_begin_run(v_run_id, p_now);
-  end if;
-  return v_run_id;
-end
-$$;
-
--- A scheduled run begins: its deadline is set and its start node runs.
-create function asyncflow.wf_begin_run(p_run_id text, p_now timestamptz) returns void
-language plpgsql as $$
-declare
-  v_run asyncflow.runs;
-  v_plan jsonb;
-begin
-  update asyncflow.runs r set status = 'running', started_at = p_now, updated_at = p_now,
-    deadline = p_now + make_interval(secs => (select (p.plan ->> 'timeout')::double precision from asyncflow.pipelines p
-      where p.name = r.pipeline and p.version = r.version))
-  where day = asyncflow.run_day(p_run_id) and run_id = p_run_id and status = 'scheduled'
-  returning * into v_run;
-  if found then
-    v_plan := asyncflow.wf_plan(v_run);
-    perform asyncflow.wf_activate(v_run, v_plan ->> 'start', p_now);
-  end if;
-end
-$$;
+-- The workflow API: runs started, read, cancelled and retried; the run checker, callbacks and run retention.
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
 
 -- start_run: starts a run of the pipeline's active version (or of p_version, unless retired)
 -- with this input; its outcome is POSTed to notify_url (with notify_key) when it ends.
 -- With run_at in the future the run waits until then (the checker begins it). Returns the run id.
-create function asyncflow.start_run(
+create or replace function asyncflow.start_run(
   pipeline text,
   input jsonb default '{}',
   notify_url text default null,
@@ -94,7 +17,7 @@ language sql security definer set search_path = pg_catalog, pg_temp as $$
   select asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, coalesce($7, now()))
 $$;
 
-create function asyncflow.run_json(r asyncflow.runs) returns jsonb
+create or replace function asyncflow.run_json(r asyncflow.runs) returns jsonb
 language sql stable as $$
   select jsonb_build_object('run_id', r.run_id, 'pipeline', r.pipeline, 'version', r.version, 'status', r.status,
     'input', r.input, 'result', r.result, 'error', r.error, 'notify_url', r.notify_url, 'notify_key', r.notify_key,
@@ -106,7 +29,7 @@ $$;
 -- get_run: the run with its events (in plan order; a dynamic node's with its segments), the
 -- function calls made for it (traces, oldest first, at most 1000) and its callbacks. Null when
 -- there is no such run.
-create function asyncflow.get_run(run_id text) returns jsonb
+create or replace function asyncflow.get_run(run_id text) returns jsonb
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_run asyncflow.runs := asyncflow.wf_get_run($1);
@@ -146,7 +69,7 @@ $$;
 
 -- list_runs: runs newest first, optionally of one pipeline and status; keyset pagination with
 -- p_before (the run_id of the last run of the previous page).
-create function asyncflow.list_runs(pipeline text default null, status text default null, p_limit integer default 100,
+create or replace function asyncflow.list_runs(pipeline text default null, status text default null, p_limit integer default 100,
   p_before text default null) returns setof jsonb
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 declare
@@ -174,40 +97,54 @@ begin
 end
 $$;
 
--- The run, or AF012.
-create function asyncflow.wf_run_for_update(p_run_id text) returns asyncflow.runs
-language plpgsql as $$
-declare
-  v_run asyncflow.runs;
-begin
-  select * into v_run from asyncflow.runs where day = asyncflow.run_day(p_run_id) and run_id = p_run_id for update;
-  if not found then
-    perform asyncflow.wf_run_error('AF012', format('unknown run %s', coalesce(quote_literal(p_run_id), 'null')));
-  end if;
-  return v_run;
-end
-$$;
-
--- cancel_run: a scheduled or running run ends cancelled (its tasks cancelled, its outcome POSTed).
--- Returns false when it had already ended.
-create function asyncflow.cancel_run(run_id text, p_now timestamptz default null) returns boolean
+-- cancel_run retries when it meets a report in a deadlock.
+--
+-- A worker's report locks its task's row and then, in the workflow trigger, its run's row;
+-- cancel_run locks the run's row and then its tasks' rows. When a run is cancelled while one of
+-- its tasks reports, each may wait for the other, and after deadlock_timeout the deadlock
+-- detector ends one of them with 40P01. A worker retries its report by itself; cancel_run raised
+-- 40P01 to its caller. It now makes each try in a savepoint of its own (a block with an
+-- exception handler): a try ended by the detector gives its locks back, the report goes on, and
+-- the next try, a moment later, ends the run; at most three tries. Replaced whole (the migration
+-- convention, V12).
+--
+-- What the savepoint does not cover: locks the caller took earlier in its own transaction stay
+-- held across the tries (if they are part of the deadlock, the three tries end in 40P01 after
+-- three deadlock timeouts); in REPEATABLE READ or SERIALIZABLE the first 40P01 is raised at
+-- once, as a retry there could only fail; each call opens a subtransaction (many calls in one
+-- transaction make many); and a deadlock caught here is not logged as an error.
+create or replace function asyncflow.cancel_run(run_id text, p_now timestamptz default null) returns boolean
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
-  v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
+  v_run asyncflow.runs;
 begin
-  if v_run.status not in ('scheduled', 'running') then
-    return false;
-  end if;
-  perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
-  return true;
+  for v_try in 1..3 loop
+    begin
+      v_run := asyncflow.wf_run_for_update($1);
+      if v_run.status not in ('scheduled', 'running') then
+        return false;
+      end if;
+      perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
+      return true;
+    exception when deadlock_detected then
+      -- in REPEATABLE READ or SERIALIZABLE a try after a concurrent change cannot succeed
+      if v_try = 3 or current_setting('transaction_isolation') <> 'read committed' then
+        raise;
+      end if;
+      -- let the report that was waiting take the locks and finish first: trying again at once
+      -- would lock the run before it and meet it again
+      perform pg_sleep(0.05 * v_try);
+    end;
+  end loop;
+  return false;
 end
 $$;
 
 -- retry_run: a failed, timed-out or cancelled run is run again as a new run of the same pipeline
 -- version, input, notify_url and notify_key (seed: "retrying a task is a new task with the same
 -- unique key"). Returns the new run's id.
-create function asyncflow.retry_run(run_id text, p_now timestamptz default null) returns text
+create or replace function asyncflow.retry_run(run_id text, p_now timestamptz default null) returns text
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
@@ -230,41 +167,18 @@ begin
 end
 $$;
 
--- Runs an event again: a dynamic node only its segments that did not succeed, any other node
--- from the start.
-create function asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow.run_events, p_now timestamptz)
-returns void
-language plpgsql as $$
-declare
-  v_def jsonb := asyncflow.wf_plan(p_run) -> 'nodes' -> p_event.node;
-  v_ns integer[];
-  v_items jsonb[];
-begin
-  if p_event.node_type = 'dynamic' and p_event.segment_cnt > 0 then
-    select array_agg(s.n order by s.n), array_agg(s.item order by s.n) into v_ns, v_items
-    from asyncflow.run_segments s
-    where s.day = p_event.day and s.event_id = p_event.event_id and s.status <> 'succeeded';
-    update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, error = null, cancelled_from = null,
-      finished_at = null, updated_at = p_now
-    where day = p_event.day and event_id = p_event.event_id;
-    if v_ns is null then
-      perform asyncflow.wf_complete_event(p_event.event_id, (select jsonb_agg(coalesce(s.result, 'null'::jsonb) order by s.n)
-        from asyncflow.run_segments s where s.day = p_event.day and s.event_id = p_event.event_id), p_now);
-    else
-      perform asyncflow.wf_start_segments(p_run, p_event.node, v_def, asyncflow.wf_inputs(p_run, v_def), v_ns, v_items,
-        p_event.segment_cnt, p_now);
-    end if;
-  else
-    perform asyncflow.wf_activate(p_run, p_event.node, p_now);
-  end if;
-end
-$$;
-
--- retry_node: resumes a run that failed at this node: the node runs again (a dynamic node only
--- its unfinished segments), the nodes the failure cancelled resume where they stood, and the
--- run is running again with a fresh deadline (its outcome is POSTed again when it ends).
-create function asyncflow.retry_node(run_id text, node text, p_now timestamptz default null) returns boolean
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+-- V32: retry_node starts nothing more in a run that fails again while its nodes restart.
+--
+-- Retrying a node first runs again the nodes the failure had cancelled, then the node itself. When
+-- one of them failed again at once (a sub-pipeline whose version was retired meanwhile, say), the
+-- run was failed again, and the loop still went on: the retried node got a live task in a failed
+-- run, and retry_node said true (found by a bug hunt). Now the loop stops once the run is no
+-- longer running, and the result says whether it is running again. Replaced whole (the migration
+-- convention); only the end changed.
+CREATE OR REPLACE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
 #variable_conflict use_column
 declare
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
@@ -301,16 +215,21 @@ begin
     where e.day = v_run.day and e.run_id = v_run.run_id and e.status = 'cancelled' order by e.event_id
   loop
     perform asyncflow.wf_rerun_event(v_run, v_other, v_now);
+    -- (V32) a node that fails again at once fails the run again: nothing more is started in it
+    exit when (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) <> 'running';
   end loop;
-  perform asyncflow.wf_rerun_event(v_run, v_event, v_now);
-  return true;
+  if (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) = 'running' then
+    perform asyncflow.wf_rerun_event(v_run, v_event, v_now);
+  end if;
+  -- true when the run is under way again; false when it failed again while its nodes restarted
+  return (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) = 'running';
 end
-$$;
+$_$;
 
 -- complete_node: the external completion of an asynchronous node (one waiting in status
 -- external): with no error it succeeds with p_result (default: its function's result), with an
 -- error it fails, and the run with it.
-create function asyncflow.complete_node(run_id text, node text, result jsonb default null, error text default null,
+create or replace function asyncflow.complete_node(run_id text, node text, result jsonb default null, error text default null,
   p_now timestamptz default null) returns jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
@@ -342,14 +261,20 @@ begin
 end
 $$;
 
--- check_runs (the checker, seed "cb system"): begins scheduled runs that are due; restarts or
--- fails nodes and segments past their deadline (a node's timeout, restarted up to its
--- timeout_retries); times out runs past their deadline, starting them again as new runs while the
--- pipeline's retries allow (the timed-out run then sends no callback; the new one will, with the
--- same notify key); creates today's and tomorrow's run partitions ahead of need.
--- At most p_limit of each kind per call; rows being changed meanwhile are skipped (SKIP LOCKED).
-create function asyncflow.check_runs(p_now timestamptz default null, p_limit integer default 500)
-returns table (action text, id text, detail text)
+-- V31: what the checker cannot do for one run fails that run (or node) alone.
+--
+-- check_runs did everything in one statement: when one item raised, the whole pass rolled back,
+-- and since that item stayed among the oldest, every later pass failed the same way: no run
+-- began, timed out or was retried any more (found by a bug hunt). Seen with a timed-out run whose
+-- retry needed its version, retired meanwhile by a newer `pipeline apply` (AF013), and with a
+-- delayed run of a pipeline too deep to start (54001). Now each item runs in a block of its own:
+-- - a scheduled run that cannot begin fails, with the reason;
+-- - a node (or segment) whose restart fails fails, with the reason;
+-- - a run whose retry cannot be made times out as it would without retries, the reason in its
+--   error, and calls back.
+-- The function is replaced whole (the migration convention); only these branches changed.
+create or replace function asyncflow.check_runs(p_now timestamptz default null, p_limit integer default 500)
+returns table(action text, id text, detail text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_now timestamptz := coalesce(p_now, now());
@@ -359,6 +284,8 @@ declare
   v_def jsonb;
   v_new text;
   v_plan jsonb;
+  v_why text;
+  v_done boolean;
 begin
   perform asyncflow.ensure_run_day((v_now at time zone 'UTC')::date);
   perform asyncflow.ensure_run_day((v_now at time zone 'UTC')::date + 1);
@@ -367,8 +294,15 @@ begin
     select * from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= v_now
     order by r.run_at limit p_limit for update skip locked
   loop
-    perform asyncflow.wf_begin_run(v_run.run_id, v_now);
-    action := 'begun'; id := v_run.run_id; detail := format('due at %s', v_run.run_at);
+    id := v_run.run_id;
+    begin
+      perform asyncflow.wf_begin_run(v_run.run_id, v_now);
+      action := 'begun'; detail := format('due at %s', v_run.run_at);
+    exception when others then
+      get stacked diagnostics v_why = message_text;
+      perform asyncflow.wf_finish_run(v_run.run_id, 'failed', null, format('could not begin: %s', v_why), v_now);
+      action := 'run failed'; detail := v_why;
+    end;
     return next;
   end loop;
 
@@ -380,18 +314,28 @@ begin
     v_run := asyncflow.wf_get_run(v_event.run_id);
     v_def := asyncflow.wf_plan(v_run) -> 'nodes' -> v_event.node;
     id := v_event.event_id;
+    v_done := false;
+    v_why := null;
     if v_event.node_type = 'task' and v_def ->> 'function' is not null
         and v_event.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
-      update asyncflow.run_events set task_id = null where day = v_event.day and event_id = v_event.event_id;
-      perform asyncflow.wf_cancel_task(v_event.task_id, v_now);
-      perform asyncflow.wf_activate(v_run, v_event.node, v_now);
+      begin
+        update asyncflow.run_events set task_id = null where day = v_event.day and event_id = v_event.event_id;
+        perform asyncflow.wf_cancel_task(v_event.task_id, v_now);
+        perform asyncflow.wf_activate(v_run, v_event.node, v_now);
+        v_done := true;
+      exception when others then
+        get stacked diagnostics v_why = message_text;
+      end;
+    end if;
+    if v_done then
       action := 'node restarted';
       detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_event.exec_cnt + 1);
     else
       perform asyncflow.wf_fail_event(v_event.event_id,
-        format('timed out: no result within %s s (%s tries)', v_def ->> 'timeout', v_event.exec_cnt), v_now);
+        format('timed out: no result within %s s (%s tries)', v_def ->> 'timeout', v_event.exec_cnt)
+          || coalesce('; the restart failed: ' || v_why, ''), v_now);
       action := 'node failed';
-      detail := format('no result within %s s', v_def ->> 'timeout');
+      detail := format('no result within %s s', v_def ->> 'timeout') || coalesce('; restart failed: ' || v_why, '');
     end if;
     return next;
   end loop;
@@ -404,18 +348,29 @@ begin
     v_event := (select e from asyncflow.run_events e where e.day = v_seg.day and e.event_id = v_seg.event_id);
     v_def := asyncflow.wf_plan(v_run) -> 'nodes' -> v_event.node;
     id := v_seg.segment_id;
+    v_done := false;
+    v_why := null;
     if v_seg.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
-      update asyncflow.run_segments set task_id = null where day = v_seg.day and segment_id = v_seg.segment_id;
-      perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
-      perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, asyncflow.wf_inputs(v_run, v_def), array[v_seg.n],
-        array[v_seg.item], v_event.segment_cnt, v_now);
+      begin
+        update asyncflow.run_segments set task_id = null where day = v_seg.day and segment_id = v_seg.segment_id;
+        perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
+        perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, asyncflow.wf_inputs(v_run, v_def),
+          array[v_seg.n], array[v_seg.item], v_event.segment_cnt, v_now);
+        v_done := true;
+      exception when others then
+        get stacked diagnostics v_why = message_text;
+      end;
+    end if;
+    if v_done then
       action := 'segment restarted';
       detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_seg.exec_cnt + 1);
     else
       perform asyncflow.wf_fail_event(v_seg.event_id,
-        format('segment %s timed out: no result within %s s (%s tries)', v_seg.n, v_def ->> 'timeout', v_seg.exec_cnt), v_now);
+        format('segment %s timed out: no result within %s s (%s tries)', v_seg.n, v_def ->> 'timeout', v_seg.exec_cnt)
+          || coalesce('; the restart failed: ' || v_why, ''), v_now);
       action := 'node failed';
-      detail := format('segment %s: no result within %s s', v_seg.n, v_def ->> 'timeout');
+      detail := format('segment %s: no result within %s s', v_seg.n, v_def ->> 'timeout')
+        || coalesce('; restart failed: ' || v_why, '');
     end if;
     return next;
   end loop;
@@ -426,9 +381,18 @@ begin
   loop
     v_plan := asyncflow.wf_plan(v_run);
     id := v_run.run_id;
+    v_new := null;
+    v_why := null;
     if v_run.parent_event is null and v_run.attempt <= (v_plan ->> 'retries')::integer then
-      v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key,
-        null, null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+      begin
+        v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key,
+          null, null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+      exception when others then
+        get stacked diagnostics v_why = message_text;
+        v_new := null;
+      end;
+    end if;
+    if v_new is not null then
       update asyncflow.runs set retried_by = v_new where day = v_run.day and run_id = v_run.run_id;
       perform asyncflow.wf_finish_run(v_run.run_id, 'timed_out', null,
         format('no end within %s s; retried as %s', v_plan ->> 'timeout', v_new), v_now, false);
@@ -436,9 +400,10 @@ begin
       detail := v_new;
     else
       perform asyncflow.wf_finish_run(v_run.run_id, 'timed_out', null,
-        format('no end within %s s (deadline %s)', v_plan ->> 'timeout', v_run.deadline), v_now);
+        format('no end within %s s (deadline %s)', v_plan ->> 'timeout', v_run.deadline)
+          || coalesce('; not retried: ' || v_why, ''), v_now);
       action := 'run timed out';
-      detail := format('deadline %s', v_run.deadline);
+      detail := format('deadline %s', v_run.deadline) || coalesce('; not retried: ' || v_why, '');
     end if;
     return next;
   end loop;
@@ -448,7 +413,7 @@ $$;
 -- claim_callbacks: up to p_limit deliveries that are due, for one sender. Each attempt is
 -- counted now and the delivery is held for p_lease seconds (a sender that dies mid-attempt
 -- leaves it due again then). Locks: the claimed rows (SKIP LOCKED).
-create function asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer default 60,
+create or replace function asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer default 60,
   p_now timestamptz default null)
 returns table (callback_id text, run_id text, kind text, url text, payload jsonb, attempt integer)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -471,17 +436,20 @@ $$;
 
 -- record_callback: the outcome of one attempt (fenced by its attempt number). Delivered when
 -- p_error is null; otherwise due again after min(2^(attempt-1), callback_max_interval) s, or
--- given up (failed) once past give_up_at. A callback node succeeds or fails with its delivery.
--- Returns the callback's status, or null when the attempt is stale.
-create function asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text,
-  p_cost_ms integer, p_now timestamptz default null) returns text
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+-- given up (failed) once past give_up_at, or at once when p_give_up (V37). A callback node
+-- succeeds or fails with its delivery. Returns the callback's status, or null when the attempt
+-- is stale.
+create or replace function asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 declare
   v_now timestamptz := coalesce(p_now, now());
   v_cb asyncflow.callbacks;
 begin
   update asyncflow.callbacks c set
-    status = case when p_error is null then 'delivered' when v_now >= c.give_up_at then 'failed' else 'pending' end,
+    status = case when p_error is null then 'delivered' when p_give_up or v_now >= c.give_up_at then 'failed'
+      else 'pending' end,
     delivered_at = case when p_error is null then v_now end,
     last_error = left(p_error, 500),
     next_attempt_at = case when p_error is null then c.next_attempt_at
@@ -490,7 +458,7 @@ begin
     owner = null,
     log = case when jsonb_array_length(c.log) >= 50 then c.log - 0 else c.log end || jsonb_build_array(jsonb_strip_nulls(
       jsonb_build_object('attempt', p_attempt, 'at', v_now, 'http_status', p_http_status, 'error', left(p_error, 500),
-        'cost_ms', p_cost_ms))),
+        'cost_ms', p_cost_ms, 'given_up', case when p_error is not null and p_give_up then true end))),
     updated_at = v_now
   where c.day = asyncflow.run_day(p_callback_id) and c.callback_id = p_callback_id and c.status = 'pending'
     and c.attempts = p_attempt
@@ -502,8 +470,9 @@ begin
     perform asyncflow.wf_complete_event(v_cb.event_id, jsonb_build_object('delivered_at', v_now, 'url', v_cb.url,
       'http_status', p_http_status, 'attempts', v_cb.attempts), v_now);
   elsif v_cb.kind = 'node' and v_cb.status = 'failed' then
-    perform asyncflow.wf_fail_event(v_cb.event_id, format('callback to %s not delivered after %s attempts: %s',
-      v_cb.url, v_cb.attempts, p_error), v_now);
+    perform asyncflow.wf_fail_event(v_cb.event_id, case when p_give_up
+      then format('callback to %s not delivered: %s', v_cb.url, p_error)
+      else format('callback to %s not delivered after %s attempts: %s', v_cb.url, v_cb.attempts, p_error) end, v_now);
   end if;
   return v_cb.status;
 end
@@ -511,23 +480,41 @@ $$;
 
 -- drop_expired_runs: drops, whole, the days of run records older than config.run_retention
 -- whose runs have all ended and whose callbacks are settled: no DELETE, no dead tuples. A day
--- with a run still open stays until it ends. Each partition is locked first (waiting at most
--- 1 s, else the day waits for the next pass). Returns the dropped days.
-create function asyncflow.drop_expired_runs(p_now timestamptz default null) returns setof date
-language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+-- with a run still open stays until it ends, and is not locked (V37). Locks (V37): the five
+-- tables first (runs waited for up to 1 s, each next one up to 100 ms), then the day's
+-- partitions; a busy day waits for the next pass. Returns the dropped days.
+CREATE OR REPLACE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 declare
   v_now timestamptz := coalesce(p_now, now());
   v_day date;
+  v_days date[];
   v_table text;
   v_lock_timeout text := current_setting('lock_timeout');
 begin
-  for v_day in
-    select d.day from asyncflow.run_days d, asyncflow.config c
-    where d.dropped_at is null and d.day + 1 <= ((v_now - make_interval(secs => c.run_retention)) at time zone 'UTC')::date
-    order by d.day
-  loop
+  -- (V37) a day that cannot go is not locked at all (checked again under the locks below); the
+  -- days are read whole first, since a query still open on a partition keeps it from being dropped
+  select coalesce(array_agg(d.day order by d.day), '{}') into v_days
+  from asyncflow.run_days d, asyncflow.config c
+  where d.dropped_at is null and d.day + 1 <= ((v_now - make_interval(secs => c.run_retention)) at time zone 'UTC')::date
+    and not exists (select 1 from asyncflow.runs r where r.day = d.day and r.status in ('scheduled', 'running'))
+    and not exists (select 1 from asyncflow.callbacks k where k.day = d.day and k.status = 'pending');
+  foreach v_day in array v_days loop
     begin
+      -- (V37) the tables, then the day's partitions: the order every statement on run records
+      -- takes. DROP TABLE of a partition locks its table too; taking the partitions first, as
+      -- V12 did, deadlocked with a statement holding the table and reaching for the partition.
+      -- Only the first table is waited for long (nothing is held yet); after it each lock is
+      -- waited for briefly, since the workflow functions take the tables in no single order
+      -- and one of them may hold the next table while waiting for one taken here. (Once a day
+      -- is dropped, the tables stay locked and these are no-ops for the next days.)
       perform set_config('lock_timeout', '1s', true);
+      lock table only asyncflow.runs in access exclusive mode;
+      perform set_config('lock_timeout', '100ms', true);
+      lock table only asyncflow.run_events, asyncflow.run_segments, asyncflow.run_traces, asyncflow.callbacks
+        in access exclusive mode;
       foreach v_table in array array['runs', 'run_events', 'run_segments', 'run_traces', 'callbacks'] loop
         execute format('lock table asyncflow.%I in access exclusive mode', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
       end loop;
@@ -540,7 +527,8 @@ begin
         execute format('drop table asyncflow.%I', v_table || '_' || to_char(v_day, 'YYYYMMDD'));
       end loop;
       perform set_config('lock_timeout', v_lock_timeout, true);
-    exception when lock_not_available then
+    exception when lock_not_available or deadlock_detected then
+      -- busy: tried again at the next pass (everything this day took is released)
       perform set_config('lock_timeout', v_lock_timeout, true);
       continue;
     end;
@@ -553,7 +541,7 @@ $$;
 -- workflow_figures: for monitoring. Open runs per pipeline and status (scheduled, running: read
 -- through the partial index of open runs), runs ended per pipeline and status (counters, kept
 -- past retention), and callbacks waiting for delivery (pipeline '').
-create function asyncflow.workflow_figures()
+create or replace function asyncflow.workflow_figures()
 returns table (pipeline text, kind text, status text, n bigint)
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select r.pipeline, 'open', r.status::text, count(*) from asyncflow.runs r
@@ -564,19 +552,3 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   union all
   select '', 'callbacks', 'pending', count(*) from asyncflow.callbacks c where c.status = 'pending'
 $$;
-
-revoke all on all tables in schema asyncflow from public;
-revoke all on all functions in schema asyncflow from public;
-grant execute on function
-  asyncflow.put_pipeline(text, jsonb, text),
-  asyncflow.set_pipeline_status(text, integer, text),
-  asyncflow.get_pipeline(text, integer),
-  asyncflow.list_pipelines(),
-  asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz),
-  asyncflow.get_run(text),
-  asyncflow.list_runs(text, text, integer, text),
-  asyncflow.cancel_run(text, timestamptz),
-  asyncflow.retry_run(text, timestamptz),
-  asyncflow.retry_node(text, text, timestamptz),
-  asyncflow.complete_node(text, text, jsonb, text, timestamptz)
-to asyncflow_client;

@@ -1,0 +1,159 @@
+-- Small helpers every other file uses: errors, ids, time and JSON checks, backoff, wake-ups.
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
+
+CREATE OR REPLACE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  -- (V37) cut: the message may repeat a caller's value of any size
+  raise exception using errcode = p_code, message = asyncflow.shorten(p_message);
+end
+$$;
+
+-- The one pattern for task type names: they become partition names (tasks_<type>_<shard>).
+create or replace function asyncflow.check_type_name(p_task_type text) returns void
+language plpgsql immutable as $$
+begin
+  if p_task_type is null or p_task_type !~ '^[a-z][a-z0-9_]{0,39}$' then
+    perform asyncflow.raise_error('AF003', format(
+      'invalid task type name %s: it must match ^[a-z][a-z0-9_]{0,39}$', coalesce(quote_literal(p_task_type), 'null')));
+  end if;
+end
+$$;
+
+-- Retry back-off in seconds after the p_attempt-th failed try (1-based) of a stage:
+--   p_max > 0  progressive  min(2^(attempt-1), p_max)   1, 2, 4, 8, 10, 10 ... for p_max = 10
+--   p_max < 0  uniform      |p_max| every time
+--   p_max = 0  no wait
+create or replace function asyncflow.retry_backoff(p_attempt integer, p_max integer) returns interval
+language sql immutable parallel safe as $$
+  select make_interval(secs => case
+    when p_max > 0 then least(power(2::double precision, least(greatest(p_attempt, 1) - 1, 40)), p_max::double precision)
+    when p_max < 0 then abs(p_max)::double precision
+    else 0 end)
+$$;
+
+-- '<type>-<shard>-<id>' -> parts; null when the text is not a task id.
+create or replace function asyncflow.parse_task_id(p_task_id text, out task_type text, out shard integer, out id bigint)
+language sql immutable parallel safe as $$
+  select split_part(p_task_id, '-', 1), split_part(p_task_id, '-', 2)::integer, split_part(p_task_id, '-', 3)::bigint
+  where p_task_id ~ '^[a-z][a-z0-9_]{0,39}-[1-9][0-9]{0,8}-[1-9][0-9]{0,17}$'
+$$;
+
+-- Explicit casts: `text || integer` resolves to the stable anytextcat, which keeps the planner
+-- from inlining this immutable function (a full function call per id, about 15 times slower).
+create or replace function asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) returns text
+language sql immutable parallel safe as $$
+  select p_task_type || '-' || p_shard::text || '-' || p_id::text
+$$;
+
+-- Appends one entry to a schedule log, keeping the last 20. A plain expression (inlined by the
+-- planner): the hot report path calls it once per task.
+create or replace function asyncflow.append_log(p_log jsonb, p_entry jsonb) returns jsonb
+language sql stable parallel safe as $$
+  -- each argument appears once (p_log is a column, cheap to repeat): otherwise the planner
+  -- refuses to inline a call whose argument is an expression
+  select case when jsonb_array_length(p_log) < 20 then p_log
+    else jsonb_path_query_array(p_log, '$[last - 18 to last]') end || jsonb_build_array(p_entry)
+$$;
+
+-- wake in PL/pgSQL. As a SQL function with a WHERE clause it could not be inlined, and a SQL
+-- function that is not inlined is parsed and planned again at every call: in create_task, one
+-- per enqueue, that was about a tenth of the server's time (create_task one per transaction from
+-- 8 connections: about 5,000/s before, 6,400/s after on this machine). A PL/pgSQL body keeps its
+-- one expression's plan for the session. Same behaviour: only the transaction that wins the
+-- per-type try-lock notifies (see V3).
+create or replace function asyncflow.wake(p_task_type text) returns void
+language plpgsql as $$
+begin
+  if pg_try_advisory_xact_lock(16712, hashtext(p_task_type)) then
+    perform pg_notify('asyncflow', p_task_type);
+  end if;
+end
+$$;
+
+-- V29: run_at is refused (AF006) outside 0002-01-01 .. 9999-01-01 (UTC), in create_task and in
+-- create_tasks (through is_timestamptz).
+--
+-- V26 allowed run_at from 4713-11-24 BC on, and any finite time after 9999. PostgreSQL writes such
+-- times in JSON as "0100-01-01T00:00:00+00:00 BC" or "10000-01-01T...", which no RFC 3339 reader
+-- takes: the task was created, and then get_task's readers (the HTTP API, the Rust client, a
+-- worker's held-task list) failed on it, and on every page of its type's task list (found by a bug
+-- hunt). A year of margin at each end keeps run_at less the priority (at most 360 days) and the
+-- times in any session time zone within years 1 to 9999.
+--
+-- create_task and insert_tasks are replaced whole (the migration convention), changed only in
+-- the run_at range and its message.
+create or replace function asyncflow.is_timestamptz(p_text text) returns boolean
+language plpgsql stable as $$
+begin
+  return p_text::timestamptz between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00';
+exception when others then
+  return false;
+end
+$$;
+
+-- Raises AF007 unless the task exists.
+create or replace function asyncflow.check_task_exists(p_task_type text, p_shard integer, p_id bigint, p_task_id text) returns void
+language plpgsql stable as $$
+begin
+  perform 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and id = p_id;
+  if not found then
+    perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
+  end if;
+end
+$$;
+
+create or replace function asyncflow.stage_time_bounds() returns double precision[]
+language sql immutable parallel safe as $$
+  select '{0.005,0.01,0.05,0.1,0.5,1,5,30,60,300,1800,3600,21600}'::double precision[]
+$$;
+
+-- True when the text is a valid jsonpath.
+create or replace function asyncflow.is_jsonpath(p_text text) returns boolean
+language plpgsql immutable as $$
+begin
+  perform p_text::jsonpath;
+  return true;
+exception when others then
+  return false;
+end
+$$;
+
+-- Whether a new type's name would take the name of another type's table, sequence or index, or
+-- another type would take its names: tasks_<type>_<shard>, tasks_<type>_id_seq,
+-- tasks_<type>_pkey, tasks_<type>_ready and tasks_<type>_running belong to <type>.
+create or replace function asyncflow.check_new_type_name(p_task_type text) returns void
+language plpgsql stable as $$
+declare
+  -- the ends of the names a type's objects add to tasks_<type>
+  v_owned constant text := '_([0-9]+|id_seq|pkey|ready|running)$';
+  v_other text;
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  if p_task_type ~ v_owned then
+    perform asyncflow.raise_error('AF003', format(
+      'invalid task type name %L: a name may not end in _<digits>, _id_seq, _pkey, _ready or _running '
+      '(the names of a type''s shards, sequence and indexes)', p_task_type));
+  end if;
+  select y.task_type into v_other from asyncflow.task_types y
+  where y.task_type ~ ('^' || p_task_type || v_owned) limit 1;
+  if found then
+    perform asyncflow.raise_error('AF003', format(
+      'invalid task type name %L: its shards and indexes would take the names of type %L', p_task_type, v_other));
+  end if;
+end
+$$;
+
+-- Whether a JSON number has no fraction.
+create or replace function asyncflow.is_integral(p_value jsonb) returns boolean
+language sql immutable parallel safe as $$
+  select (p_value #>> '{}')::numeric = trunc((p_value #>> '{}')::numeric)
+$$;
+
+-- A message cut to at most 400 characters (plus the marker), see above.
+create or replace function asyncflow.shorten(p_text text) returns text
+language sql immutable parallel safe as $$
+  select case when length(p_text) <= 400 then p_text
+    else left(p_text, 200) || format('…[%s characters cut]…', length(p_text) - 350) || right(p_text, 150) end
+$$;

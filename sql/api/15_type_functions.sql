@@ -1,0 +1,77 @@
+-- The functions generated for each task type from the templates in sql/api/templates/ (kept in
+-- asyncflow.function_templates by `asyncflow migrate`):
+--
+--   type_claim__<type>    claim_plain.sql, or claim_fair.sql for a type with fair_queues
+--   type_hold__<type>     hold.sql     a held claim (row locks until the calls reply)
+--   type_finish__<type>   finish.sql   ends a hold
+--   type_report__<type>   report.sql   reports as typed arrays
+--
+-- Each is planned on its own type's table and indexes only, so a plan made for one type is never
+-- used for another (a generic plan over the partitioned parent would walk every type).
+
+-- The text of template p_name for type p_task_type: {{task_type}} becomes the type's name as a
+-- literal, {{tasks}} its table, {{claim}}, {{hold}}, {{finish}} and {{report}} its functions;
+-- every identifier is quoted, and the type name has passed check_type_name.
+create or replace function asyncflow.render_template(p_name text, p_task_type text) returns text
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+declare
+  v_body text;
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  select body into v_body from asyncflow.function_templates where name = p_name;
+  if not found then
+    raise exception 'function template % is missing: run asyncflow migrate', p_name;
+  end if;
+  return replace(replace(replace(replace(replace(replace(v_body,
+    '{{task_type}}', format('%L', p_task_type)),
+    '{{tasks}}', format('%I', 'tasks_' || p_task_type)),
+    '{{claim}}', format('%I', 'type_claim__' || p_task_type)),
+    '{{hold}}', format('%I', 'type_hold__' || p_task_type)),
+    '{{finish}}', format('%I', 'type_finish__' || p_task_type)),
+    '{{report}}', format('%I', 'type_report__' || p_task_type));
+end
+$$;
+
+-- (Re)creates a type's claim, report, hold and finish functions from the templates, executable by
+-- asyncflow_worker only. Called when a type is registered or its fair_queues setting changes,
+-- and by `asyncflow migrate` for every type after it applies new templates.
+create or replace function asyncflow.create_type_functions(p_task_type text) returns void
+language plpgsql as $$
+declare
+  v_fair boolean;
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  select fair_queues into v_fair from asyncflow.task_types where task_type = p_task_type;
+  if not found then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  execute asyncflow.render_template(case when v_fair then 'claim_fair' else 'claim_plain' end, p_task_type);
+  execute asyncflow.render_template('report', p_task_type);
+  execute asyncflow.render_template('hold', p_task_type);
+  execute asyncflow.render_template('finish', p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, integer, timestamptz) from public',
+    'type_claim__' || p_task_type);
+  execute format('grant execute on function asyncflow.%I(text, integer, timestamptz) to asyncflow_worker',
+    'type_claim__' || p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, text[], integer[], text[], text[], jsonb[], jsonb[], '
+    'text[], boolean[], double precision[], timestamptz) from public', 'type_report__' || p_task_type);
+  execute format('grant execute on function asyncflow.%I(text, text[], integer[], text[], text[], jsonb[], jsonb[], '
+    'text[], boolean[], double precision[], timestamptz) to asyncflow_worker', 'type_report__' || p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, integer) from public', 'type_hold__' || p_task_type);
+  execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker',
+    'type_hold__' || p_task_type);
+  execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
+    'jsonb[], double precision[]) from public', 'type_finish__' || p_task_type);
+  execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
+    'jsonb[], double precision[]) to asyncflow_worker', 'type_finish__' || p_task_type);
+end
+$$;
+
+-- After insert on task_types, and after an update of fair_queues (the claim changes template).
+create or replace function asyncflow.tg_task_types__functions() returns trigger
+language plpgsql as $$
+begin
+  perform asyncflow.create_type_functions(new.task_type);
+  return null;
+end
+$$;

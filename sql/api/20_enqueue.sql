@@ -1,0 +1,308 @@
+-- Enqueue: create_task (the common case, without a SET clause) and create_tasks (bulk).
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
+
+-- (V41) each element's queue_key
+CREATE OR REPLACE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $_$
+declare
+  v_type asyncflow.task_types;
+  v_now timestamptz := coalesce(p_now, now());
+  v_max_bytes integer;
+  v_pos integer;
+  v_bad record;
+  v_ids text[];
+  v_keys text[];
+  v_found text;
+  v_i integer;
+begin
+  select * into v_type from asyncflow.task_types where task_type = p_task_type;
+  if not found then
+    perform asyncflow.check_type_name(p_task_type);
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  if p_tasks is null or jsonb_typeof(p_tasks) <> 'array' then
+    perform asyncflow.raise_error('AF006', 'tasks must be a JSON array of objects');
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+
+  -- Anything that could be wrong? One scan of the elements (an error in it counts as "maybe").
+  if pg_column_size(p_tasks) > v_max_bytes
+    or coalesce(jsonb_path_exists(p_tasks, '$[*] ? (@.type() != "object"
+          || (@.context.type() != "object" && @.context.type() != "null")
+          || (@.priority.type() != "null" && (@.priority.type() != "number" || @.priority < 0
+              || @.priority > 31104000 || @.priority != @.priority.floor()))
+          || @.run_at.type() != "null"
+          || (@.stage.type() != "null" && (@.stage.type() != "string"
+              || !(@.stage like_regex "^[A-Za-z0-9_.:/-]{1,64}$")))
+          || (@.idempotency_key.type() != "null" && (@.idempotency_key.type() != "string"
+              || !(@.idempotency_key like_regex "^.{1,255}$" flag "s")))
+          || (@.user_id.type() != "null" && (@.user_id.type() != "string"
+              || !(@.user_id like_regex "^.{0,255}$" flag "s")))
+          || (@.queue_key.type() != "null" && (@.queue_key.type() != "string"
+              || !(@.queue_key like_regex "^.{1,255}$" flag "s")))
+          || exists(@.keyvalue() ? (@.key != "context" && @.key != "priority" && @.key != "run_at"
+              && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id"
+              && @.key != "queue_key")))', silent => true), true)
+  then
+    select n, left(problem, 5) as code, substr(problem, 6) as why into v_bad from (
+      select n, case
+        when jsonb_typeof(e) <> 'object' then 'AF006must be a JSON object'
+        when exists (select 1 from jsonb_object_keys(e) k
+                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key'))
+          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id, queue_key)',
+            (select k from jsonb_object_keys(e) k
+             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key') limit 1))
+        when jsonb_typeof(e -> 'context') not in ('object', 'null') then 'AF006context must be a JSON object'
+        when jsonb_typeof(e -> 'priority') not in ('number', 'null')
+          or (jsonb_typeof(e -> 'priority') = 'number'
+              and ((e ->> 'priority')::numeric <> trunc((e ->> 'priority')::numeric)
+                   or (e ->> 'priority')::numeric not between 0 and 31104000))
+          then 'AF004' || format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', e -> 'priority')
+        when pg_column_size(e -> 'context') > v_max_bytes
+          then 'AF005' || format('context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
+            pg_column_size(e -> 'context'), v_max_bytes)
+        when jsonb_typeof(e -> 'run_at') not in ('string', 'null') or (jsonb_typeof(e -> 'run_at') = 'string'
+          and not asyncflow.is_timestamptz(e ->> 'run_at'))
+          then 'AF006' || format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', e -> 'run_at')
+        when jsonb_typeof(e -> 'stage') not in ('string', 'null') or (e ->> 'stage') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+          then 'AF006' || format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', e -> 'stage')
+        when jsonb_typeof(e -> 'idempotency_key') not in ('string', 'null') or length(e ->> 'idempotency_key') not between 1 and 255
+          then 'AF006' || format('idempotency_key must be a string of 1 to 255 characters, got %s', e -> 'idempotency_key')
+        when jsonb_typeof(e -> 'user_id') not in ('string', 'null') or length(e ->> 'user_id') > 255
+          then 'AF006' || format('user_id must be a string of at most 255 characters, got %s', e -> 'user_id')
+        when jsonb_typeof(e -> 'queue_key') not in ('string', 'null') or length(e ->> 'queue_key') not between 1 and 255
+          then 'AF006' || format('queue_key must be a string of 1 to 255 characters, got %s', e -> 'queue_key')
+      end as problem
+      from jsonb_array_elements(p_tasks) with ordinality x(e, n)
+    ) checked where problem is not null order by n limit 1;
+    if found then
+      perform asyncflow.raise_error(v_bad.code,
+        case when p_single then v_bad.why else format('tasks[%s]: %s', v_bad.n - 1, v_bad.why) end);
+    end if;
+  end if;
+
+  select end_pos into v_pos from asyncflow.positions where task_type = p_task_type;
+  if not coalesce(jsonb_path_exists(p_tasks, '$[*].idempotency_key ? (@.type() != "null")', silent => true), true) then
+    -- rows come out of jsonb_to_recordset in array order and take their ids in that order, so
+    -- ordering the ids orders them as the input
+    with inserted as (
+      insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+        max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
+      select p_task_type, v_pos, nextval(v_type.id_seq), coalesce(x.stage, v_type.initial_stage), 'pending',
+        coalesce(x.priority, 0)::integer, v_type.max_retry_num, v_type.max_retry_interval,
+        coalesce(x.run_at, v_now) - coalesce(x.priority, 0) * interval '1 second',
+        x.user_id, x.queue_key, coalesce(nullif(x.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
+      from jsonb_to_recordset(p_tasks) as x(context jsonb, priority numeric, run_at timestamptz, stage text, user_id text,
+        queue_key text)
+      returning id
+    )
+    select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.id) into v_ids from inserted i;
+    perform asyncflow.wake(p_task_type);
+    return coalesce(v_ids, '{}');
+  end if;
+
+  -- An insert racing a roll may land in the shard just closed; begin_pos is recomputed on every
+  -- maintenance pass (advance_begin_pos), so such a task is found again (v_pos read above).
+
+  with numbered as materialized (
+    -- ids in input order
+    select n, e, nextval(v_type.id_seq) as id
+    from jsonb_array_elements(p_tasks) with ordinality x(e, n)
+    order by n
+  ), input as materialized (
+    select n, e, id, e ->> 'idempotency_key' as ikey,
+      row_number() over (partition by e ->> 'idempotency_key' order by n) as dup_rank,
+      coalesce((e ->> 'priority')::integer, 0) as priority
+    from numbered
+  ), fresh_keys as (
+    insert into asyncflow.idempotency_keys (task_type, idempotency_key, shard, id, created_at)
+    select p_task_type, ikey, v_pos, id, v_now from input where ikey is not null and dup_rank = 1
+    on conflict (task_type, idempotency_key) do nothing
+    returning idempotency_key, id
+  ), inserted as (
+    insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+      max_retry_interval, order_time, user_id, queue_key, idempotency_key, context, created_at, updated_at)
+    select p_task_type, v_pos, i.id, coalesce(i.e ->> 'stage', v_type.initial_stage), 'pending', i.priority,
+      v_type.max_retry_num, v_type.max_retry_interval,
+      coalesce((i.e ->> 'run_at')::timestamptz, v_now) - make_interval(secs => i.priority),
+      i.e ->> 'user_id', i.e ->> 'queue_key', i.ikey, coalesce(nullif(i.e -> 'context', 'null'::jsonb), '{}'::jsonb), v_now, v_now
+    from input i
+    where i.ikey is null or i.id in (select id from fresh_keys)
+    returning id
+  )
+  select array_agg(case
+      when i.ikey is null or f.id is not null then asyncflow.format_task_id(p_task_type, v_pos, i.id)
+      else (select asyncflow.format_task_id(p_task_type, k.shard, k.id) from asyncflow.idempotency_keys k
+            where k.task_type = p_task_type and k.idempotency_key = i.ikey)
+    end order by i.n),
+    array_agg(i.ikey order by i.n)
+  into v_ids, v_keys
+  from input i
+  left join fresh_keys f on f.id = i.id;
+
+  -- A key repeated inside this call, or created by a transaction that committed while this
+  -- statement waited on it, is not visible in the statement's snapshot: look again.
+  if v_ids is not null and array_position(v_ids, null) is not null then
+    for v_i in 1 .. array_length(v_ids, 1) loop
+      if v_ids[v_i] is null then
+        select asyncflow.format_task_id(p_task_type, k.shard, k.id) into v_found
+        from asyncflow.idempotency_keys k where k.task_type = p_task_type and k.idempotency_key = v_keys[v_i];
+        v_ids[v_i] := v_found;
+        if v_found is null then
+          raise exception using errcode = '40001',
+            message = format('idempotency key %L is being created by a concurrent transaction; try again', v_keys[v_i]);
+        end if;
+      end if;
+    end loop;
+  end if;
+
+  perform asyncflow.wake(p_task_type);
+  return coalesce(v_ids, '{}');
+end
+$_$;
+
+CREATE OR REPLACE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_n bigint;
+begin
+  if jsonb_typeof(tasks) = 'array' and jsonb_path_exists(tasks, 'strict $[*] ? (@.type() != "object")') then
+    select x.n into v_n from jsonb_array_elements(tasks) with ordinality x(e, n)
+    where jsonb_typeof(x.e) <> 'object' order by x.n limit 1;
+    perform asyncflow.raise_error('AF006', format('tasks[%s]: must be a JSON object', v_n - 1));
+  end if;
+  -- (V38) insert_tasks gets the default collation, not the caller's (see create_task)
+  return query select unnest(asyncflow.insert_tasks(task_type collate "default", tasks, p_now, false));
+end
+$_$;
+
+create or replace function asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    AS $_$
+declare
+  -- only keyword and pg_catalog types: a variable's type is looked up when the body is compiled,
+  -- under the search_path of the first caller in the session
+  v_now timestamp with time zone := coalesce(p_now, pg_catalog.now());
+  v_pos integer;
+  v_id bigint;
+  v_max_bytes integer;
+  v_seq pg_catalog.regclass;
+  v_initial_stage pg_catalog.text;
+  v_retry_num integer;
+  v_retry_interval integer;
+begin
+  -- No SET search_path (V33): every name below is schema-qualified, operators included.
+  -- (V38) And no comparison takes the caller's collation: a plpgsql function's text parameters
+  -- take the collation of the call's arguments, and under a nondeterministic one of the caller's
+  -- (CREATE COLLATION needs no privilege) 'a_b' = 'ab', so the lookup found another type's row.
+  if idempotency_key is null then
+    -- What the checks and the row need, in one read of enqueue_info (V25); the checks in one
+    -- expression, the same as create_task_general's; the wake written out (asyncflow.wake's
+    -- try-lock and NOTIFY).
+    select e.end_pos, e.id_seq, e.initial_stage, e.max_retry_num, e.max_retry_interval, e.max_context_bytes
+      into v_pos, v_seq, v_initial_stage, v_retry_num, v_retry_interval, v_max_bytes
+      from asyncflow.enqueue_info e
+      where e.task_type operator(pg_catalog.=) (create_task.task_type collate pg_catalog."default");
+    if found
+      and (context is null
+        or pg_catalog.jsonb_typeof(context) operator(pg_catalog.=) any ('{object,null}'::pg_catalog.text[]))
+      and (priority is null
+        or (priority operator(pg_catalog.>=) 0 and priority operator(pg_catalog.<=) 31104000))
+      and coalesce(pg_catalog.pg_column_size(context) operator(pg_catalog.<=) v_max_bytes, true)
+      and (run_at is null
+        or (run_at operator(pg_catalog.>=) '0002-01-01 00:00:00+00'::timestamp with time zone
+          and run_at operator(pg_catalog.<=) '9999-01-01 00:00:00+00'::timestamp with time zone))
+      and (stage is null or stage operator(pg_catalog.~) '^[A-Za-z0-9_.:/-]{1,64}$'::pg_catalog.text)
+      and coalesce(pg_catalog.length(user_id) operator(pg_catalog.<=) 255, true)
+      and (queue_key is null or (pg_catalog.length(queue_key) operator(pg_catalog.>=) 1
+        and pg_catalog.length(queue_key) operator(pg_catalog.<=) 255)) then
+      v_id := pg_catalog.nextval(v_seq);
+      insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+        max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
+      values (create_task.task_type, v_pos, v_id, coalesce(stage, v_initial_stage), 'pending',
+        coalesce(priority, 0), v_retry_num, v_retry_interval,
+        coalesce(run_at, v_now) operator(pg_catalog.-) pg_catalog.make_interval(secs => coalesce(priority, 0)),
+        user_id, queue_key,
+        case when context operator(pg_catalog.=) 'null'::pg_catalog.jsonb then '{}'::pg_catalog.jsonb
+          else coalesce(context, '{}'::pg_catalog.jsonb) end,
+        v_now, v_now);
+      if pg_catalog.pg_try_advisory_xact_lock(16712, pg_catalog.hashtext(create_task.task_type collate pg_catalog."default")) then
+        perform pg_catalog.pg_notify('asyncflow', create_task.task_type);
+      end if;
+      -- asyncflow.format_task_id, written out (its body would be read under the caller's path)
+      return create_task.task_type operator(pg_catalog.||) '-' operator(pg_catalog.||) v_pos::pg_catalog.text
+        operator(pg_catalog.||) '-' operator(pg_catalog.||) v_id::pg_catalog.text;
+    end if;
+  end if;
+  -- (V38) the explicit collation makes the call's, so every text parameter's, the default one
+  return asyncflow.create_task_general(create_task.task_type collate pg_catalog."default", context, priority, run_at, stage,
+    idempotency_key, user_id, p_now, queue_key);
+end
+$_$;
+
+create or replace function asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_task jsonb;
+  v_type asyncflow.task_types;
+  v_now timestamptz := coalesce(p_now, now());
+  v_pos integer;
+  v_id bigint;
+  v_max_bytes integer;
+begin
+  -- Without an idempotency key: the checks, each with its error, then one INSERT ... VALUES.
+  if idempotency_key is null then
+    select * into v_type from asyncflow.task_types y where y.task_type = create_task_general.task_type;
+    if not found then
+      perform asyncflow.check_type_name(create_task_general.task_type);
+      perform asyncflow.raise_error('AF001', format('unknown task type %L', create_task_general.task_type));
+    end if;
+    select max_context_bytes into v_max_bytes from asyncflow.config;
+    if context is not null and jsonb_typeof(context) not in ('object', 'null') then
+      perform asyncflow.raise_error('AF006', 'context must be a JSON object');
+    elsif priority is not null and priority not between 0 and 31104000 then
+      perform asyncflow.raise_error('AF004',
+        format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', priority));
+    elsif pg_column_size(context) > v_max_bytes then
+      perform asyncflow.raise_error('AF005', format(
+        'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
+        pg_column_size(context), v_max_bytes));
+    elsif run_at is not null and not run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00' then
+      -- (V29) years 2 to 9998: the task's times stay years 1 to 9999 in any time zone, which
+      -- JSON readers of RFC 3339 can read (V26 allowed from 4713 BC, written "... BC")
+      perform asyncflow.raise_error('AF006', format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', run_at));
+    elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
+      perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));
+    elsif length(user_id) > 255 then
+      perform asyncflow.raise_error('AF006',
+        format('user_id must be a string of at most 255 characters, got %s', to_jsonb(user_id)));
+    elsif length(queue_key) not between 1 and 255 then
+      perform asyncflow.raise_error('AF006',
+        format('queue_key must be a string of 1 to 255 characters, got %s', to_jsonb(queue_key)));
+    end if;
+    select end_pos into v_pos from asyncflow.positions p where p.task_type = create_task_general.task_type;
+    v_id := nextval(v_type.id_seq);
+    insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
+      max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
+    values (create_task_general.task_type, v_pos, v_id, coalesce(stage, v_type.initial_stage), 'pending', coalesce(priority, 0),
+      v_type.max_retry_num, v_type.max_retry_interval,
+      coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
+      user_id, queue_key, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
+    perform asyncflow.wake(create_task_general.task_type);
+    return asyncflow.format_task_id(create_task_general.task_type, v_pos, v_id);
+  end if;
+
+  v_task := jsonb_build_object('context', coalesce(context, '{}'::jsonb), 'priority', coalesce(priority, 0));
+  if run_at is not null then v_task := v_task || jsonb_build_object('run_at', run_at); end if;
+  if stage is not null then v_task := v_task || jsonb_build_object('stage', stage); end if;
+  if idempotency_key is not null then v_task := v_task || jsonb_build_object('idempotency_key', idempotency_key); end if;
+  if user_id is not null then v_task := v_task || jsonb_build_object('user_id', user_id); end if;
+  if queue_key is not null then v_task := v_task || jsonb_build_object('queue_key', queue_key); end if;
+  return (asyncflow.insert_tasks(task_type, jsonb_build_array(v_task), p_now, true))[1];
+end
+$_$;

@@ -1,0 +1,62 @@
+-- The claim path: claim_tasks hands a claim to the type's own type_claim__<type>; next_due and held_tasks.
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
+
+-- claim_tasks: the same contract (V5), for any type: the type's claim function does the work.
+create or replace function asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamptz default null)
+returns setof asyncflow.claimed_task
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  if p_owner is null or length(p_owner) not between 1 and 200 then
+    perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
+  end if;
+  perform 1 from asyncflow.task_types where task_type = p_task_type;
+  if not found then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  -- a task_types key passed check_type_name when the type was registered
+  return query execute format('select * from asyncflow.%I($1, $2, $3)', 'type_claim__' || p_task_type)
+    using p_owner, p_limit, p_now;
+end
+$$;
+
+-- V28: a paused type has nothing due, and resuming it wakes its workers.
+--
+-- next_due told a worker that a paused type's pending tasks were ready: its producer claimed,
+-- found nothing (claims skip paused types), asked again and was told "ready now", so it looked
+-- again at once (every hold window with held claims, back to back without them: thousands of
+-- statements a second for one paused type), and an `--exit-when-idle` worker never exited while
+-- a paused type had pending tasks. Now next_due is null while the type is paused, like a type
+-- with nothing pending. Since workers then wait for a wake-up (or their poll), resuming a type
+-- (paused going from true to false, by register_task_type / `asyncflow type resume` or an UPDATE)
+-- wakes them, as an insert would.
+create or replace function asyncflow.next_due(p_task_type text) returns timestamptz
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select min(order_time) from asyncflow.tasks
+  where task_type = p_task_type and status = 'pending'
+    and shard >= (select begin_pos from asyncflow.positions where task_type = p_task_type)
+    and not (select y.paused from asyncflow.task_types y where y.task_type = p_task_type)
+$$;
+
+-- V35: the running tasks a worker holds, read by owner in one statement.
+--
+-- POST /v1/worker/held (a remote worker that lost the answer to a hold finds what it claimed)
+-- paged through every running task of the type with list_tasks, 1,000 whole tasks at a time
+-- (context, result and schedule log built into JSON), and kept those of the worker in Rust: a
+-- type with 100,000 running tasks cost a hundred statements and all their JSON for a worker
+-- holding ten. held_tasks reads the type's running tasks through its partial index on running
+-- tasks and returns only the worker's, with only the fields the route answers.
+create or replace function asyncflow.held_tasks(p_task_type text, p_owner text)
+returns table (task_id text, claim_seq integer, stage text, attempt integer, lease_until timestamptz)
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  perform asyncflow.check_type_name(p_task_type);
+  if not exists (select 1 from asyncflow.task_types y where y.task_type = p_task_type) then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
+  end if;
+  return query
+  select asyncflow.format_task_id(t.task_type, t.shard, t.id), t.claim_seq, t.stage, t.attempt, t.lease_until
+  from asyncflow.tasks t
+  where t.task_type = p_task_type and t.status = 'running' and t.owner = p_owner
+  order by t.shard, t.id;
+end
+$$;

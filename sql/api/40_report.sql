@@ -1,0 +1,259 @@
+-- Reports (fenced by claim_seq), cancel and retry.
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
+
+-- cancel_task: a pending or running task becomes cancelled (a running task's worker then has its
+-- report refused). Returns true when cancelled, false when the task had already ended.
+create or replace function asyncflow.cancel_task(task_id text, p_now timestamptz default null) returns boolean
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  p_task_id alias for $1;
+  v_key record;
+  v_now timestamptz := coalesce(p_now, now());
+begin
+  select * into v_key from asyncflow.parse_task_id(p_task_id);
+  if v_key.task_type is null then
+    perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
+  end if;
+  update asyncflow.tasks set status = 'cancelled', owner = null, lease_until = null, finished_at = v_now,
+    updated_at = v_now,
+    schedule_log = asyncflow.append_log(schedule_log, jsonb_build_object('event', 'cancelled', 'at', v_now))
+  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id and status in ('pending', 'running');
+  if found then
+    return true;
+  end if;
+  perform asyncflow.check_task_exists(v_key.task_type, v_key.shard, v_key.id, p_task_id);
+  return false;
+end
+$$;
+
+-- V40: a retry by hand and the begin_pos pass no longer race, and neither the pass nor the shard
+-- roller waits on an application's open transaction.
+--
+-- 1. retry_task makes a task pending in its own, possibly old, shard and lowers begin_pos to
+--    it. It locked the type's positions row only when begin_pos was above the shard. When it
+--    was not, an advance_begin_pos pass running before the retry committed did not see the
+--    task (MVCC), found the shard dead, closed it and moved begin_pos past it; the retry then
+--    committed a pending task below begin_pos, which no claim reads until the next pass moved
+--    begin_pos back. retry_task now always takes the positions row FOR KEY SHARE first: it
+--    conflicts with the FOR UPDATE of advance_begin_pos and roll_shard, and not with another
+--    retry's KEY SHARE or its UPDATE of begin_pos (a non-key column), so two retries never
+--    deadlock on it.
+-- 2. That lock lasts until the application commits. advance_begin_pos and roll_shard take the
+--    positions row under a 1 s lock_timeout and, when it is busy, change nothing and say so
+--    (advance_begin_pos returns begin_pos as it is, roll_shard null): the pass tries again next
+--    time instead of holding the maintenance loop, and every other type, behind one transaction.
+--    (The same wait already happened when a retry lowered begin_pos.)
+-- Functions are replaced whole (the migration convention).
+CREATE OR REPLACE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  p_task_id alias for $1;
+  v_key record;
+  v_now timestamptz := coalesce(p_now, now());
+  v_ref text;
+begin
+  select * into v_key from asyncflow.parse_task_id(p_task_id);
+  if v_key.task_type is null then
+    perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
+  end if;
+  -- (V40) before the task turns pending: a begin_pos pass waits for this transaction, or this
+  -- one for the pass, and whichever runs second sees what the first did
+  perform 1 from asyncflow.positions where task_type = v_key.task_type for key share;
+  select run_ref into v_ref from asyncflow.tasks
+  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
+  if v_ref is not null then
+    raise exception using errcode = 'AF013', message = format(
+      'task %s works for node %s of workflow run %s: retry the node (asyncflow.retry_node(%L, %L)) to resume the run',
+      p_task_id, substr(split_part(v_ref, '#', 1), 44), left(v_ref, 42), left(v_ref, 42),
+      substr(split_part(v_ref, '#', 1), 44));
+  end if;
+  update asyncflow.tasks set status = 'pending', attempt = 0, owner = null, lease_until = null, result = null,
+    finished_at = null, order_time = v_now - make_interval(secs => priority), updated_at = v_now,
+    schedule_log = asyncflow.append_log(schedule_log, jsonb_build_object('event', 'retried by hand', 'at', v_now))
+  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id and status in ('failed', 'cancelled');
+  if not found then
+    perform asyncflow.check_task_exists(v_key.task_type, v_key.shard, v_key.id, p_task_id);
+    return false;
+  end if;
+  update asyncflow.positions set begin_pos = v_key.shard, updated_at = v_now
+  where task_type = v_key.task_type and begin_pos > v_key.shard;
+  -- (V34) its own shard reopens; the shards between it and begin_pos stay as they are (each is
+  -- closed or open by what it holds)
+  update asyncflow.shards set closed_at = null
+  where task_type = v_key.task_type and shard = v_key.shard and closed_at is not null;
+  perform asyncflow.wake(v_key.task_type);
+  return true;
+end
+$_$;
+
+-- report_tasks (V16) refuses a delay outside 0 .. 31536000 s by itself, with report_task_arrays'
+-- message, and reads it as numeric, to the microsecond. Before, a JSON number beyond a double
+-- precision's range (1e400, -1e400, and 1e-400, which underflows) failed the cast in
+-- jsonb_to_recordset with a raw 22003 instead of AF006 naming the report. Replaced whole (the
+-- migration convention); the delay's check line and its reading are what is new.
+create or replace function asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamptz default null)
+returns table (task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+language plpgsql security definer set search_path = pg_catalog, pg_temp set jit = off as $$
+#variable_conflict use_column
+declare
+  v_bad record;
+  v record;
+begin
+  if p_reports is null or jsonb_typeof(p_reports) <> 'array' then
+    perform asyncflow.raise_error('AF006', 'reports must be a JSON array of objects');
+  end if;
+  -- Only what the typed fields need here (each field of its JSON type, claim_seq an integer);
+  -- report_task_arrays checks the values, with the same messages.
+  select n, problem into v_bad from (
+    select n, case
+      when jsonb_typeof(e) <> 'object' then 'must be a JSON object'
+      when jsonb_typeof(e -> 'task_id') is distinct from 'string' then 'task_id must be a string'
+      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,9}$'
+        then format('claim_seq must be an integer, got %s', e -> 'claim_seq')
+      when jsonb_typeof(e -> 'outcome') is distinct from 'string'
+        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
+      when jsonb_typeof(e -> 'delay') not in ('number', 'null') then 'delay must be a number of seconds'
+      -- in numeric, which holds any JSON number: the double precision cast below cannot
+      when (e ->> 'delay')::numeric not between 0 and 31536000
+        then format('delay must be a number of seconds between 0 and 31536000, got %s', e -> 'delay')
+      when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
+      when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
+      when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
+    end as problem
+    from jsonb_array_elements(p_reports) with ordinality x(e, n)
+  ) checked where problem is not null order by n limit 1;
+  if found then
+    perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
+  end if;
+
+  -- one plain aggregate over the ordered scan: the arrays keep the reports' order
+  select array_agg(x.task_id) as task_ids, array_agg(x.claim_seq) as claim_seqs,
+    array_agg(x.outcome) as outcomes, array_agg(x.stage) as stages,
+    array_agg(x.context) as contexts, array_agg(x.result) as results,
+    array_agg(x.error) as errors, array_agg(x.retry) as retries,
+    array_agg(round(x.delay, 6)::double precision) as delays
+  into v
+  from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq integer, outcome text, stage text,
+    context jsonb, result jsonb, error text, retry boolean, delay numeric))
+    with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n);
+  return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
+    coalesce(v.claim_seqs, '{}'), coalesce(v.outcomes, '{}'), v.stages, v.contexts, v.results, v.errors, v.retries,
+    v.delays, p_now);
+end
+$$;
+
+-- report_task_arrays (V19): the answers of reports of no known type are named columns, also
+-- when no type's function is called.
+create or replace function asyncflow.report_task_arrays(
+  p_owner text,
+  p_task_ids text[],
+  p_claim_seqs integer[],
+  p_outcomes text[],
+  p_stages text[] default null,
+  p_contexts jsonb[] default null,
+  p_results jsonb[] default null,
+  p_errors text[] default null,
+  p_retries boolean[] default null,
+  p_delays double precision[] default null,
+  p_now timestamptz default null
+)
+returns table (task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+-- one primary-key probe per report, never a scan (see claim_tasks); the type's report function
+-- sets the same for its own statement
+set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $$
+#variable_conflict use_column
+declare
+  v_now timestamptz := coalesce(p_now, now());
+  v_names text[];
+  v_types text[];
+begin
+  -- The batch's known types. Each has its report function (its statement kept with its plan),
+  -- which checks the batch, applies that type's reports and wakes the type; the reports of a type
+  -- that does not exist are refused (no such task).
+  v_names := array(select distinct split_part(u.task_id, '-', 1) from unnest(p_task_ids) u(task_id));
+  v_types := array(select y.task_type from asyncflow.task_types y where y.task_type = any (v_names));
+  if cardinality(v_names) = 1 and cardinality(v_types) = 1 then
+    -- the usual batch: one type; the function's rows come in report order
+    return query execute format('select task_id, accepted, status, lease_until from asyncflow.%I('
+      '$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)', 'type_report__' || v_types[1])
+      using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
+        p_delays, v_now;
+  else
+    -- checked here too: a batch with no known type calls no type function
+    perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
+      p_errors, p_retries, p_delays);
+    return query execute 'select task_id, accepted, status, lease_until from ('
+      || (select coalesce(string_agg(format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) '
+            'union all ', 'type_report__' || t), ''), '') from unnest(v_types) t)
+      || 'select u.n, u.task_id, false as accepted, null::asyncflow.task_status as status, null::timestamptz as lease_until '
+      || 'from unnest($2) with ordinality u(task_id, n) where split_part(u.task_id, ''-'', 1) <> all ($12)) x order by n'
+      using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
+        p_delays, v_now, v_types;
+  end if;
+end
+$$;
+
+-- The checks of a batch of reports (report_task_arrays' since V16, now shared with each type's
+-- report function, which the worker calls directly): AF006 naming the first bad report and
+-- field, nothing applied.
+create or replace function asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[],
+  p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[],
+  p_delays double precision[]) returns void
+language plpgsql stable as $$
+#variable_conflict use_column
+declare
+  v_n integer := coalesce(cardinality(p_task_ids), 0);
+  v_bad record;
+  v_max_bytes integer;
+begin
+  if p_task_ids is null or p_claim_seqs is null or p_outcomes is null then
+    perform asyncflow.raise_error('AF006', 'task ids, claim_seqs and outcomes are required');
+  end if;
+  -- unnest pads a short array with nulls and flattens a multi-dimensional one: both refused
+  if cardinality(p_claim_seqs) <> v_n or cardinality(p_outcomes) <> v_n
+    or coalesce(cardinality(p_stages), v_n) <> v_n or coalesce(cardinality(p_contexts), v_n) <> v_n
+    or coalesce(cardinality(p_results), v_n) <> v_n or coalesce(cardinality(p_errors), v_n) <> v_n
+    or coalesce(cardinality(p_retries), v_n) <> v_n or coalesce(cardinality(p_delays), v_n) <> v_n
+    or coalesce(array_ndims(p_task_ids), 1) <> 1 or coalesce(array_ndims(p_claim_seqs), 1) <> 1
+    or coalesce(array_ndims(p_outcomes), 1) <> 1 or coalesce(array_ndims(p_stages), 1) <> 1
+    or coalesce(array_ndims(p_contexts), 1) <> 1 or coalesce(array_ndims(p_results), 1) <> 1
+    or coalesce(array_ndims(p_errors), 1) <> 1 or coalesce(array_ndims(p_retries), 1) <> 1
+    or coalesce(array_ndims(p_delays), 1) <> 1 then
+    perform asyncflow.raise_error('AF006', format(
+      'the report arrays must be one-dimensional with one element per report (%s task ids)', v_n));
+  end if;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  select n, problem into v_bad from (
+    select n, case
+      -- the same rule as parse_task_id, written as an unbounded pattern plus lengths (several
+      -- times cheaper per row than bounded repetitions)
+      when x.task_id is null or x.task_id !~ '^[a-z][a-z0-9_]*-[1-9][0-9]*-[1-9][0-9]*$'
+        or length(split_part(x.task_id, '-', 1)) > 40 or length(split_part(x.task_id, '-', 2)) > 9
+        or length(split_part(x.task_id, '-', 3)) > 18
+        then format('task_id must be a task id (<type>-<shard>-<n>), got %s', coalesce(to_jsonb(x.task_id), 'null'))
+      when x.claim_seq is null then 'claim_seq must be an integer, got null'
+      when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
+        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s',
+          coalesce(to_jsonb(x.outcome), 'null'))
+      when x.outcome = 'advance' and coalesce(x.stage, '') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+        then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
+      when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
+        then 'context must be a JSON object'
+      when pg_column_size(x.context) > v_max_bytes
+        then format('context is too large: %s bytes, the limit is %s', pg_column_size(x.context), v_max_bytes)
+      when pg_column_size(x.result) > v_max_bytes
+        then format('result is too large: %s bytes, the limit is %s', pg_column_size(x.result), v_max_bytes)
+      when x.outcome = 'later' and (x.delay is null or x.delay = 'NaN' or x.delay not between 0 and 31536000)
+        then format('delay must be a number of seconds between 0 and 31536000, got %s', coalesce(x.delay::text, 'null'))
+    end as problem
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_delays)
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, n)
+  ) checked where problem is not null order by n limit 1;
+  if found then
+    perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
+  end if;
+end
+$$;

@@ -1,0 +1,41 @@
+-- Who may call what. Functions are created executable by PUBLIC: every grant is taken back, then
+-- given to the two roles. asyncflow_worker is a member of asyncflow_client. Maintenance and the
+-- private helpers are for the owner of the schema (the role that ran `asyncflow migrate`). The
+-- functions generated per type grant themselves (see 15_type_functions.sql).
+revoke all on all functions in schema asyncflow from public;
+
+-- Applications: enqueue, read, cancel and retry tasks; register types; the workflow API.
+grant execute on function
+  asyncflow.register_task_type(text, jsonb),
+  asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text),
+  asyncflow.create_tasks(text, jsonb, timestamptz),
+  asyncflow.get_task(text),
+  asyncflow.list_tasks(text, asyncflow.task_status, text, text, text, integer),
+  asyncflow.cancel_task(text, timestamptz),
+  asyncflow.retry_task(text, timestamptz),
+  asyncflow.set_queue_limit(text, text, integer),
+  asyncflow.queue_keys(text, text, integer),
+  asyncflow.put_pipeline(text, jsonb, text),
+  asyncflow.set_pipeline_status(text, integer, text),
+  asyncflow.get_pipeline(text, integer),
+  asyncflow.list_pipelines(),
+  asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz),
+  asyncflow.get_run(text),
+  asyncflow.list_runs(text, text, integer, text),
+  asyncflow.cancel_run(text, timestamptz),
+  asyncflow.retry_run(text, timestamptz),
+  asyncflow.retry_node(text, text, timestamptz),
+  asyncflow.complete_node(text, text, jsonb, text, timestamptz)
+to asyncflow_client;
+grant select on asyncflow.queue_depth to asyncflow_client;
+
+-- Workers: claims and reports (and, per type, type_claim__, type_hold__, type_finish__ and
+-- type_report__).
+grant execute on function
+  asyncflow.claim_tasks(text, text, integer, timestamptz),
+  asyncflow.report_tasks(text, jsonb, timestamptz),
+  asyncflow.report_task_arrays(text, text[], integer[], text[], text[], jsonb[], jsonb[], text[], boolean[],
+    double precision[], timestamptz),
+  asyncflow.next_due(text),
+  asyncflow.held_tasks(text, text)
+to asyncflow_worker;

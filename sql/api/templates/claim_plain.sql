@@ -1,0 +1,64 @@
+-- type_claim__<type>(owner, limit, now) of a type without fair_queues: up to `limit` (at most
+-- the type's schedule_limit, and under its concurrency limit) ready tasks in order_time order,
+-- FOR UPDATE SKIP LOCKED, each stamped running with its owner, a lease and claim_seq + 1 (the
+-- fencing token its reports must carry). Rendered per type by asyncflow.create_type_functions:
+-- {{claim}} is the function's name, {{tasks}} the type's table, {{task_type}} its name as a literal.
+-- Planned once per type (force_generic_plan) on the type's own indexes.
+create or replace function asyncflow.{{claim}}(p_owner text, p_limit integer, p_now timestamptz default null)
+returns setof asyncflow.claimed_task
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+set enable_seqscan = off set enable_bitmapscan = off set enable_sort = off set enable_hashjoin = off
+set enable_mergejoin = off set jit = off set plan_cache_mode = force_generic_plan as $body$
+declare
+  v_task_type constant text := {{task_type}};
+  v_type asyncflow.task_types;
+  v_now timestamptz := coalesce(p_now, now());
+  v_limit integer;
+  v_running bigint;
+begin
+  if p_owner is null or length(p_owner) not between 1 and 200 then
+    perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
+  end if;
+  select * into v_type from asyncflow.task_types where task_type = v_task_type;
+  if not found then
+    perform asyncflow.raise_error('AF001', format('unknown task type %L', v_task_type));
+  end if;
+  if v_type.paused or coalesce(p_limit, 0) <= 0 then
+    return;
+  end if;
+  v_limit := least(p_limit, v_type.schedule_limit);
+  if v_type.concurrency is not null then
+    perform 1 from asyncflow.task_types where task_type = v_task_type for update;
+    select count(*) into v_running from asyncflow.{{tasks}} where status = 'running';
+    v_limit := least(v_limit, v_type.concurrency - v_running);
+    if v_limit <= 0 then
+      return;
+    end if;
+  end if;
+  perform set_config('synchronous_commit', 'off', true);
+
+  return query
+  with picked as (
+    select shard, id from asyncflow.{{tasks}}
+    where shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
+      and status = 'pending' and order_time <= v_now
+    order by order_time
+    limit v_limit
+    for update skip locked
+  ), claimed as (
+    update asyncflow.{{tasks}} t set
+      status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
+      claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
+      updated_at = v_now
+    from picked
+    where t.shard = picked.shard and t.id = picked.id
+    returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
+      t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at
+  ), counted as (
+    insert into asyncflow.type_counters as k (task_type, slot, claimed)
+    select v_task_type, pg_backend_pid() % 16, count(*) from claimed having count(*) > 0
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed
+  )
+  select * from claimed;
+end
+$body$;

@@ -1,0 +1,150 @@
+-- type_finish__<type>(owner, shards, ids, claim_seqs, outcomes, results, stages, contexts,
+-- seconds): ends a hold, in the hold's transaction. Each task's outcome is its call's reply when
+-- it came while the hold was open: 'succeed' (with its result) or 'advance' (with the next
+-- stage and, or null to keep it, the next context), its call having taken `seconds` from the
+-- claim; null when the call has not replied. A success within max_context_bytes ends
+-- succeeded (finished_at, the stage-time histogram); an advance whose stage and context would
+-- pass report_tasks' checks goes on to its next stage as a report would have put it (pending,
+-- attempt 0, its schedule-log entry, ready at once); every other task is claimed ('running',
+-- leased) and its reply, if any, is reported as usual. Only rows this transaction has locked
+-- (the hold's: their xmax is its xid), pending, whose claim_seq is one behind the one given,
+-- change: without the hold a finish changes nothing. Answers (accepted, status, lease) come
+-- only for the tasks that did not end as asked: refused (not accepted), or claimed although
+-- their call replied (a result too large, a bad stage: its report will say so); no answer
+-- means the reply was written, or the task claimed.
+-- Placeholders: {{finish}} this function, {{tasks}}, {{task_type}}.
+create or replace function asyncflow.{{finish}}(p_owner text, p_shards integer[], p_ids bigint[],
+  p_claim_seqs integer[], p_outcomes text[], p_results jsonb[], p_stages text[], p_contexts jsonb[],
+  p_seconds double precision[])
+returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $body$
+#variable_conflict use_column
+declare
+  v_task_type constant text := {{task_type}};
+  v_claimed_at constant timestamptz := now();
+  v_ended constant double precision := date_part('epoch', clock_timestamp() - v_claimed_at);
+  v_xid constant xid := pg_current_xact_id()::xid;
+  v_lease_until timestamptz;
+  v_max_bytes integer;
+begin
+  if p_owner is null or length(p_owner) not between 1 and 200 then
+    perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
+  end if;
+  if cardinality(p_ids) > 10000 or cardinality(p_shards) is distinct from cardinality(p_ids)
+    or cardinality(p_claim_seqs) is distinct from cardinality(p_ids)
+    or cardinality(p_outcomes) is distinct from cardinality(p_ids)
+    or cardinality(p_results) is distinct from cardinality(p_ids)
+    or cardinality(p_stages) is distinct from cardinality(p_ids)
+    or cardinality(p_contexts) is distinct from cardinality(p_ids)
+    or cardinality(p_seconds) is distinct from cardinality(p_ids)
+    -- unnest would flatten an array of more dimensions
+    or coalesce(array_ndims(p_shards), 1) <> 1 or coalesce(array_ndims(p_ids), 1) <> 1
+    or coalesce(array_ndims(p_claim_seqs), 1) <> 1 or coalesce(array_ndims(p_outcomes), 1) <> 1
+    or coalesce(array_ndims(p_results), 1) <> 1 or coalesce(array_ndims(p_stages), 1) <> 1
+    or coalesce(array_ndims(p_contexts), 1) <> 1 or coalesce(array_ndims(p_seconds), 1) <> 1 then
+    perform asyncflow.raise_error('AF006', 'shards, ids, claim_seqs, outcomes, results, stages, contexts and '
+      'seconds: one-dimensional arrays of one length, at most 10000');
+  end if;
+  if exists (select 1 from unnest(p_outcomes) o where o not in ('succeed', 'advance')) then
+    perform asyncflow.raise_error('AF006', 'a held task''s outcome must be succeed, advance or null');
+  end if;
+  select v_claimed_at + make_interval(secs => max_processing_time) into v_lease_until
+  from asyncflow.task_types where task_type = v_task_type;
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  if array_position(p_outcomes, 'succeed') is null and array_position(p_outcomes, 'advance') is null then
+    -- claims only: as type_claim__, not waiting for the disk
+    perform set_config('synchronous_commit', 'off', true);
+  end if;
+  return query
+  with r as (
+    -- the hold's tasks, named by shard and number (no ids to parse); each once, as the
+    -- worker names them (a task named twice is changed for one of its mentions, which one
+    -- is not defined, and the other is answered as refused)
+    select x.n, x.shard, x.id, x.claim_seq, x.outcome, x.result, x.stage,
+      nullif(x.context, 'null'::jsonb) as context,
+      -- the reply can be written here: report_tasks' checks of a success or an advance
+      case x.outcome
+        when 'succeed' then coalesce(pg_column_size(x.result) <= v_max_bytes, true)
+        when 'advance' then coalesce(x.stage ~ '^[A-Za-z0-9_.:/-]{1,64}$', false)
+          and coalesce(jsonb_typeof(x.context) in ('object', 'null'), true)
+          and coalesce(pg_column_size(x.context) <= v_max_bytes, true)
+          and coalesce(pg_column_size(x.result) <= v_max_bytes, true)
+        else false end as ok,
+      -- the call's time, within what has passed since the claim, in whole milliseconds
+      -- (the log entry's cost_ms; secs below is made from it, not floored again: 1.001 * 1000
+      -- is 1000.99... in double precision)
+      floor(least(greatest(coalesce(x.secs, v_ended), 0), v_ended) * 1000)::bigint as ms
+    from unnest(p_shards, p_ids, p_claim_seqs, p_outcomes, p_results, p_stages, p_contexts, p_seconds)
+      with ordinality as x(shard, id, claim_seq, outcome, result, stage, context, secs, n)
+  ), changed as (
+    update asyncflow.{{tasks}} t set
+      status = case when not r.ok then 'running' when r.outcome = 'succeed' then 'succeeded'
+        else 'pending' end::asyncflow.task_status,
+      -- an advance leaves no owner, as its report would have
+      owner = case when r.ok and r.outcome = 'advance' then null else p_owner end,
+      attempt = case when r.ok and r.outcome = 'advance' then 0 else t.attempt + 1 end,
+      claim_seq = t.claim_seq + 1, claimed_at = v_claimed_at,
+      lease_until = case when not r.ok then v_lease_until end,
+      stage = case when r.ok and r.outcome = 'advance' then r.stage else t.stage end,
+      context = case when r.ok and r.outcome = 'advance' then coalesce(r.context, t.context) else t.context end,
+      order_time = case when r.ok and r.outcome = 'advance'
+        then v_claimed_at + make_interval(secs => r.ms / 1000.0::float8) - make_interval(secs => t.priority)
+        else t.order_time end,
+      -- the entry report_tasks writes for an advance; a success's is made from the row when read
+      schedule_log = case when r.ok and r.outcome = 'advance'
+        then asyncflow.append_log(t.schedule_log, jsonb_build_object('worker', p_owner, 'stage', t.stage,
+          'attempt', t.attempt + 1, 'start', v_claimed_at, 'cost_ms', r.ms,
+          'outcome', 'advance'))
+        else t.schedule_log end,
+      result = case when r.ok and r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
+      finished_at = case when r.ok and r.outcome = 'succeed'
+        then v_claimed_at + make_interval(secs => r.ms / 1000.0::float8) else t.finished_at end,
+      updated_at = case when r.ok then v_claimed_at + make_interval(secs => r.ms / 1000.0::float8) else v_claimed_at end
+    from r
+    where t.shard = r.shard and t.id = r.id
+      -- status compared as text: the ready index must not look like a way in
+      and t.status::text = 'pending' and t.claim_seq + 1 = r.claim_seq and t.xmax = v_xid
+    -- the stage the call ran: an advance's is in the entry just written
+    returning r.n, t.status, t.lease_until, r.ok, r.ms / 1000.0::float8 as secs,
+      case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage
+  ), counted as (
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded)
+    select v_task_type, pg_backend_pid() % 16, count(*), count(*) filter (where c.status = 'succeeded')
+    from changed c having count(*) > 0
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
+      succeeded = k.succeeded + excluded.succeeded
+  ), per_bucket as (
+    -- the calls whose replies were written into the stage-time histogram, as type_report__ does
+    select c.stage, d.k, count(*) as n, sum(c.secs) as secs
+    from changed c
+    cross join lateral (select width_bucket(c.secs, asyncflow.stage_time_bounds())
+      - (c.secs = any (asyncflow.stage_time_bounds()))::integer as k) d
+    where c.ok
+    group by c.stage, d.k
+  ), timed as (
+    insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
+    select v_task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
+      array_agg(coalesce(g.n, 0) order by x.k)
+    from (select distinct stage from per_bucket) t
+    cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
+    left join per_bucket g on g.stage = t.stage and g.k = x.k
+    group by t.stage
+    on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
+      seconds = s.seconds + excluded.seconds,
+      buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
+  )
+  select r.n, asyncflow.format_task_id(v_task_type, r.shard, r.id), c.n is not null,
+    case when c.n is null then (select s.status from asyncflow.{{tasks}} s where s.shard = r.shard and s.id = r.id)
+      else c.status end,
+    c.lease_until
+  from r
+  left join changed c on c.n = r.n
+  where c.n is null or (r.outcome is not null and not r.ok)
+  order by r.n;
+  -- Tasks that went on to their next stage are ready for any worker of the type (one NOTIFY).
+  if array_position(p_outcomes, 'advance') is not null then
+    perform asyncflow.wake(v_task_type);
+  end if;
+end
+$body$;

@@ -1,0 +1,184 @@
+-- type_report__<type>(owner, task_ids, claim_seqs, outcomes, stages, contexts, results, errors,
+-- retries, delays, now): the type's reports as typed arrays, called by report_task_arrays (and
+-- straight by a worker that knows the type). Each report is applied only while its task is still
+-- running under the same owner and claim_seq (the fence); anything else is answered as refused
+-- and changes nothing. Outcomes: succeed, advance (next stage, context), fail (retried with
+-- backoff while tries are left and retry is true), later (pending again in `delay` seconds, the
+-- try given back), release (handed back, the try given back), heartbeat (lease extended).
+-- Counters and the stage-time histogram are written in the same statement.
+-- Placeholders: {{report}} this function, {{tasks}}, {{task_type}}.
+create or replace function asyncflow.{{report}}(p_owner text, p_task_ids text[], p_claim_seqs integer[],
+  p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[],
+  p_retries boolean[], p_delays double precision[], p_now timestamptz)
+returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
+language plpgsql security definer set search_path = pg_catalog, pg_temp
+set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $body$
+#variable_conflict use_column
+declare
+  v_task_type constant text := {{task_type}};
+  v_now constant timestamptz := coalesce(p_now, now());
+begin
+  perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
+    p_errors, p_retries, p_delays);
+  if p_outcomes <@ array['succeed'] then
+    -- A batch of successes only (every report of a one-stage burn-down, most batches of a
+    -- busy worker): the same effects, counters and answers as the general statement below,
+    -- without its per-report choices between outcomes and without the arrays a success does
+    -- not use (a fifth of the report's cost).
+    return query
+    with r as (
+      select x.n, x.task_id,
+        split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
+        x.claim_seq, x.result
+      from unnest(p_task_ids, p_claim_seqs, p_results) with ordinality as x(task_id, claim_seq, result, n)
+      where split_part(x.task_id, '-', 1) = v_task_type
+    ), changed as (
+      update asyncflow.{{tasks}} t set
+        status = 'succeeded', result = coalesce(r.result, '{}'::jsonb), lease_until = null,
+        finished_at = v_now, updated_at = v_now
+      from (select distinct on (shard, id) * from r order by shard, id, n desc) r
+      where t.shard = r.shard and t.id = r.id
+        and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
+      returning r.n, t.status, t.stage, t.claimed_at
+    ), counted as (
+      insert into asyncflow.type_counters as k (task_type, slot, succeeded)
+      select v_task_type, pg_backend_pid() % 16, count(*) from changed having count(*) > 0
+      on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded
+    ), durations as (
+      select c.stage, d.secs,
+        width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
+      from changed c
+      cross join lateral (select floor(date_part('epoch', v_now - c.claimed_at) * 1000) / 1000 as secs) d
+    ), per_bucket as (
+          select stage, k, count(*) as n, sum(secs) as secs from durations group by stage, k
+        ), timed as (
+          insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
+          select v_task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
+            array_agg(coalesce(g.n, 0) order by x.k)
+          from (select distinct stage from per_bucket) t
+          cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
+          left join per_bucket g on g.stage = t.stage and g.k = x.k
+          group by t.stage
+          on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
+            seconds = s.seconds + excluded.seconds,
+            buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
+        )
+        select r.n, r.task_id, c.n is not null,
+          -- the current status is looked up only for refused reports
+          case when c.n is null then (select s.status from asyncflow.{{tasks}} s
+            where s.shard = r.shard and s.id = r.id)
+            else c.status end,
+          null::timestamptz
+        from r
+        left join changed c on c.n = r.n
+        order by r.n;
+    return;
+  end if;
+
+  return query
+  with r as (
+    -- one pass of unnest over the typed arrays; ids are split inline (a lateral call to
+    -- parse_task_id is not inlined and cost more than the update)
+    select x.n, x.task_id,
+      split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
+      x.claim_seq, x.outcome, x.stage, nullif(x.context, 'null'::jsonb) as context, x.result,
+      left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries, p_delays)
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n)
+    where split_part(x.task_id, '-', 1) = v_task_type
+  ), changed as (
+    update asyncflow.{{tasks}} t set
+      status = case
+        when r.outcome = 'succeed' then 'succeeded'
+        when r.outcome = 'heartbeat' then 'running'
+        when r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num) then 'failed'
+        else 'pending' end::asyncflow.task_status,
+      stage = case when r.outcome = 'advance' then r.stage else t.stage end,
+      context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
+      result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
+      last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed') else t.last_error end,
+      attempt = case
+        when r.outcome = 'advance' then 0
+        when r.outcome in ('later', 'release') then greatest(t.attempt - 1, 0)
+        else t.attempt end,
+      retry_count = case when r.outcome = 'fail' then t.retry_count + 1 else t.retry_count end,
+      order_time = case
+        when r.outcome = 'advance' then v_now - make_interval(secs => t.priority)
+        when r.outcome = 'fail' then v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval)
+        when r.outcome = 'later' then v_now + make_interval(secs => r.delay)
+        else t.order_time end,
+      -- a success keeps its worker: the log's last entry is made from the row when read
+      owner = case when r.outcome in ('heartbeat', 'succeed') then t.owner end,
+      lease_until = case when r.outcome = 'heartbeat'
+        then v_now + make_interval(secs => (select max_processing_time from asyncflow.task_types y where y.task_type = t.task_type)) end,
+      finished_at = case
+        when r.outcome = 'succeed' or (r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num)) then v_now
+        else t.finished_at end,
+      -- the entry is built as cheaply as jsonb allows: date_part in double precision rather
+      -- than numeric extract, and the error key added only to failures instead of stripping
+      -- nulls from every entry; a success's entry is not written at all (asyncflow.task_log
+      -- makes it from the row: worker, stage, attempt, claimed_at and finished_at are all there)
+      schedule_log = case when r.outcome in ('heartbeat', 'succeed') then t.schedule_log
+        else asyncflow.append_log(t.schedule_log, case when r.outcome = 'fail'
+          then jsonb_build_object('worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
+            'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome,
+            'error', coalesce(r.error, 'failed'))
+          else jsonb_build_object('worker', t.owner, 'stage', t.stage, 'attempt', t.attempt, 'start', t.claimed_at,
+            'cost_ms', floor(date_part('epoch', v_now - t.claimed_at) * 1000)::bigint, 'outcome', r.outcome) end) end,
+      updated_at = v_now
+    -- a task named twice in one batch: its last report wins, the earlier ones are refused
+    from (select distinct on (shard, id) * from r order by shard, id, n desc) r
+    where t.shard = r.shard and t.id = r.id
+      -- status compared as text: the partial index on running tasks must not look like a way
+      -- in (the planner would walk every running task for each report)
+      and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
+    returning r.n, t.status, t.lease_until, t.task_type, r.outcome,
+      case when r.outcome <> 'succeed' then t.schedule_log -> -1 end as entry, t.stage, t.claimed_at
+  ), counted as (
+    insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried)
+    select c.task_type, pg_backend_pid() % 16, count(*) filter (where c.status = 'succeeded'),
+      count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending')
+    from changed c where c.outcome in ('succeed', 'fail') group by c.task_type
+    on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
+      failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
+  ), durations as (
+    -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds)):
+    -- width_bucket counts the bounds <= secs (a binary search, in C), less one when secs is a
+    -- bound itself (a bucket includes its upper bound, as Prometheus' "le")
+    select coalesce(c.entry ->> 'stage', c.stage) as stage, d.secs,
+      width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
+    from changed c cross join lateral (select case when c.entry is null
+      then floor(date_part('epoch', v_now - c.claimed_at) * 1000) / 1000
+      else (c.entry ->> 'cost_ms')::double precision / 1000 end as secs) d
+    where c.outcome not in ('heartbeat', 'release')
+  ), per_bucket as (
+          select stage, k, count(*) as n, sum(secs) as secs from durations group by stage, k
+        ), timed as (
+          insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
+          select v_task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
+            array_agg(coalesce(g.n, 0) order by x.k)
+          from (select distinct stage from per_bucket) t
+          cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
+          left join per_bucket g on g.stage = t.stage and g.k = x.k
+          group by t.stage
+          on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
+            seconds = s.seconds + excluded.seconds,
+            buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
+        )
+        select r.n, r.task_id, c.n is not null,
+          -- the current status is looked up only for refused reports
+          case when c.n is null then (select s.status from asyncflow.{{tasks}} s
+            where s.shard = r.shard and s.id = r.id)
+            else c.status end,
+          c.lease_until
+        from r
+        left join changed c on c.n = r.n
+        order by r.n;
+
+  -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY).
+  if exists (select 1 from unnest(p_task_ids, p_outcomes) u(task_id, outcome)
+      where u.outcome in ('advance', 'release', 'fail', 'later') and split_part(u.task_id, '-', 1) = v_task_type) then
+    perform asyncflow.wake(v_task_type);
+  end if;
+end
+$body$;
