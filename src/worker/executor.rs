@@ -140,24 +140,54 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Every `every`, extends the lease of each call past half of its lease length; a refused
-/// extension means the lease is lost, and the call is abandoned.
+/// The shortest pause between two looks at the calls in flight.
+const HEARTBEAT_CHECK_MIN: Duration = Duration::from_millis(50);
+/// How often the heartbeater looks while no call is in flight, so that a call with a short lease
+/// that starts meanwhile is seen well before a third of its lease has gone.
+const HEARTBEAT_CHECK_IDLE: Duration = Duration::from_millis(100);
+
+/// A lease is extended once a third of it has gone: an extension then has two thirds of the
+/// lease to arrive (a report's round trip, a busy reporter), and the next look comes after a
+/// sixth (see [`next_check`]), well before the lease runs out.
+fn extension_due(lease_until: chrono::DateTime<Utc>, lease_secs: i64, now: chrono::DateTime<Utc>) -> bool {
+    (lease_until - now).num_milliseconds() < lease_secs.saturating_mul(2000) / 3
+}
+
+/// The pause before the next look: a sixth of the shortest lease in flight, at most `every`
+/// (the configured check) and at least [`HEARTBEAT_CHECK_MIN`].
+fn next_check(shortest_lease_secs: Option<i64>, every: Duration) -> Duration {
+    match shortest_lease_secs {
+        Some(secs) => {
+            let sixth = Duration::from_millis(u64::try_from(secs.max(0)).unwrap_or(0).saturating_mul(1000) / 6);
+            sixth.min(every).max(HEARTBEAT_CHECK_MIN)
+        }
+        None => HEARTBEAT_CHECK_IDLE.min(every).max(HEARTBEAT_CHECK_MIN),
+    }
+}
+
+/// Extends the lease of each call once a third of it has gone, looking every sixth of the
+/// shortest lease in flight (at most every `every`); a refused extension means the lease is
+/// lost, and the call is abandoned.
 pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pause = Duration::ZERO;
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = stop.cancelled() => return,
         }
         let now = Utc::now();
-        let due: Vec<(String, i32)> = shared
-            .lock_inflight()
-            .iter()
-            .filter(|(_, f)| (f.lease_until - now).num_milliseconds() < f.lease_secs * 500)
-            .filter(|(_, f)| !f.hold.as_ref().is_some_and(|h| h.is_open()))
-            .map(|(k, f)| (k.clone(), f.claim_seq))
-            .collect();
+        let (due, shortest): (Vec<(String, i32)>, Option<i64>) = {
+            let inflight = shared.lock_inflight();
+            let shortest = inflight.values().map(|f| f.lease_secs).min();
+            let due = inflight
+                .iter()
+                .filter(|(_, f)| extension_due(f.lease_until, f.lease_secs, now))
+                .filter(|(_, f)| !f.hold.as_ref().is_some_and(|h| h.is_open()))
+                .map(|(k, f)| (k.clone(), f.claim_seq))
+                .collect();
+            (due, shortest)
+        };
+        pause = next_check(shortest, every);
         if due.is_empty() {
             continue;
         }
@@ -178,5 +208,31 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
                 _ => f.lost.cancel(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_extended_once_a_third_of_it_has_gone() {
+        let now = Utc::now();
+        let lease = |ms: i64| now + chrono::Duration::milliseconds(ms);
+        assert!(!extension_due(lease(1400), 2, now));
+        assert!(extension_due(lease(1300), 2, now));
+        assert!(!extension_due(lease(201_000), 300, now));
+        assert!(extension_due(lease(199_000), 300, now));
+    }
+
+    #[test]
+    fn the_check_follows_the_shortest_lease_in_flight() {
+        let second = Duration::from_secs(1);
+        assert_eq!(next_check(Some(2), second), Duration::from_millis(333));
+        assert_eq!(next_check(Some(1), second), Duration::from_millis(166));
+        assert_eq!(next_check(Some(300), second), second);
+        assert_eq!(next_check(Some(0), second), HEARTBEAT_CHECK_MIN);
+        assert_eq!(next_check(None, second), HEARTBEAT_CHECK_IDLE);
+        assert_eq!(next_check(Some(60), Duration::from_millis(20)), HEARTBEAT_CHECK_MIN);
     }
 }

@@ -66,7 +66,9 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Time in-flight calls get after shutdown before they are handed back.
     pub shutdown_grace: Duration,
-    /// How often leases are checked for extension.
+    /// The longest pause between two looks at the leases in flight: the heartbeater looks every
+    /// sixth of the shortest lease in flight, at most this, and extends a lease once a third of
+    /// it has gone.
     pub heartbeat_check: Duration,
     /// Stop (after finishing what is in flight) once no task of the worker's types is ready.
     /// Delayed tasks not yet due do not keep the worker alive.
