@@ -65,7 +65,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 19 lines, sha256 b4322b740b6099ed
+    AS -- body: 29 lines, sha256 256c63aa01fdda17
 
 CREATE FUNCTION asyncflow.check_new_type_name(p_task_type text) RETURNS void
     LANGUAGE plpgsql STABLE

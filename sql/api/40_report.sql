@@ -1,24 +1,35 @@
 -- Reports (fenced by claim_seq), cancel and retry.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
--- cancel_task: a pending or running task becomes cancelled (a running task's worker then has its
--- report refused). Returns true when cancelled, false when the task had already ended.
+-- cancel_task: a pending or running task becomes cancelled. A running task's worker is told on
+-- the channel asyncflow_cancel ('<task id> <claim_seq>') and stops the call; its report, if one
+-- still comes, is refused. Returns true when cancelled, false when the task had already ended.
 create or replace function asyncflow.cancel_task(task_id text, p_now timestamptz default null) returns boolean
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   p_task_id alias for $1;
   v_key record;
   v_now timestamptz := coalesce(p_now, now());
+  v_was asyncflow.task_status;
+  v_claim_seq integer;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
   if v_key.task_type is null then
     perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
   end if;
-  update asyncflow.tasks set status = 'cancelled', owner = null, lease_until = null, finished_at = v_now,
-    updated_at = v_now,
-    schedule_log = asyncflow.append_log(schedule_log, jsonb_build_object('event', 'cancelled', 'at', v_now))
-  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id and status in ('pending', 'running');
+  select status, claim_seq into v_was, v_claim_seq from asyncflow.tasks
+  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id and status in ('pending', 'running')
+  for update;
   if found then
+    update asyncflow.tasks set status = 'cancelled', owner = null, lease_until = null, finished_at = v_now,
+      updated_at = v_now,
+      schedule_log = asyncflow.append_log(schedule_log, jsonb_build_object('event', 'cancelled', 'at', v_now))
+    where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
+    -- a running call stops at once: its worker listens on asyncflow_cancel (at commit)
+    if v_was = 'running' then
+      perform pg_notify('asyncflow_cancel',
+        asyncflow.format_task_id(v_key.task_type, v_key.shard, v_key.id) || ' ' || v_claim_seq);
+    end if;
     return true;
   end if;
   perform asyncflow.check_task_exists(v_key.task_type, v_key.shard, v_key.id, p_task_id);

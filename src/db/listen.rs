@@ -1,7 +1,14 @@
-//! The wake-up channel: one dedicated (unpooled) connection LISTENs on `asyncflow` and fans each
-//! notification out to every subscriber. The payload is a task type name; `None` means "look at
-//! every type" and is sent after each (re)connect, because notifications sent while the
-//! connection was down are lost. A lost connection is retried with jittered back-off.
+//! The notification channels: one dedicated (unpooled) connection LISTENs and fans each
+//! notification out to every subscriber.
+//!
+//! - `asyncflow`: wake-ups. The payload is a task type name; `None` means "look at every type"
+//!   and is sent after each (re)connect, because notifications sent while the connection was
+//!   down are lost.
+//! - `asyncflow_cancel`: the id of a task taken away from its worker while it ran (cancelled, or
+//!   its workflow run or node ended without it), so the worker stops the call at once. One lost
+//!   while the connection was down is made up by the next heartbeat, which is refused.
+//!
+//! A lost connection is retried with jittered back-off.
 
 use std::time::Duration;
 
@@ -16,10 +23,24 @@ use crate::db::api;
 /// A wake-up: the type that has new ready work, or None for all types.
 pub type Wake = Option<String>;
 
+/// The channel of wake-ups (see the module docs).
+pub const WAKE_CHANNEL: &str = "asyncflow";
+/// The channel of cancelled calls (see the module docs).
+pub const CANCEL_CHANNEL: &str = "asyncflow_cancel";
+
+/// What the listener fans out.
+#[derive(Clone)]
+pub struct Channels {
+    /// Wake-ups: a type with new ready work, or None for all types.
+    pub wakes: broadcast::Sender<Wake>,
+    /// Ids of tasks whose running calls are to stop.
+    pub cancels: broadcast::Sender<String>,
+}
+
 /// Starts the listener; it runs until `cancel` fires.
-pub fn spawn(url: String, cancel: CancellationToken) -> broadcast::Sender<Wake> {
-    let (tx, _) = broadcast::channel(1024);
-    let sender = tx.clone();
+pub fn spawn(url: String, cancel: CancellationToken) -> Channels {
+    let channels = Channels { wakes: broadcast::channel(1024).0, cancels: broadcast::channel(1024).0 };
+    let sender = channels.clone();
     tokio::spawn(async move {
         let mut failures: u32 = 0;
         loop {
@@ -41,18 +62,21 @@ pub fn spawn(url: String, cancel: CancellationToken) -> broadcast::Sender<Wake> 
             }
         }
     });
-    tx
+    channels
 }
 
-async fn listen_once(url: &str, tx: &broadcast::Sender<Wake>, failures: &mut u32) -> Result<(), String> {
+async fn listen_once(url: &str, tx: &Channels, failures: &mut u32) -> Result<(), String> {
     let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.map_err(|e| e.to_string())?;
     let forward = tx.clone();
     let driver = async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
+                Ok(AsyncMessage::Notification(n)) if n.channel() == CANCEL_CHANNEL => {
+                    let _ = forward.cancels.send(n.payload().to_string());
+                }
                 Ok(AsyncMessage::Notification(n)) => {
-                    let _ = forward.send(Some(n.payload().to_string()));
+                    let _ = forward.wakes.send(Some(n.payload().to_string()));
                 }
                 Ok(_) => {}
                 Err(e) => return Err(e.to_string()),
@@ -64,7 +88,7 @@ async fn listen_once(url: &str, tx: &broadcast::Sender<Wake>, failures: &mut u32
         api::listen(&client).await.map_err(|e| e.to_string())?;
         *failures = 0;
         // Anything sent while we were not listening is lost: everyone looks again.
-        let _ = tx.send(None);
+        let _ = tx.wakes.send(None);
         std::future::pending::<Result<(), String>>().await
     };
     tokio::select! {

@@ -38,6 +38,40 @@ pub struct StageCall {
     pub user_id: Option<String>,
     /// When the current lease ends unless extended.
     pub deadline: DateTime<Utc>,
+    /// Fired when the call is to stop (not on the wire).
+    #[serde(skip)]
+    pub cancel: CallCancel,
+}
+
+/// Fired when a call is to stop: its task was cancelled (or its workflow run or node ended
+/// without it), its lease was lost, it timed out, or the worker's shutdown grace ran out. The
+/// worker drops the call's future right after, so a Rust handler needs it only for work it
+/// started outside that future (a spawned task, a child process, a request it handed off).
+#[derive(Debug, Clone, Default)]
+pub struct CallCancel(tokio_util::sync::CancellationToken);
+
+impl CallCancel {
+    /// Completes when the call is to stop.
+    pub async fn cancelled(&self) {
+        self.0.cancelled().await
+    }
+
+    /// Whether the call is to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
+    /// Stops the call's outside work (the worker's side).
+    pub(crate) fn cancel(&self) {
+        self.0.cancel()
+    }
+}
+
+/// Two calls are equal whatever their tokens.
+impl PartialEq for CallCancel {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl From<ClaimedTask> for StageCall {
@@ -51,6 +85,7 @@ impl From<ClaimedTask> for StageCall {
             priority: t.priority,
             user_id: t.user_id,
             deadline: t.lease_until,
+            cancel: CallCancel::default(),
         }
     }
 }

@@ -52,7 +52,10 @@ pub(super) async fn run(
 
     // Polled here rather than spawned (a second task per call cost about a tenth of the
     // worker's CPU in a burn-down); dropping it abandons the call, and a panic is caught.
-    let call = AssertUnwindSafe(registered.function.call(StageCall::from(task))).catch_unwind();
+    let stage_call = StageCall::from(task);
+    // stops what the function started outside its future, however the call ends
+    let cancel = stage_call.cancel.clone();
+    let call = AssertUnwindSafe(registered.function.call(stage_call)).catch_unwind();
     let timeout = async {
         match registered.timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -69,11 +72,12 @@ pub(super) async fn run(
             Some(StageReply::fail(format!("timed out after {secs} s")).into_report())
         }
         _ = lost.cancelled() => {
-            tracing::warn!(task = %key, "lease lost: call abandoned");
+            tracing::warn!(task = %key, "task taken away (cancelled, or its lease lost): call stopped");
             None
         }
         _ = shared.release.cancelled() => Some(ReportKind::Release),
     };
+    cancel.cancel();
     {
         let mut inflight = shared.lock_inflight();
         if inflight.get(&key).is_some_and(|f| f.generation == generation) {
@@ -137,6 +141,42 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
         s.clone()
     } else {
         "unknown panic".to_string()
+    }
+}
+
+/// Stops the calls of tasks named on the cancel channel (`<task id> <claim_seq>`, see
+/// [`crate::db::listen`]): the call is abandoned at once, as when its lease is lost, so an
+/// executable's process group is killed, an HTTP request dropped and a Rust handler's future
+/// dropped (its [`crate::function::CallCancel`] fired).
+pub(super) async fn stop_cancelled_calls(
+    shared: Arc<Shared>,
+    mut cancels: tokio::sync::broadcast::Receiver<String>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let message = tokio::select! {
+            m = cancels.recv() => m,
+            _ = stop.cancelled() => return,
+        };
+        let payload = match message {
+            Ok(payload) => payload,
+            // a burst of cancels overflowed the channel: the heartbeats refused find the rest
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return,
+        };
+        let Some((task_id, claim_seq)) = payload.split_once(' ') else {
+            continue;
+        };
+        let Ok(claim_seq) = claim_seq.parse::<i32>() else {
+            continue;
+        };
+        if let Some(f) = shared.lock_inflight().get(task_id) {
+            if f.claim_seq == claim_seq {
+                tracing::info!(task = %task_id, "task cancelled: stopping its call");
+                f.lost.cancel();
+            }
+        }
     }
 }
 

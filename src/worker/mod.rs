@@ -428,6 +428,13 @@ impl Worker {
             shared.budget_spent.cancel();
         }
 
+        if let Some(channels) = &listener {
+            tokio::spawn(executor::stop_cancelled_calls(
+                shared.clone(),
+                channels.cancels.subscribe(),
+                listener_stop.clone(),
+            ));
+        }
         let heartbeat_stop = CancellationToken::new();
         let heartbeater =
             tokio::spawn(executor::heartbeat_loop(shared.clone(), self.config.heartbeat_check, heartbeat_stop.clone()));
@@ -436,7 +443,7 @@ impl Worker {
         let type_names: Vec<TypeName> = types.iter().map(|(n, _, _)| n.clone()).collect();
         for (name, reg, settings) in types {
             let wakes = match (&listener, own_wakes.as_ref().and_then(|own| own.get(name.as_str()))) {
-                (Some(notify), _) => notify.subscribe(),
+                (Some(notify), _) => notify.wakes.subscribe(),
                 (None, Some(own)) => own.subscribe(),
                 // not reached: every type has a channel; a closed one means polling alone
                 (None, None) => broadcast::channel(1).1,

@@ -588,9 +588,9 @@ pub async fn ping(c: &tokio_postgres::Client) -> Result<()> {
     c.simple_query("select 1").await.map(|_| ()).map_err(Error::from_db)
 }
 
-/// Subscribes the (dedicated) connection to the wake-up channel.
+/// Subscribes the (dedicated) connection to the wake-up and cancel channels.
 pub async fn listen(c: &tokio_postgres::Client) -> Result<()> {
-    c.batch_execute("listen asyncflow").await.map_err(Error::from_db)
+    c.batch_execute("listen asyncflow; listen asyncflow_cancel").await.map_err(Error::from_db)
 }
 
 /// The backend pid of this connection (tests terminate leaders by it).
