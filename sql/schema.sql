@@ -51,7 +51,7 @@ CREATE TYPE asyncflow.task_status AS ENUM (
 CREATE FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 44 lines, sha256 740a6c394b06e407
+    AS -- body: 44 lines, sha256 6e550961a088cbdf
 
 CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -104,7 +104,7 @@ CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit in
 
 CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
-    AS -- body: 384 lines, sha256 ce60013ee1072c73
+    AS -- body: 385 lines, sha256 ae6d3e7ce068cf4f
 
 CREATE FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb DEFAULT NULL::jsonb, error text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
@@ -117,17 +117,17 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
 
 CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 59 lines, sha256 1592937448d110b4
+    AS -- body: 63 lines, sha256 70d37134d4c71d92
 
 CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 58 lines, sha256 1ae21ad4ab18abda
+    AS -- body: 58 lines, sha256 29c65b3819555981
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 11 lines, sha256 cbf16f1ac508db62
+    AS -- body: 11 lines, sha256 aaa758d65b425753
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -136,12 +136,12 @@ CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 49 lines, sha256 2042ffea2781a146
+    AS -- body: 49 lines, sha256 d2ae3a4aa4417a95
 
 CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 45 lines, sha256 0586544a8d7151a5
+    AS -- body: 45 lines, sha256 66677b85031b34f9
 
 CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
@@ -221,7 +221,7 @@ CREATE FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT 
 
 CREATE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 4 lines, sha256 9e9b02c470b1afc5
+    AS -- body: 4 lines, sha256 64584c1fa4978cdd
 
 CREATE TABLE asyncflow.pipelines (
     name text NOT NULL,
@@ -246,7 +246,7 @@ CREATE FUNCTION asyncflow.plan_step_limit() RETURNS integer
 
 CREATE FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text[]) RETURNS record
     LANGUAGE plpgsql STABLE
-    AS -- body: 165 lines, sha256 c3cfe47dad939dc9
+    AS -- body: 165 lines, sha256 bfa8da0b39fc7e79
 
 CREATE FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text DEFAULT 'active'::text) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
@@ -260,7 +260,7 @@ CREATE FUNCTION asyncflow.queue_keys(p_task_type text, p_after text DEFAULT NULL
 
 CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 4 lines, sha256 74f707396a51550a
+    AS -- body: 4 lines, sha256 6e902ec7cc94598f
 
 CREATE FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -275,7 +275,7 @@ CREATE FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFAULT '{}'::jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 58 lines, sha256 4fc04e83fa3d2209
+    AS -- body: 58 lines, sha256 ce3e922e195e7a84
 
 CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -308,7 +308,7 @@ CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURN
 CREATE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 45 lines, sha256 26255de669fcd1fc
+    AS -- body: 45 lines, sha256 145fd50ce6415b4f
 
 CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -318,12 +318,12 @@ CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone 
 CREATE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 38 lines, sha256 c2d46c68bf8ef47f
+    AS -- body: 38 lines, sha256 b8989d9cb2a4ee16
 
 CREATE FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 31 lines, sha256 9e5acd37dd0359ea
+    AS -- body: 31 lines, sha256 3858d3622d28833b
 
 CREATE FUNCTION asyncflow.run_day(p_id text) RETURNS date
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -365,7 +365,7 @@ CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
 CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 23 lines, sha256 d0ba02ad505a3e41
+    AS -- body: 23 lines, sha256 b8edb3476b766102
 
 CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
     LANGUAGE plpgsql
@@ -482,7 +482,7 @@ CREATE FUNCTION asyncflow.tg_task_types__resumed() RETURNS trigger
 CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 30 lines, sha256 c66362f9e1b8892e
+    AS -- body: 30 lines, sha256 77cc0926c65bebee
 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -490,7 +490,7 @@ CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
 
 CREATE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 121 lines, sha256 76df0d4acd4f0bb3
+    AS -- body: 121 lines, sha256 ba989cf37c592048
 
 CREATE FUNCTION asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -590,7 +590,7 @@ CREATE FUNCTION asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow
 
 CREATE FUNCTION asyncflow.wf_run_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 4 lines, sha256 74f707396a51550a
+    AS -- body: 4 lines, sha256 6e902ec7cc94598f
 
 CREATE FUNCTION asyncflow.wf_run_for_update(p_run_id text) RETURNS asyncflow.runs
     LANGUAGE plpgsql

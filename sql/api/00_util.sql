@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION asyncflow.raise_error(p_code text, p_message text) RE
     LANGUAGE plpgsql
     AS $$
 begin
-  -- (V37) cut: the message may repeat a caller's value of any size
+  -- cut (shorten): the message may repeat a caller's value of any size
   raise exception using errcode = p_code, message = asyncflow.shorten(p_message);
 end
 $$;
@@ -57,12 +57,15 @@ language sql stable parallel safe as $$
     else jsonb_path_query_array(p_log, '$[last - 18 to last]') end || jsonb_build_array(p_entry)
 $$;
 
--- wake in PL/pgSQL. As a SQL function with a WHERE clause it could not be inlined, and a SQL
--- function that is not inlined is parsed and planned again at every call: in create_task, one
--- per enqueue, that was about a tenth of the server's time (create_task one per transaction from
--- 8 connections: about 5,000/s before, 6,400/s after on this machine). A PL/pgSQL body keeps its
--- one expression's plan for the session. Same behaviour: only the transaction that wins the
--- per-type try-lock notifies (see V3).
+-- Wakes workers of a type: NOTIFY asyncflow, <type> at commit. PostgreSQL serialises the commits
+-- of notifying transactions behind one database-wide lock held through the commit's flush, so a
+-- NOTIFY in every enqueue would cap enqueue throughput at one flush at a time. Only the
+-- transaction that wins a per-type transaction-scoped try-lock notifies; concurrent ones skip,
+-- and their tasks are found by the workers' re-check right after each wake-up (or by the poll).
+-- PL/pgSQL, not SQL: a SQL function with a WHERE clause cannot be inlined, and one not inlined is
+-- parsed and planned again at every call (in create_task, one per enqueue, about a tenth of the
+-- server's time: create_task one per transaction from 8 connections runs about 5,000/s that way,
+-- 6,400/s with this body on the machine measured). A PL/pgSQL body keeps its plan for the session.
 create or replace function asyncflow.wake(p_task_type text) returns void
 language plpgsql as $$
 begin
@@ -72,18 +75,14 @@ begin
 end
 $$;
 
--- V29: run_at is refused (AF006) outside 0002-01-01 .. 9999-01-01 (UTC), in create_task and in
+-- run_at is refused (AF006) outside 0002-01-01 .. 9999-01-01 (UTC), in create_task and in
 -- create_tasks (through is_timestamptz).
 --
--- V26 allowed run_at from 4713-11-24 BC on, and any finite time after 9999. PostgreSQL writes such
--- times in JSON as "0100-01-01T00:00:00+00:00 BC" or "10000-01-01T...", which no RFC 3339 reader
--- takes: the task was created, and then get_task's readers (the HTTP API, the Rust client, a
--- worker's held-task list) failed on it, and on every page of its type's task list (found by a bug
--- hunt). A year of margin at each end keeps run_at less the priority (at most 360 days) and the
--- times in any session time zone within years 1 to 9999.
---
--- create_task and insert_tasks are replaced whole (the migration convention), changed only in
--- the run_at range and its message.
+-- PostgreSQL writes times before year 1 or after 9999 in JSON as "0100-01-01T00:00:00+00:00 BC"
+-- or "10000-01-01T...", which no RFC 3339 reader takes: such a task could be created, and then
+-- get_task's readers (the HTTP API, the Rust client, a worker's held-task list) would fail on it,
+-- and on every page of its type's task list. A year of margin at each end keeps run_at less the
+-- priority (at most 360 days) and the times in any session time zone within years 1 to 9999.
 create or replace function asyncflow.is_timestamptz(p_text text) returns boolean
 language plpgsql stable as $$
 begin
@@ -151,7 +150,11 @@ language sql immutable parallel safe as $$
   select (p_value #>> '{}')::numeric = trunc((p_value #>> '{}')::numeric)
 $$;
 
--- A message cut to at most 400 characters (plus the marker), see above.
+-- A message cut to at most 400 characters (plus the marker): kept whole up to 400, else its
+-- first 200 and last 150 characters (a value is usually followed by the explanation) around
+-- "…[N characters cut]…". raise_error, pipeline_error and wf_run_error cut every message with it,
+-- as a message may repeat a caller's value of any size; the Rust side applies the same rule
+-- (crate::error::shorten) to the messages it relays.
 create or replace function asyncflow.shorten(p_text text) returns text
 language sql immutable parallel safe as $$
   select case when length(p_text) <= 400 then p_text

@@ -91,7 +91,9 @@ begin
 end
 $$;
 
--- (V41) fair_queues and queue_concurrency; the key indexes follow fair_queues
+-- register_task_type: creates a type (sequence, table, indexes, first shard, positions row) or
+-- changes its settings, fair_queues and queue_concurrency among them; the key indexes follow
+-- fair_queues. Returns the type as JSON.
 create or replace function asyncflow.register_task_type(task_type text, settings jsonb default '{}')
 returns jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -146,7 +148,7 @@ begin
     updated_at = v_now
   where task_type = p_task_type
   returning * into v_type;
-  -- (V41) the key indexes follow fair_queues; the type's row is locked above, so two
+  -- the key indexes follow fair_queues; the type's row is locked above, so two
   -- registrations never build or drop them at once
   if p_settings ? 'fair_queues' then
     perform asyncflow.set_queue_indexes(p_task_type, v_type.fair_queues);
@@ -160,8 +162,8 @@ $$;
 -- under way is waited for and then read (in READ COMMITTED a locked row is read again once its
 -- writer commits), and one that starts later waits for this transaction, whose row its own
 -- trigger then sees. Read without those locks, a settings change racing a shard roll, or a
--- config change racing a registration or a roll, left the row with the value the other one
--- replaced (found by review). The positions row is not locked: a roll holds it FOR UPDATE while
+-- config change racing a registration or a roll, could leave the row with the value the other
+-- one replaces. The positions row is not locked: a roll holds it FOR UPDATE while
 -- its trigger waits for the type's row, which a settings change holds while its trigger runs.
 create or replace function asyncflow.refresh_enqueue_info(p_task_type text) returns void
 language sql security definer set search_path = pg_catalog, pg_temp as $$

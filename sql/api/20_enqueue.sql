@@ -1,7 +1,10 @@
 -- Enqueue: create_task (the common case, without a SET clause) and create_tasks (bulk).
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
--- (V41) each element's queue_key
+-- insert_tasks: the tasks of one type from a JSON array of objects (context, priority, run_at,
+-- stage, idempotency_key, user_id, queue_key), checked and then inserted in one statement. Returns
+-- their ids in input order; an idempotency key already taken gives that key's task id. With
+-- p_single (create_task's one task) an error does not name the element.
 CREATE OR REPLACE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
     AS $_$
@@ -174,7 +177,7 @@ begin
     where jsonb_typeof(x.e) <> 'object' order by x.n limit 1;
     perform asyncflow.raise_error('AF006', format('tasks[%s]: must be a JSON object', v_n - 1));
   end if;
-  -- (V38) insert_tasks gets the default collation, not the caller's (see create_task)
+  -- insert_tasks gets the default collation, not the caller's (see create_task)
   return query select unnest(asyncflow.insert_tasks(task_type collate "default", tasks, p_now, false));
 end
 $_$;
@@ -194,14 +197,18 @@ declare
   v_retry_num integer;
   v_retry_interval integer;
 begin
-  -- No SET search_path (V33): every name below is schema-qualified, operators included.
-  -- (V38) And no comparison takes the caller's collation: a plpgsql function's text parameters
-  -- take the collation of the call's arguments, and under a nondeterministic one of the caller's
-  -- (CREATE COLLATION needs no privilege) 'a_b' = 'ab', so the lookup found another type's row.
+  -- No SET search_path: a SET clause costs every call (about 5 % of create_task's rate), so the
+  -- body runs under the caller's search_path, and every name below is schema-qualified,
+  -- operators included (a caller's own "=" must never run with the owner's rights).
+  -- And no comparison takes the caller's collation: a plpgsql function's text parameters
+  -- take the collation of the call's arguments, and under a nondeterministic one of the
+  -- caller's (CREATE COLLATION needs no privilege) 'a_b' = 'ab', so the lookup would find
+  -- another type's row.
   if idempotency_key is null then
-    -- What the checks and the row need, in one read of enqueue_info (V25); the checks in one
-    -- expression, the same as create_task_general's; the wake written out (asyncflow.wake's
-    -- try-lock and NOTIFY).
+    -- What the checks and the row need, in one read of enqueue_info (one table, not task_types,
+    -- positions and config: each table read costs a transaction about 25,000 instructions); the
+    -- checks in one expression, the same as create_task_general's; the wake written out
+    -- (asyncflow.wake's try-lock and NOTIFY).
     select e.end_pos, e.id_seq, e.initial_stage, e.max_retry_num, e.max_retry_interval, e.max_context_bytes
       into v_pos, v_seq, v_initial_stage, v_retry_num, v_retry_interval, v_max_bytes
       from asyncflow.enqueue_info e
@@ -237,7 +244,7 @@ begin
         operator(pg_catalog.||) '-' operator(pg_catalog.||) v_id::pg_catalog.text;
     end if;
   end if;
-  -- (V38) the explicit collation makes the call's, so every text parameter's, the default one
+  -- the explicit collation makes the call's, so every text parameter's, the default one
   return asyncflow.create_task_general(create_task.task_type collate pg_catalog."default", context, priority, run_at, stage,
     idempotency_key, user_id, p_now, queue_key);
 end
@@ -273,8 +280,8 @@ begin
         'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
         pg_column_size(context), v_max_bytes));
     elsif run_at is not null and not run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00' then
-      -- (V29) years 2 to 9998: the task's times stay years 1 to 9999 in any time zone, which
-      -- JSON readers of RFC 3339 can read (V26 allowed from 4713 BC, written "... BC")
+      -- years 2 to 9998: the task's times stay years 1 to 9999 in any time zone, which
+      -- JSON readers of RFC 3339 can read (a year before 1 is written "... BC", which they cannot)
       perform asyncflow.raise_error('AF006', format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', run_at));
     elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
       perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));

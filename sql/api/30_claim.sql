@@ -1,7 +1,9 @@
--- The claim path: claim_tasks hands a claim to the type's own type_claim__<type>; next_due and held_tasks.
+-- The claim path: claim_tasks hands a claim to the type's own type_claim__<type>; next_due and
+-- held_tasks.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
--- claim_tasks: the same contract (V5), for any type: the type's claim function does the work.
+-- claim_tasks: takes up to p_limit ready tasks of one type (bounded by schedule_limit and the
+-- type's concurrency), for any type: the type's claim function does the work.
 create or replace function asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamptz default null)
 returns setof asyncflow.claimed_task
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -19,16 +21,15 @@ begin
 end
 $$;
 
--- V28: a paused type has nothing due, and resuming it wakes its workers.
+-- next_due: when the type's next pending task is due; null when it has none, or is paused.
 --
--- next_due told a worker that a paused type's pending tasks were ready: its producer claimed,
--- found nothing (claims skip paused types), asked again and was told "ready now", so it looked
--- again at once (every hold window with held claims, back to back without them: thousands of
--- statements a second for one paused type), and an `--exit-when-idle` worker never exited while
--- a paused type had pending tasks. Now next_due is null while the type is paused, like a type
--- with nothing pending. Since workers then wait for a wake-up (or their poll), resuming a type
--- (paused going from true to false, by register_task_type / `asyncflow type resume` or an UPDATE)
--- wakes them, as an insert would.
+-- A paused type has nothing due: claims skip paused types, so a next_due that answered "ready
+-- now" for a paused type's pending tasks would send its worker to claim again at once (every hold
+-- window with held claims, back to back without them: thousands of statements a second for one
+-- paused type), and an `--exit-when-idle` worker would never exit while a paused type had pending
+-- tasks. Since workers then wait for a wake-up (or their poll), resuming a type (paused going
+-- from true to false, by register_task_type / `asyncflow type resume` or an UPDATE) wakes them,
+-- as an insert would.
 create or replace function asyncflow.next_due(p_task_type text) returns timestamptz
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select min(order_time) from asyncflow.tasks
@@ -37,14 +38,14 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
     and not (select y.paused from asyncflow.task_types y where y.task_type = p_task_type)
 $$;
 
--- V35: the running tasks a worker holds, read by owner in one statement.
+-- held_tasks: the running tasks a worker holds, read by owner in one statement.
 --
--- POST /v1/worker/held (a remote worker that lost the answer to a hold finds what it claimed)
--- paged through every running task of the type with list_tasks, 1,000 whole tasks at a time
--- (context, result and schedule log built into JSON), and kept those of the worker in Rust: a
--- type with 100,000 running tasks cost a hundred statements and all their JSON for a worker
--- holding ten. held_tasks reads the type's running tasks through its partial index on running
--- tasks and returns only the worker's, with only the fields the route answers.
+-- For POST /v1/worker/held (a remote worker that lost the answer to a hold finds what it
+-- claimed). Paging through every running task of the type with list_tasks, 1,000 whole tasks at
+-- a time (context, result and schedule log built into JSON), would cost a type with 100,000
+-- running tasks a hundred statements and all their JSON for a worker holding ten. held_tasks
+-- reads the type's running tasks through its partial index on running tasks and returns only
+-- the worker's, with only the fields the route answers.
 create or replace function asyncflow.held_tasks(p_task_type text, p_owner text)
 returns table (task_id text, claim_seq integer, stage text, attempt integer, lease_until timestamptz)
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$

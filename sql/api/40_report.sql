@@ -37,24 +37,22 @@ begin
 end
 $$;
 
--- V40: a retry by hand and the begin_pos pass no longer race, and neither the pass nor the shard
--- roller waits on an application's open transaction.
+-- retry_task: a failed or cancelled task runs again by hand: it becomes pending (attempt 0) in its
+-- own, possibly old, shard, which reopens, and begin_pos is lowered to that shard. A task that
+-- works for a workflow node is refused (AF013: retry the node). Returns true when retried, false
+-- when the task had not ended failed or cancelled.
 --
--- 1. retry_task makes a task pending in its own, possibly old, shard and lowers begin_pos to
---    it. It locked the type's positions row only when begin_pos was above the shard. When it
---    was not, an advance_begin_pos pass running before the retry committed did not see the
---    task (MVCC), found the shard dead, closed it and moved begin_pos past it; the retry then
---    committed a pending task below begin_pos, which no claim reads until the next pass moved
---    begin_pos back. retry_task now always takes the positions row FOR KEY SHARE first: it
---    conflicts with the FOR UPDATE of advance_begin_pos and roll_shard, and not with another
---    retry's KEY SHARE or its UPDATE of begin_pos (a non-key column), so two retries never
---    deadlock on it.
--- 2. That lock lasts until the application commits. advance_begin_pos and roll_shard take the
---    positions row under a 1 s lock_timeout and, when it is busy, change nothing and say so
---    (advance_begin_pos returns begin_pos as it is, roll_shard null): the pass tries again next
---    time instead of holding the maintenance loop, and every other type, behind one transaction.
---    (The same wait already happened when a retry lowered begin_pos.)
--- Functions are replaced whole (the migration convention).
+-- Locks: the type's positions row FOR KEY SHARE, always and first. Without it, an
+-- advance_begin_pos pass running before the retry commits does not see the task (MVCC), finds
+-- the shard dead, closes it and moves begin_pos past it, and the retry commits a pending task
+-- below begin_pos, which no claim reads until a later pass moves begin_pos back. KEY SHARE
+-- conflicts with the FOR UPDATE of advance_begin_pos and roll_shard, and not with another
+-- retry's KEY SHARE or its UPDATE of begin_pos (a non-key column), so two retries never deadlock
+-- on it. The lock lasts until the application commits: advance_begin_pos and roll_shard
+-- therefore take the positions row under a 1 s lock_timeout and, when it is busy, change nothing
+-- and say so (advance_begin_pos returns begin_pos as it is, roll_shard null), so the pass tries
+-- again next time instead of holding the maintenance loop, and every other type, behind one
+-- application's open transaction.
 CREATE OR REPLACE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -69,7 +67,7 @@ begin
   if v_key.task_type is null then
     perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
   end if;
-  -- (V40) before the task turns pending: a begin_pos pass waits for this transaction, or this
+  -- before the task turns pending: a begin_pos pass waits for this transaction, or this
   -- one for the pass, and whichever runs second sees what the first did
   perform 1 from asyncflow.positions where task_type = v_key.task_type for key share;
   select run_ref into v_ref from asyncflow.tasks
@@ -90,7 +88,7 @@ begin
   end if;
   update asyncflow.positions set begin_pos = v_key.shard, updated_at = v_now
   where task_type = v_key.task_type and begin_pos > v_key.shard;
-  -- (V34) its own shard reopens; the shards between it and begin_pos stay as they are (each is
+  -- its own shard reopens; the shards between it and begin_pos stay as they are (each is
   -- closed or open by what it holds)
   update asyncflow.shards set closed_at = null
   where task_type = v_key.task_type and shard = v_key.shard and closed_at is not null;
@@ -99,11 +97,12 @@ begin
 end
 $_$;
 
--- report_tasks (V16) refuses a delay outside 0 .. 31536000 s by itself, with report_task_arrays'
--- message, and reads it as numeric, to the microsecond. Before, a JSON number beyond a double
--- precision's range (1e400, -1e400, and 1e-400, which underflows) failed the cast in
--- jsonb_to_recordset with a raw 22003 instead of AF006 naming the report. Replaced whole (the
--- migration convention); the delay's check line and its reading are what is new.
+-- report_tasks: the JSON form of report_task_arrays (for SQL callers and the HTTP worker
+-- protocol). Its JSON is checked, then its fields go to report_task_arrays in one pass of
+-- jsonb_to_recordset. It refuses a delay outside 0 .. 31536000 s by itself, with
+-- report_task_arrays' message, and reads it as numeric, to the microsecond: a JSON number beyond
+-- a double precision's range (1e400, -1e400, and 1e-400, which underflows) would fail a double
+-- precision cast in jsonb_to_recordset with a raw 22003 instead of AF006 naming the report.
 create or replace function asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamptz default null)
 returns table (task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
 language plpgsql security definer set search_path = pg_catalog, pg_temp set jit = off as $$
@@ -155,8 +154,11 @@ begin
 end
 $$;
 
--- report_task_arrays (V19): the answers of reports of no known type are named columns, also
--- when no type's function is called.
+-- report_task_arrays: the reports of one worker, element k of every array describing report k
+-- (fields and outcomes as in report_tasks; p_stages, p_contexts, p_results, p_errors, p_retries
+-- and p_delays may be null as a whole or per element). Each type's report function applies that
+-- type's reports; the answers of reports of no known type are named columns, also when no type's
+-- function is called.
 create or replace function asyncflow.report_task_arrays(
   p_owner text,
   p_task_ids text[],
@@ -207,9 +209,9 @@ begin
 end
 $$;
 
--- The checks of a batch of reports (report_task_arrays' since V16, now shared with each type's
--- report function, which the worker calls directly): AF006 naming the first bad report and
--- field, nothing applied.
+-- The checks of a batch of reports (report_task_arrays', shared with each type's report
+-- function, which the worker calls directly): AF006 naming the first bad report and field,
+-- nothing applied.
 create or replace function asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[],
   p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[],
   p_delays double precision[]) returns void

@@ -3,7 +3,7 @@
 
 -- rescue_expired: running tasks whose lease ended without a report go back to pending at
 -- now + backoff with one more failed try, or to failed when out of tries. Their claim_seq stays,
--- but status is no longer running, so the vanished worker's late report is refused; the next claim
+-- but their status is not running, so the vanished worker's late report is refused; the next claim
 -- increments claim_seq. Locks: the rescued rows (SKIP LOCKED: a row being reported right now is
 -- left for the next pass). At most p_limit tasks per call.
 create or replace function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000)
@@ -68,7 +68,7 @@ begin
   if not found then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
-  -- (V40) as in advance_begin_pos: a retry_task's transaction holds this row; past 1 s, no roll
+  -- as in advance_begin_pos: a retry_task's transaction holds this row; past 1 s, no roll
   -- this time
   begin
     perform set_config('lock_timeout', '1s', true);
@@ -109,7 +109,7 @@ declare
   v_live integer[] := '{}';
   v_lock_timeout text := current_setting('lock_timeout');
 begin
-  -- (V40) a retry_task holds this row until its transaction ends: past 1 s, this pass changes
+  -- a retry_task holds this row until its transaction ends: past 1 s, this pass changes
   -- nothing and the next one tries again
   begin
     perform set_config('lock_timeout', '1s', true);
@@ -122,7 +122,7 @@ begin
   if v_pos.task_type is null then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
-  -- (V34) every undropped shard below the end one is looked at, not only those below the first
+  -- every undropped shard below the end one is looked at, not only those below the first
   -- live one: a shard with no live task is closed (its retention counts from then) wherever it
   -- lies, so one long-delayed task keeps its own shard, not every newer one, from being dropped
   v_begin := v_pos.end_pos;
@@ -159,7 +159,7 @@ declare
 begin
   perform asyncflow.check_type_name(p_task_type);
   for v_shard in
-    -- (V34) any closed shard below the end one, not only those below begin_pos (a shard above
+    -- any closed shard below the end one, not only those below begin_pos (a shard above
     -- begin_pos is closed when it holds no live task, see advance_begin_pos)
     select s.shard from asyncflow.shards s
     join asyncflow.positions p on p.task_type = s.task_type
@@ -171,9 +171,9 @@ begin
     v_leaf := 'tasks_' || p_task_type || '_' || v_shard;
     begin
       perform set_config('lock_timeout', '1s', true);
-      -- (V30) the type's table first, then the shard: the order every claim, report and insert
-      -- takes them in. DROP TABLE of a shard locks its parent too; taking the shard first, as V6
-      -- did, deadlocked with claims holding the parent and waiting for the shard.
+      -- the type's table first, then the shard: the order every claim, report and insert
+      -- takes them in. DROP TABLE of a shard locks its parent too; taking the shard first would
+      -- deadlock with claims holding the parent and waiting for the shard.
       execute format('lock table asyncflow.%I in access exclusive mode', 'tasks_' || p_task_type);
       execute format('lock table asyncflow.%I in access exclusive mode', v_leaf);
       if asyncflow.shard_is_live(p_task_type, v_shard) then

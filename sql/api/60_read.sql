@@ -1,8 +1,10 @@
 -- Reads: a task, a list of tasks, a fair type's queues.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
--- The task's schedule log as readers see it: a task that succeeded (and kept its worker as
--- owner, V19 on) gets its success's entry, made exactly as the report made it before.
+-- The task's schedule log as readers see it. A success writes no log entry (building and
+-- appending one was about a quarter of a report's cost): a task that succeeded, and kept its
+-- worker as owner, gets its success's entry here, made from the row (worker, stage, attempt,
+-- claimed_at, finished_at).
 create or replace function asyncflow.task_log(t asyncflow.tasks) returns jsonb
 language sql stable parallel safe as $$
   select case when t.status = 'succeeded' and t.owner is not null
@@ -12,7 +14,8 @@ language sql stable parallel safe as $$
     else t.schedule_log end
 $$;
 
--- (V41) the task's queue_key
+-- The public form of a task, its log through task_log; owner shown only while it means
+-- something (a succeeded task keeps its worker for its log entry).
 create or replace function asyncflow.task_json(t asyncflow.tasks) returns jsonb
 language sql stable as $$
   select jsonb_build_object(

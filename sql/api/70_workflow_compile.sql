@@ -5,7 +5,7 @@ CREATE OR REPLACE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 begin
-  -- (V37) cut: the message may repeat a name from the definition, of any size
+  -- cut (shorten): the message may repeat a name from the definition, of any size
   raise exception using errcode = 'AF010', message = asyncflow.shorten(p_message);
 end
 $$;
@@ -59,7 +59,8 @@ declare
   v_plan jsonb;
   v_path text[];
 begin
-  -- Field types the casts below rely on (V20).
+  -- Field types the casts below rely on: an integer field with a fraction, or async or version
+  -- of the wrong JSON type, is refused here (AF010), not stored to fail a cast later (22P02).
   if jsonb_typeof(p_definition -> 'retries') = 'number' and not asyncflow.is_integral(p_definition -> 'retries') then
     perform asyncflow.pipeline_error(format('retries must be an integer between 0 and 100, got %s', p_definition -> 'retries'));
   end if;
@@ -224,7 +225,7 @@ begin
   v_n := cardinality(v_order);
 
   -- Edges. The first edge listed twice is found in one pass; it is refused where the edge loop
-  -- reaches it, after the checks of the edges before it and its own shape checks, as before.
+  -- reaches it, after the checks of the edges before it and its own shape checks.
   select min(k) into v_dup from (
     select k, row_number() over (partition by f, t order by k) as nth
     from (select k, case when jsonb_typeof(e) = 'array' then e ->> 0 else e ->> 'from' end as f,
@@ -384,7 +385,7 @@ begin
     'order', to_jsonb(array(select n from unnest(v_order) with ordinality u(n, k) where v_seen[k] order by k)),
     'pruned', v_pruned);
 
-  -- (V36) The steps one call can run through the plan, within the stack (plan_steps).
+  -- The steps one call can run through the plan, within the stack (plan_steps).
   select * into v_plan, v_path from asyncflow.plan_steps(v_plan);
   if (v_plan ->> 'steps')::integer > asyncflow.plan_step_limit() then
     perform asyncflow.pipeline_error(format('node %L: reaching it can take %s steps in one call (%s), more than the limit '
@@ -473,7 +474,7 @@ begin
   update asyncflow.pipelines p set status = p_status, updated_at = now()
   where p.name = p_name and p.version = p_version returning * into v_row;
   if not found then
-    -- (V37) through raise_error, which cuts a long name
+    -- through raise_error, which cuts a long name
     perform asyncflow.raise_error('AF011', format('unknown pipeline %L version %s', p_name, p_version));
   end if;
   return v_row;
@@ -542,15 +543,20 @@ $$;
 create or replace function asyncflow.plan_step_limit() returns integer
 language sql immutable parallel safe as $$ select 300 $$;
 
--- V39: engine review fixes.
+-- A plan with its steps: the most one call can run through it, by the recursion of wf_activate,
+-- wf_complete_event and wf_arrive (plan.steps), and for each sub-pipeline node the steps its
+-- pipeline adds around the child's own (steps_around: the longest chain to it, its own 5, the
+-- longest chain on after it). A node that may complete at once counts 3; a task or callback node
+-- counts 1, and unless a router's choice may skip it, it cuts the chain: what follows it runs in
+-- the call that ends its task. A sub-pipeline node counts 5 plus the steps of the version it
+-- would start now (none when there is none: wf_activate checks the version it does start).
+-- path: the nodes of the longest chain.
 --
--- plan_steps (V36) counted as skippable by a router every node below one, including nodes that
--- always have a live in-edge (a join of all of a router's branches, or a node fed by a node no
--- router can skip); their task nodes then did not cut the chain, and valid pipelines of about
--- 300 task nodes after such a join were refused with AF010 (a few hundred steps that can never
--- run in one call). A node is now skippable only when it is neither start, nor the target of a
--- live node that is not a router, nor a post-dominator of a live node. The stored plans are
--- given their steps again. plan_steps is replaced whole (the migration convention).
+-- A node is skippable only when it is neither start, nor the target of a live node that is not
+-- a router, nor a post-dominator of a live node. Counting every node below a router as
+-- skippable would let task nodes that always run (after a join of all of a router's branches)
+-- carry the chain on, and refuse valid pipelines of about 300 such task nodes with AF010 for
+-- steps that can never run in one call.
 CREATE OR REPLACE FUNCTION asyncflow.plan_steps(p_plan jsonb, out plan jsonb, out path text[])
 language plpgsql stable as $$
 declare
@@ -581,7 +587,7 @@ declare
   v_after integer[];
   v_last integer := 1;
   v_around jsonb := '{}';
-  -- (V39) per node: its place in v_topo; its immediate post-dominator (the first node every path
+  -- per node: its place in v_topo; its immediate post-dominator (the first node every path
   -- from it to the end passes); whether the call that reaches it live always reaches it live
   v_pos integer[];
   v_ipdom integer[];
@@ -620,12 +626,12 @@ begin
     end loop;
   end loop;
 
-  -- (V39) Which nodes a router's choice may skip. A node is skipped only when every in-edge is
-  -- dead (wf_arrive), and V36 counted as skippable every node below a router, also a node with a
-  -- live in-edge whatever the routers choose: a join of all of a router's branches, or one fed by
-  -- a node no router can skip. Its task nodes then carried the chain on, and a valid pipeline of
-  -- about 300 task nodes after such a join was refused (and parents of it counted its steps).
-  -- Now a node cannot be skipped (is live) when it is start, when a live node that is not a router
+  -- Which nodes a router's choice may skip. A node is skipped only when every in-edge is dead
+  -- (wf_arrive), so a node below a router is not skippable when it has a live in-edge whatever
+  -- the routers choose: a join of all of a router's branches, or one fed by a node no router can
+  -- skip (counted as skippable, its task nodes would carry the chain on, and a valid pipeline of
+  -- about 300 task nodes after such a join would be refused, its parents counting its steps).
+  -- A node cannot be skipped (is live) when it is start, when a live node that is not a router
   -- has an edge to it (every such edge is taken), or when it post-dominates a live node (from a
   -- live node some branch is always taken, on to the end, and every branch passes it).
   v_pos := array_fill(0, array[v_n]);

@@ -1,7 +1,7 @@
 -- The workflow engine: runs, events and segments move as their tasks end (wf_* are private).
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
--- The day of a run id, null when the id does not hold a real date (to_date raised 22008).
+-- The day of a run id, null when the id does not hold a real date (not a 22008 error).
 -- Nested CASEs: each cast runs only on what the test before it allowed.
 create or replace function asyncflow.run_day(p_id text) returns date
 language sql immutable parallel safe as $$
@@ -44,7 +44,7 @@ CREATE OR REPLACE FUNCTION asyncflow.wf_run_error(p_code text, p_message text) R
     LANGUAGE plpgsql
     AS $$
 begin
-  -- (V37) cut: the message may repeat a caller's value of any size
+  -- cut (shorten): the message may repeat a caller's value of any size
   raise exception using errcode = p_code, message = asyncflow.shorten(p_message);
 end
 $$;
@@ -378,7 +378,7 @@ begin
           array(select e from jsonb_array_elements(v_items) e), jsonb_array_length(v_items), p_now);
       end if;
     when 'pipeline' then
-      -- (V36) the runs above, up to the root: the steps each adds around the sub-pipeline node
+      -- the runs above, up to the root: the steps each adds around the sub-pipeline node
       -- that started the one below (plan_steps), and the root, which counts its tree's runs
       v_steps := coalesce((v_def ->> 'steps_around')::integer, 0);
       v_root := p_run;
@@ -400,7 +400,7 @@ begin
           'could run %s steps, more than the limit of %s (its steps have grown since this pipeline was stored)',
           v_child_pipe.name, v_child_pipe.version, v_steps, asyncflow.plan_step_limit()), p_now);
       else
-        -- (V36) counted on the root; rolled back with the child when wf_new_run raises
+        -- counted on the root; rolled back with the child when wf_new_run raises
         update asyncflow.runs set sub_runs = sub_runs + 1
         where day = v_root.day and run_id = v_root.run_id and sub_runs < 1000;
         if not found then
@@ -531,7 +531,10 @@ begin
 end
 $$;
 
--- The workflow trigger (V11): a success's trace takes its outcome from the status.
+-- Fires on every status change of a task that works for a run: records the call (trace) and
+-- moves the run on. Anything unexpected fails the run rather than the worker's report (which
+-- would otherwise be refused again and again); lock and serialization errors are raised so the
+-- report is retried whole. A success's trace takes its outcome from the status.
 create or replace function asyncflow.tg_tasks__workflow() returns trigger
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
@@ -543,7 +546,7 @@ begin
       request, response, error, started_at, cost_ms, created_at)
     values (asyncflow.run_day(new.run_ref), left(new.run_ref, 42), split_part(new.run_ref, '#', 1),
       case when new.run_ref like '%#%' then replace(new.run_ref, '#', '_') end, v_task_id, old.stage, old.attempt,
-      -- a success writes no log entry (V19): its outcome is the status
+      -- a success writes no log entry (see task_log): its outcome is the status
       old.owner, coalesce(case when new.status = 'succeeded' then 'succeed' end, v_entry ->> 'outcome',
         v_entry ->> 'event'), old.context,
       case when new.status = 'succeeded' then new.result when new.stage <> old.stage then new.context end,
@@ -566,9 +569,14 @@ begin
 end
 $$;
 
--- wf_watch_type (V11) under a per-type advisory lock, (16715, hashtext(type)): two pipelines
--- naming the same type, put concurrently, both found no trigger and the second failed to create
--- it (42710). The second now waits for the first and finds its trigger.
+-- The trigger is created per task type, on asyncflow.tasks_<type> (and so on each of its shards,
+-- present and future), by put_pipeline for the functions a pipeline names: a type no pipeline
+-- uses has no trigger at all, so its claims and reports pay nothing for workflows (a row trigger,
+-- even one whose WHEN is false, makes every UPDATE fetch the old row again for it). Creating it
+-- takes a SHARE ROW EXCLUSIVE lock on the type's tasks for a moment, once.
+-- Under a per-type advisory lock, (16715, hashtext(type)): of two pipelines naming the same type,
+-- put concurrently, both would find no trigger and the second would fail to create it (42710);
+-- with the lock the second waits for the first and finds its trigger.
 create or replace function asyncflow.wf_watch_type(p_task_type text) returns void
 language plpgsql as $$
 begin

@@ -1,4 +1,5 @@
--- The workflow API: runs started, read, cancelled and retried; the run checker, callbacks and run retention.
+-- The workflow API: runs started, read, cancelled and retried; the run checker, callbacks and
+-- run retention.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
 -- start_run: starts a run of the pipeline's active version (or of p_version, unless retired)
@@ -97,16 +98,16 @@ begin
 end
 $$;
 
--- cancel_run retries when it meets a report in a deadlock.
+-- cancel_run: a scheduled or running run ends cancelled (true); false when it had already ended.
+-- It retries when it meets a report in a deadlock.
 --
 -- A worker's report locks its task's row and then, in the workflow trigger, its run's row;
 -- cancel_run locks the run's row and then its tasks' rows. When a run is cancelled while one of
 -- its tasks reports, each may wait for the other, and after deadlock_timeout the deadlock
--- detector ends one of them with 40P01. A worker retries its report by itself; cancel_run raised
--- 40P01 to its caller. It now makes each try in a savepoint of its own (a block with an
--- exception handler): a try ended by the detector gives its locks back, the report goes on, and
--- the next try, a moment later, ends the run; at most three tries. Replaced whole (the migration
--- convention, V12).
+-- detector ends one of them with 40P01. A worker retries its report by itself; so that
+-- cancel_run does not raise 40P01 to its caller, it makes each try in a savepoint of its own (a
+-- block with an exception handler): a try ended by the detector gives its locks back, the
+-- report goes on, and the next try, a moment later, ends the run; at most three tries.
 --
 -- What the savepoint does not cover: locks the caller took earlier in its own transaction stay
 -- held across the tries (if they are part of the deadlock, the three tries end in 40P01 after
@@ -142,8 +143,7 @@ end
 $$;
 
 -- retry_run: a failed, timed-out or cancelled run is run again as a new run of the same pipeline
--- version, input, notify_url and notify_key (seed: "retrying a task is a new task with the same
--- unique key"). Returns the new run's id.
+-- version, input, notify_url and notify_key. Returns the new run's id.
 create or replace function asyncflow.retry_run(run_id text, p_now timestamptz default null) returns text
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
@@ -167,14 +167,15 @@ begin
 end
 $$;
 
--- V32: retry_node starts nothing more in a run that fails again while its nodes restart.
+-- retry_node: resumes a run that failed at this node, with a fresh deadline (its outcome is
+-- POSTed again when it ends). The nodes the failure cancelled resume where they stood (those
+-- only waiting wait again, the ones working run again), then the node itself runs again (a
+-- dynamic node only its unfinished segments).
 --
--- Retrying a node first runs again the nodes the failure had cancelled, then the node itself. When
--- one of them failed again at once (a sub-pipeline whose version was retired meanwhile, say), the
--- run was failed again, and the loop still went on: the retried node got a live task in a failed
--- run, and retry_node said true (found by a bug hunt). Now the loop stops once the run is no
--- longer running, and the result says whether it is running again. Replaced whole (the migration
--- convention); only the end changed.
+-- When one of them fails again at once (a sub-pipeline whose version was retired meanwhile, say),
+-- the run fails again and nothing more is started in it: the loop stops once the run is not
+-- running, so the retried node never gets a live task in a failed run. Returns true when the run
+-- is running again, false when it failed again while its nodes restarted.
 CREATE OR REPLACE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -215,7 +216,7 @@ begin
     where e.day = v_run.day and e.run_id = v_run.run_id and e.status = 'cancelled' order by e.event_id
   loop
     perform asyncflow.wf_rerun_event(v_run, v_other, v_now);
-    -- (V32) a node that fails again at once fails the run again: nothing more is started in it
+    -- a node that fails again at once fails the run again: nothing more is started in it
     exit when (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) <> 'running';
   end loop;
   if (select r.status from asyncflow.runs r where r.day = v_run.day and r.run_id = v_run.run_id) = 'running' then
@@ -261,18 +262,22 @@ begin
 end
 $$;
 
--- V31: what the checker cannot do for one run fails that run (or node) alone.
+-- check_runs (the checker): begins scheduled runs that are due; restarts or fails nodes and
+-- segments past their deadline (a node's timeout, restarted up to its timeout_retries); times out
+-- runs past their deadline, starting them again as new runs while the pipeline's retries allow
+-- (the timed-out run then sends no callback; the new one will, with the same notify key); creates
+-- today's and tomorrow's run partitions ahead of need. At most p_limit of each kind per call;
+-- rows being changed meanwhile are skipped (SKIP LOCKED).
 --
--- check_runs did everything in one statement: when one item raised, the whole pass rolled back,
--- and since that item stayed among the oldest, every later pass failed the same way: no run
--- began, timed out or was retried any more (found by a bug hunt). Seen with a timed-out run whose
--- retry needed its version, retired meanwhile by a newer `pipeline apply` (AF013), and with a
--- delayed run of a pipeline too deep to start (54001). Now each item runs in a block of its own:
+-- What the checker cannot do for one run fails that run (or node) alone. If one item's error
+-- rolled the whole pass back, that item would stay among the oldest and every later pass would
+-- fail the same way: no run would begin, time out or be retried any more (say a timed-out run
+-- whose retry needs its version, retired meanwhile by a newer `pipeline apply` (AF013), or a
+-- delayed run of a pipeline too deep to start (54001)). So each item runs in a block of its own:
 -- - a scheduled run that cannot begin fails, with the reason;
 -- - a node (or segment) whose restart fails fails, with the reason;
 -- - a run whose retry cannot be made times out as it would without retries, the reason in its
 --   error, and calls back.
--- The function is replaced whole (the migration convention); only these branches changed.
 create or replace function asyncflow.check_runs(p_now timestamptz default null, p_limit integer default 500)
 returns table(action text, id text, detail text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -436,7 +441,9 @@ $$;
 
 -- record_callback: the outcome of one attempt (fenced by its attempt number). Delivered when
 -- p_error is null; otherwise due again after min(2^(attempt-1), callback_max_interval) s, or
--- given up (failed) once past give_up_at, or at once when p_give_up (V37). A callback node
+-- given up (failed) once past give_up_at, or at once when p_give_up: an attempt whose error will
+-- be the same at every attempt (a target that --callback-allow refuses) fails the callback at
+-- once, recorded with why, instead of being retried until give_up_at (a day). A callback node
 -- succeeds or fails with its delivery. Returns the callback's status, or null when the attempt
 -- is stale.
 create or replace function asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
@@ -480,7 +487,7 @@ $$;
 
 -- drop_expired_runs: drops, whole, the days of run records older than config.run_retention
 -- whose runs have all ended and whose callbacks are settled: no DELETE, no dead tuples. A day
--- with a run still open stays until it ends, and is not locked (V37). Locks (V37): the five
+-- with a run still open stays until it ends, and is not locked. Locks: the five
 -- tables first (runs waited for up to 1 s, each next one up to 100 ms), then the day's
 -- partitions; a busy day waits for the next pass. Returns the dropped days.
 CREATE OR REPLACE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
@@ -494,7 +501,7 @@ declare
   v_table text;
   v_lock_timeout text := current_setting('lock_timeout');
 begin
-  -- (V37) a day that cannot go is not locked at all (checked again under the locks below); the
+  -- a day that cannot go is not locked at all (checked again under the locks below); the
   -- days are read whole first, since a query still open on a partition keeps it from being dropped
   select coalesce(array_agg(d.day order by d.day), '{}') into v_days
   from asyncflow.run_days d, asyncflow.config c
@@ -503,9 +510,9 @@ begin
     and not exists (select 1 from asyncflow.callbacks k where k.day = d.day and k.status = 'pending');
   foreach v_day in array v_days loop
     begin
-      -- (V37) the tables, then the day's partitions: the order every statement on run records
-      -- takes. DROP TABLE of a partition locks its table too; taking the partitions first, as
-      -- V12 did, deadlocked with a statement holding the table and reaching for the partition.
+      -- the tables, then the day's partitions: the order every statement on run records
+      -- takes. DROP TABLE of a partition locks its table too; taking the partitions first would
+      -- deadlock with a statement holding the table and reaching for the partition.
       -- Only the first table is waited for long (nothing is held yet); after it each lock is
       -- waited for briefly, since the workflow functions take the tables in no single order
       -- and one of them may hold the next table while waiting for one taken here. (Once a day

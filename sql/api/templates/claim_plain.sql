@@ -2,7 +2,8 @@
 -- the type's schedule_limit, and under its concurrency limit) ready tasks in order_time order,
 -- FOR UPDATE SKIP LOCKED, each stamped running with its owner, a lease and claim_seq + 1 (the
 -- fencing token its reports must carry). Rendered per type by asyncflow.create_type_functions:
--- {{claim}} is the function's name, {{tasks}} the type's table, {{task_type}} its name as a literal.
+-- {{claim}} is the function's name, {{tasks}} the type's table, {{task_type}} its name as a
+-- literal.
 -- Planned once per type (force_generic_plan) on the type's own indexes.
 create or replace function asyncflow.{{claim}}(p_owner text, p_limit integer, p_now timestamptz default null)
 returns setof asyncflow.claimed_task
