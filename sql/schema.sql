@@ -211,9 +211,9 @@ CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_stat
     AS -- body: 26 lines, sha256 c39b156739bafc09
 
 CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 4 lines, sha256 954c01866c4c923f
+    AS -- body: 22 lines, sha256 d0b208e4e7777b38
 
 CREATE FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) RETURNS record
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -702,23 +702,6 @@ CREATE TABLE asyncflow.queue_cursors (
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE VIEW asyncflow.queue_depth AS
- SELECT y.task_type,
-    COALESCE(p.ready, (0)::bigint) AS ready,
-    COALESCE(p.delayed, (0)::bigint) AS delayed,
-    COALESCE(r.running, (0)::bigint) AS running,
-    (COALESCE(EXTRACT(epoch FROM (now() - p.oldest_ready)), (0)::numeric))::double precision AS oldest_ready_age,
-    y.paused
-   FROM ((asyncflow.task_types y
-     LEFT JOIN LATERAL ( SELECT count(*) FILTER (WHERE (t.order_time <= now())) AS ready,
-            count(*) FILTER (WHERE (t.order_time > now())) AS delayed,
-            min(t.order_time) FILTER (WHERE (t.order_time <= now())) AS oldest_ready
-           FROM asyncflow.tasks t
-          WHERE ((t.task_type = y.task_type) AND (t.status = 'pending'::asyncflow.task_status))) p ON (true))
-     LEFT JOIN LATERAL ( SELECT count(*) AS running
-           FROM asyncflow.tasks t
-          WHERE ((t.task_type = y.task_type) AND (t.status = 'running'::asyncflow.task_status))) r ON (true));
-
 CREATE TABLE asyncflow.queue_limits (
     task_type text NOT NULL,
     queue_key text NOT NULL,
@@ -727,6 +710,28 @@ CREATE TABLE asyncflow.queue_limits (
     CONSTRAINT queue_limits_concurrency_check CHECK (((concurrency >= 0) AND (concurrency <= 1000000))),
     CONSTRAINT queue_limits_queue_key_check CHECK ((length(queue_key) <= 255))
 );
+
+CREATE VIEW asyncflow.queue_depth AS
+ SELECT y.task_type,
+    COALESCE(p.ready, (0)::bigint) AS ready,
+    COALESCE(p.delayed, (0)::bigint) AS delayed,
+    COALESCE(r.running, (0)::bigint) AS running,
+    (COALESCE(EXTRACT(epoch FROM (now() - p.oldest_ready)), (0)::numeric))::double precision AS oldest_ready_age,
+    y.paused,
+    COALESCE(p.held, (0)::bigint) AS held
+   FROM ((asyncflow.task_types y
+     LEFT JOIN LATERAL ( SELECT count(*) FILTER (WHERE ((NOT h.held) AND (t.order_time <= now()))) AS ready,
+            count(*) FILTER (WHERE ((NOT h.held) AND (t.order_time > now()))) AS delayed,
+            min(t.order_time) FILTER (WHERE ((NOT h.held) AND (t.order_time <= now()))) AS oldest_ready,
+            count(*) FILTER (WHERE h.held) AS held
+           FROM (asyncflow.tasks t
+             CROSS JOIN LATERAL ( SELECT (y.fair_queues AND (EXISTS ( SELECT 1
+                           FROM asyncflow.queue_limits l
+                          WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t.queue_key, ''::text)))))) AS held) h)
+          WHERE ((t.task_type = y.task_type) AND (t.status = 'pending'::asyncflow.task_status))) p ON (true))
+     LEFT JOIN LATERAL ( SELECT count(*) AS running
+           FROM asyncflow.tasks t
+          WHERE ((t.task_type = y.task_type) AND (t.status = 'running'::asyncflow.task_status))) r ON (true));
 
 CREATE TABLE asyncflow.refinery_schema_history (
     version integer NOT NULL,

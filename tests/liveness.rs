@@ -275,3 +275,46 @@ async fn cancelling_a_run_kills_its_running_nodes_process_within_a_second() {
     running.await.unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An `--exit-when-idle` worker leaves when the only pending task is in a held queue key (a
+/// limit of 0): no claim would take it, so nothing is due (next_due) and nothing is ready
+/// (queue_depth counts it as held). Before, next_due answered "ready now" and the worker never
+/// left.
+#[tokio::test]
+async fn an_idle_worker_leaves_while_a_held_queue_key_has_a_pending_task() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let config = WorkerConfig {
+        worker_id: WorkerId::new("idle-worker").unwrap(),
+        exit_when_idle: true,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config).register(
+        TypeName::new("crawl").unwrap(),
+        |_call: StageCall| async move { StageReply::Succeeded { result: json!(null) } },
+        None,
+        TaskTypeUpdate { fair_queues: Some(true), schedule_interval: Some(0.2), ..Default::default() },
+    );
+    c.batch_execute(
+        "select asyncflow.register_task_type('crawl', '{\"fair_queues\": true}'); \
+         select asyncflow.set_queue_limit('crawl', 'held.example', 0); \
+         select asyncflow.create_task('crawl', '{}', queue_key => 'held.example'); \
+         select asyncflow.create_task('crawl', '{}', queue_key => 'open.example');",
+    )
+    .await
+    .unwrap();
+    let summary = tokio::time::timeout(Duration::from_secs(15), worker.run(CancellationToken::new()))
+        .await
+        .expect("the worker left once only the held key's task was left")
+        .unwrap();
+    assert_eq!(summary.succeeded, 1, "the open key's task ran");
+    let row = c
+        .query_one("select ready, delayed, held from asyncflow.queue_depth where task_type = 'crawl'", &[])
+        .await
+        .unwrap();
+    let (ready, delayed, held): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((ready, delayed, held), (0, 0, 1));
+    let due: Option<chrono::DateTime<chrono::Utc>> =
+        c.query_one("select asyncflow.next_due('crawl')", &[]).await.unwrap().get(0);
+    assert_eq!(due, None);
+}

@@ -526,9 +526,9 @@ async fn a_task_whose_worker_vanished_is_rescued_and_claimed_again_under_its_key
 
 #[tokio::test]
 async fn an_idle_worker_with_held_keys_backs_off_instead_of_claiming_on_and_on() {
-    // Four types whose one due task is in a key held at 0: every claim finds nothing while
-    // next_due says "ready now". Their producers must back off (doubling pauses), not wake each
-    // other: a claim that finds nothing hands its slots back, and that must not count as room.
+    // Four types whose one due task is in a key held at 0: every claim would find nothing. Their
+    // producers must not claim on and on, nor wake each other: a claim that finds nothing hands
+    // its slots back, and that must not count as room.
     let db = TestDb::new().await;
     db.raw().await.batch_execute(&format!("alter database {} set track_functions = 'pl'", db.name)).await.unwrap();
     let c = db.conn().await;
@@ -574,6 +574,7 @@ async fn an_idle_worker_with_held_keys_backs_off_instead_of_claiming_on_and_on()
     wait_until(Duration::from_secs(10), "the claims' statistics", || async { claims().await.len() == types.len() })
         .await;
     let calls = claims().await;
-    // doubling from 20 ms: about 8 claims in 4 s; waking each other, they made hundreds
-    assert!(calls.iter().all(|&n| (1..=15).contains(&n)), "claims per type in 4 s: {calls:?}");
+    // nothing is due where every pending task is in a held key (next_due): no claim at all, or a
+    // few while starting; waking each other, they made hundreds
+    assert!(calls.iter().all(|&n| n <= 15), "claims per type in 4 s: {calls:?}");
 }

@@ -21,21 +21,40 @@ begin
 end
 $$;
 
--- next_due: when the type's next pending task is due; null when it has none, or is paused.
+-- next_due: when the type's next pending task is due; null when it has none that a claim would
+-- take: the type is paused, or (with fair_queues) every pending task is in a held queue key
+-- (a limit of 0, see set_queue_limit).
 --
--- A paused type has nothing due: claims skip paused types, so a next_due that answered "ready
--- now" for a paused type's pending tasks would send its worker to claim again at once (every hold
--- window with held claims, back to back without them: thousands of statements a second for one
--- paused type), and an `--exit-when-idle` worker would never exit while a paused type had pending
--- tasks. Since workers then wait for a wake-up (or their poll), resuming a type (paused going
--- from true to false, by register_task_type / `asyncflow type resume` or an UPDATE) wakes them,
--- as an insert would.
+-- Nothing is due where claims take nothing: a next_due that answered "ready now" for a paused
+-- type's pending tasks, or a held key's, would send its worker to claim again at once (every
+-- hold window with held claims, back to back without them: thousands of statements a second),
+-- and an `--exit-when-idle` worker would never exit. Workers then wait for a wake-up (or their
+-- poll): resuming a type (paused going from true to false, by register_task_type / `asyncflow
+-- type resume` or an UPDATE) and lifting a key's hold wake them, as an insert would.
 create or replace function asyncflow.next_due(p_task_type text) returns timestamptz
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-  select min(order_time) from asyncflow.tasks
-  where task_type = p_task_type and status = 'pending'
-    and shard >= (select begin_pos from asyncflow.positions where task_type = p_task_type)
-    and not (select y.paused from asyncflow.task_types y where y.task_type = p_task_type)
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_type asyncflow.task_types;
+  v_begin integer;
+  v_due timestamptz;
+begin
+  select * into v_type from asyncflow.task_types where task_type = p_task_type;
+  if not found or v_type.paused then
+    return null;
+  end if;
+  select begin_pos into v_begin from asyncflow.positions where task_type = p_task_type;
+  if v_type.fair_queues
+      and exists (select 1 from asyncflow.queue_limits l where l.task_type = p_task_type and l.concurrency = 0) then
+    select min(t.order_time) into v_due from asyncflow.tasks t
+    where t.task_type = p_task_type and t.status = 'pending' and t.shard >= v_begin
+      and not exists (select 1 from asyncflow.queue_limits l
+                      where l.task_type = p_task_type and l.concurrency = 0 and l.queue_key = coalesce(t.queue_key, ''));
+    return v_due;
+  end if;
+  select min(t.order_time) into v_due from asyncflow.tasks t
+  where t.task_type = p_task_type and t.status = 'pending' and t.shard >= v_begin;
+  return v_due;
+end
 $$;
 
 -- held_tasks: the running tasks a worker holds, read by owner in one statement.
