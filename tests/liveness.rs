@@ -318,3 +318,49 @@ async fn an_idle_worker_leaves_while_a_held_queue_key_has_a_pending_task() {
         c.query_one("select asyncflow.next_due('crawl')", &[]).await.unwrap().get(0);
     assert_eq!(due, None);
 }
+
+/// 20,000 queue keys with one task each, delayed by an hour, and one key with a ready task: the
+/// first claim takes the ready task. (A claim walks at most about 1,000 keys; it found nothing
+/// three times before the fourth found the task, and a worker backing off between empty claims
+/// ran it 65.9 s after it started.)
+#[tokio::test]
+async fn a_ready_task_behind_twenty_thousand_delayed_queue_keys_is_claimed_at_once() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute(
+        "select asyncflow.register_task_type('crawl', '{\"fair_queues\": true}'); \
+         select asyncflow.create_tasks('crawl', (select jsonb_agg(jsonb_build_object( \
+           'queue_key', 'site' || lpad(n::text, 5, '0') || '.example', \
+           'run_at', now() + interval '1 hour')) from generate_series(1, 20000) n)); \
+         select asyncflow.create_task('crawl', '{}', queue_key => 'zzz.example');",
+    )
+    .await
+    .unwrap();
+    let claimed = c
+        .query("select task_id from asyncflow.claim_tasks('crawl', 'w1', 10)", &[])
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "the first claim takes the ready task");
+
+    // and a worker started now runs a second one at once
+    c.batch_execute("select asyncflow.create_task('crawl', '{}', queue_key => 'zzz.example')").await.unwrap();
+    let config = WorkerConfig {
+        worker_id: WorkerId::new("fair-worker").unwrap(),
+        exit_when_idle: true,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config).register(
+        TypeName::new("crawl").unwrap(),
+        |_call: StageCall| async move { StageReply::Succeeded { result: json!(null) } },
+        None,
+        TaskTypeUpdate { fair_queues: Some(true), ..Default::default() },
+    );
+    let started = std::time::Instant::now();
+    let summary = tokio::time::timeout(Duration::from_secs(10), worker.run(CancellationToken::new()))
+        .await
+        .expect("the worker ran the ready task and left")
+        .unwrap();
+    eprintln!("worker start to exit, one ready task behind 20,000 delayed keys: {:?}", started.elapsed());
+    assert_eq!(summary.succeeded, 1);
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}

@@ -38,6 +38,9 @@ declare
   v_since integer := 0;
   v_got integer := 0;
   v_probes integer := 0;
+  -- keys with due tasks, found from the ready index after a walk that found none
+  v_due_keys text[];
+  v_due_heads timestamptz[];
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -80,8 +83,17 @@ begin
   v_at := v_after;
   v_from := v_after;
   v_budget := greatest(4 * v_limit + 16, 1000);
+  <<passes>>
+  loop
   while v_got < v_limit and v_probes < v_budget loop
     v_walk := least(greatest(2 * (v_limit - v_got), 32), v_budget - v_probes);
+    if v_due_keys is not null then
+      -- the second pass: the next of the keys with due tasks, as the walk below would give them
+      select array_agg(u.k order by u.k), array_agg(u.head order by u.k) into v_keys, v_heads
+      from (select d.k, d.head from unnest(v_due_keys, v_due_heads) d(k, head)
+            where (v_from is null or d.k > v_from) and (not v_wrapped or d.k <= v_after)
+            order by d.k limit v_walk) u;
+    else
     -- the next keys after v_from (null: from the first) with a pending task, each with its
     -- oldest one's order_time; in the second segment up to v_after
     with recursive walk(k, head, n) as (
@@ -103,6 +115,7 @@ begin
     )
     select array_agg(w.k order by w.n), array_agg(w.head order by w.n) into v_keys, v_heads
     from walk w where not v_wrapped or w.k <= v_after;
+    end if;
     v_walked := coalesce(cardinality(v_keys), 0);
     v_probes := v_probes + v_walked;
     if v_walked > 0 then
@@ -166,6 +179,25 @@ begin
         v_from := v_after;
       end if;
     end if;
+  end loop;
+  -- A walk that passed its whole budget of keys without claiming anything (keys whose tasks
+  -- are all delayed, held or at their limit, ahead of the few with due tasks) would leave the
+  -- due tasks to later claims, one budget of keys at a time, while the worker backs off between
+  -- empty claims. The ready index knows the due tasks: their keys are walked instead, in the same
+  -- order from the cursor, in a second pass.
+  exit passes when v_got > 0 or v_probes < v_budget or v_due_keys is not null;
+  select array_agg(d.k order by d.k), array_agg(d.head order by d.k) into v_due_keys, v_due_heads
+  from (select coalesce(t.queue_key, '') as k, min(t.order_time) as head
+        from (select t.queue_key, t.order_time from asyncflow.{{tasks}} t
+              where t.shard >= v_begin and t.status = 'pending' and t.order_time <= v_now
+              order by t.order_time limit v_budget) t
+        group by 1) d;
+  exit passes when v_due_keys is null;
+  v_from := v_after;
+  v_at := v_after;
+  v_wrapped := false;
+  v_since := 0;
+  v_probes := 0;
   end loop;
   -- a claim that claimed nothing and walked all it could leaves the cursor: an idle type's
   -- polls write nothing
