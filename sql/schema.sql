@@ -490,7 +490,7 @@ CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
 
 CREATE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 121 lines, sha256 ba989cf37c592048
+    AS -- body: 123 lines, sha256 6a9377546eb7e55c
 
 CREATE FUNCTION asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -580,6 +580,10 @@ CREATE FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_i
     LANGUAGE sql IMMUTABLE
     AS -- body: 2 lines, sha256 9e1418f05f800af0
 
+CREATE FUNCTION asyncflow.wf_node_timeout(p_run_id text, p_node text) RETURNS interval
+    LANGUAGE sql STABLE
+    AS -- body: 2 lines, sha256 59ba5a81ababe456
+
 CREATE FUNCTION asyncflow.wf_plan(p_run asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
     AS -- body: 1 lines, sha256 39eac4ea59c90855
@@ -598,11 +602,11 @@ CREATE FUNCTION asyncflow.wf_run_for_update(p_run_id text) RETURNS asyncflow.run
 
 CREATE FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 20 lines, sha256 e4b76fb9b9b667ba
+    AS -- body: 20 lines, sha256 eeb464c6b019ac30
 
 CREATE FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 65 lines, sha256 41c1c003551dc1e4
+    AS -- body: 70 lines, sha256 b13de061e2c95b84
 
 CREATE FUNCTION asyncflow.wf_watch_type(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -1150,6 +1154,8 @@ REVOKE ALL ON FUNCTION asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) F
 REVOKE ALL ON FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_node_timeout(p_run_id text, p_node text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_plan(p_run asyncflow.runs) FROM PUBLIC;
 

@@ -364,3 +364,62 @@ async fn a_ready_task_behind_twenty_thousand_delayed_queue_keys_is_claimed_at_on
     assert_eq!(summary.succeeded, 1);
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 }
+
+/// A workflow node's timeout counts its call, not its wait in the queue: a type with
+/// concurrency 1, calls of 2 s, a node timeout of 3 s (1 restart), three runs started at once.
+/// The third run's task waits 4 s behind the other two; it must not be timed out for it. (With
+/// the deadline set when the node was activated, the third run failed "timed out (2 tries)"
+/// although its only call took 2.0 s.)
+#[tokio::test]
+async fn a_node_timeout_counts_the_call_not_the_wait_in_the_queue() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let stop = CancellationToken::new();
+    let config = WorkerConfig { worker_id: WorkerId::new("wf-worker").unwrap(), ..WorkerConfig::default() };
+    let worker = Worker::new(db.pool.clone(), db.url.clone(), config).register(
+        TypeName::new("step").unwrap(),
+        |_call: StageCall| async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            StageReply::Succeeded { result: json!("done") }
+        },
+        None,
+        TaskTypeUpdate { concurrency: Some(Some(1)), schedule_interval: Some(0.2), ..Default::default() },
+    );
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    let definition = json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "work", "type": "task", "function": "step", "timeout": 3, "timeout_retries": 1},
+        {"name": "end", "type": "end"}], "edges": [["start", "work"], ["work", "end"]]});
+    c.execute("select asyncflow.put_pipeline('queued', $1)", &[&definition]).await.unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let id: String = c.query_one("select asyncflow.start_run('queued', '{}'::jsonb)", &[]).await.unwrap().get(0);
+        runs.push(id);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        // the run checker, as maintenance runs it, all along
+        c.execute("select * from asyncflow.check_runs(null, 100)", &[]).await.unwrap();
+        let open: i64 = c
+            .query_one("select count(*) from asyncflow.runs where status in ('scheduled', 'running')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if open == 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the runs did not end");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    for id in &runs {
+        let run: serde_json::Value = c.query_one("select asyncflow.get_run($1)", &[id]).await.unwrap().get(0);
+        assert_eq!(run["status"], "succeeded", "{run}");
+        let work = run["events"].as_array().unwrap().iter().find(|e| e["node"] == "work").unwrap().clone();
+        assert_eq!(work["exec_cnt"], 1, "no restart: {work}");
+    }
+}

@@ -359,7 +359,9 @@ begin
       else
         v_ids := asyncflow.wf_create_tasks(v_def, jsonb_build_array(asyncflow.wf_node_context(p_run, p_node, v_inputs)),
           array[v_event_id]);
-        update asyncflow.run_events set status = 'pending', task_id = v_ids[1], updated_at = p_now
+        -- the node's timeout runs from its task's claim (wf_task_changed), not while it waits
+        -- in the queue: the run's own timeout bounds the wait
+        update asyncflow.run_events set status = 'pending', task_id = v_ids[1], deadline = null, updated_at = p_now
         where day = p_run.day and event_id = v_event_id;
       end if;
     when 'dynamic' then
@@ -451,7 +453,7 @@ begin
   insert into asyncflow.run_segments as s (day, segment_id, event_id, run_id, n, status, item, task_id, deadline,
     created_at, updated_at)
   select p_run.day, v_event_id || '_' || n, v_event_id, p_run.run_id, n, 'pending', item, v_ids[k],
-    p_now + make_interval(secs => (p_def ->> 'timeout')::double precision), p_now, p_now
+    null, p_now, p_now
   from unnest(p_ns, p_items) with ordinality u(n, item, k)
   on conflict (segment_id, day) do update set status = 'pending', exec_cnt = s.exec_cnt + 1, task_id = excluded.task_id,
     deadline = excluded.deadline, result = null, error = null, finished_at = null, updated_at = p_now;
@@ -461,6 +463,13 @@ end
 $$;
 
 -- A task of a run ended (or, p_status = 'running', was claimed).
+-- A node's timeout (seconds in its plan entry) as an interval.
+create or replace function asyncflow.wf_node_timeout(p_run_id text, p_node text) returns interval
+language sql stable as $$
+  select make_interval(secs => (asyncflow.wf_plan(asyncflow.wf_get_run(p_run_id)) -> 'nodes' -> p_node
+    ->> 'timeout')::double precision)
+$$;
+
 create or replace function asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb,
   p_error text, p_now timestamptz) returns void
 language plpgsql as $$
@@ -473,8 +482,10 @@ declare
 begin
   if v_n is null then
     if p_status = 'running' then
-      update asyncflow.run_events set status = 'running', updated_at = p_now
-      where day = v_day and event_id = v_event_id and status = 'pending' and task_id = p_task_id;
+      -- claimed: the node's timeout runs from now, for this call
+      update asyncflow.run_events e set status = 'running', updated_at = p_now,
+        deadline = p_now + asyncflow.wf_node_timeout(e.run_id, e.node)
+      where day = v_day and event_id = v_event_id and status in ('pending', 'running') and task_id = p_task_id;
       return;
     end if;
     select * into v_event from asyncflow.run_events where day = v_day and event_id = v_event_id
@@ -499,8 +510,11 @@ begin
   end if;
 
   if p_status = 'running' then
-    update asyncflow.run_segments set status = 'running', started_at = coalesce(started_at, p_now), updated_at = p_now
-    where day = v_day and segment_id = v_event_id || '_' || v_n and status = 'pending' and task_id = p_task_id;
+    update asyncflow.run_segments s set status = 'running', started_at = coalesce(started_at, p_now), updated_at = p_now,
+      deadline = p_now + asyncflow.wf_node_timeout(s.run_id, (select e.node from asyncflow.run_events e
+        where e.day = v_day and e.event_id = v_event_id))
+    where day = v_day and segment_id = v_event_id || '_' || v_n and status in ('pending', 'running')
+      and task_id = p_task_id;
     update asyncflow.run_events set status = 'running', updated_at = p_now
     where day = v_day and event_id = v_event_id and status = 'pending';
     return;
