@@ -574,7 +574,7 @@ CREATE FUNCTION asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) RETURNS 
 
 CREATE FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) RETURNS text
     LANGUAGE plpgsql
-    AS -- body: 48 lines, sha256 ba457de5ecdd9ed7
+    AS -- body: 50 lines, sha256 548f68e68d08fcc6
 
 CREATE FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE

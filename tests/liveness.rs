@@ -423,3 +423,33 @@ async fn a_node_timeout_counts_the_call_not_the_wait_in_the_queue() {
         assert_eq!(work["exec_cnt"], 1, "no restart: {work}");
     }
 }
+
+/// A sub-pipeline node pinned to a version keeps running that version as a child after the child
+/// pipeline gets a new version (which retires the pinned one); a run started directly on the
+/// retired version is still refused.
+#[tokio::test]
+async fn a_pinned_sub_pipeline_version_keeps_running_after_a_new_version_retires_it() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    let child_v1 = json!({"nodes": [{"name": "start", "type": "start"}, {"name": "end", "type": "end"}],
+        "edges": [["start", "end"]]});
+    let child_v2 = json!({"description": "v2", "nodes": [{"name": "start", "type": "start"},
+        {"name": "end", "type": "end"}], "edges": [["start", "end"]]});
+    let parent = json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "sub", "type": "pipeline", "pipeline": "child", "version": 1}, {"name": "end", "type": "end"}],
+        "edges": [["start", "sub"], ["sub", "end"]]});
+    c.execute("select asyncflow.put_pipeline('child', $1)", &[&child_v1]).await.unwrap();
+    c.execute("select asyncflow.put_pipeline('parent', $1)", &[&parent]).await.unwrap();
+    c.execute("select asyncflow.put_pipeline('child', $1)", &[&child_v2]).await.unwrap();
+    let status: String =
+        c.query_one("select status from asyncflow.pipelines where name = 'child' and version = 1", &[]).await.unwrap().get(0);
+    assert_eq!(status, "retired");
+    let run_id: String = c.query_one("select asyncflow.start_run('parent', '{}'::jsonb)", &[]).await.unwrap().get(0);
+    let run: serde_json::Value = c.query_one("select asyncflow.get_run($1)", &[&run_id]).await.unwrap().get(0);
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let err = c
+        .query_one("select asyncflow.start_run('child', '{}'::jsonb, version => 1)", &[])
+        .await
+        .expect_err("a retired version starts no run of its own");
+    assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("AF013"), "{err}");
+}

@@ -627,7 +627,9 @@ begin
       then format('pipeline %L has no active version', p_pipeline)
       else format('unknown pipeline %L version %s', p_pipeline, p_version) end);
   end if;
-  if v_pipe.status = 'retired' then
+  -- a retired version starts no new runs, but for a sub-pipeline node pinned to it: a new version
+  -- of the child does not break the parents that name their version
+  if v_pipe.status = 'retired' and not (p_parent_event is not null and p_version is not null) then
     perform asyncflow.wf_run_error('AF013', format('pipeline %L version %s is retired: it starts no new runs',
       p_pipeline, v_pipe.version));
   end if;
