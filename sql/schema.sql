@@ -299,7 +299,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 42 lines, sha256 90797c82abd8f938
+    AS -- body: 42 lines, sha256 36ea651ff768411f
 
 CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -319,6 +319,10 @@ CREATE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zon
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 38 lines, sha256 b8989d9cb2a4ee16
+
+CREATE FUNCTION asyncflow.retry_wait(p_attempt integer, p_max integer) RETURNS interval
+    LANGUAGE sql PARALLEL SAFE
+    AS -- body: 1 lines, sha256 3b254a24c77e9c5a
 
 CREATE FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1083,6 +1087,8 @@ GRANT ALL ON FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time
 
 REVOKE ALL ON FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.retry_wait(p_attempt integer, p_max integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
 

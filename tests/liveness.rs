@@ -453,3 +453,42 @@ async fn a_pinned_sub_pipeline_version_keeps_running_after_a_new_version_retires
         .expect_err("a retired version starts no run of its own");
     assert_eq!(err.as_db_error().map(|e| e.code().code()), Some("AF013"), "{err}");
 }
+
+/// Tasks failing together come back spread out: each wait is the back-off less up to a tenth
+/// at random (here 60 s: between 54 and 60 s), so 50 tasks failed at the same moment do not
+/// retry in lock-step.
+#[tokio::test]
+async fn tasks_failing_together_retry_spread_over_a_tenth_of_their_back_off() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute(
+        "select asyncflow.register_task_type('flaky', '{\"max_retry_interval\": -60}'); \
+         select asyncflow.create_tasks('flaky', (select jsonb_agg('{}'::jsonb) from generate_series(1, 50)));",
+    )
+    .await
+    .unwrap();
+    let rows = c
+        .query(
+            "with claimed as (select * from asyncflow.claim_tasks('flaky', 'w', 50)) \
+             select r.* from asyncflow.report_tasks('w', (select jsonb_agg(jsonb_build_object('task_id', task_id, \
+               'claim_seq', claim_seq, 'outcome', 'fail', 'error', 'down')) from claimed), '2030-01-01T00:00:00Z') r",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 50);
+    let waits: Vec<f64> = c
+        .query(
+            "select extract(epoch from order_time - '2030-01-01T00:00:00Z'::timestamptz)::float8 \
+             from asyncflow.tasks where task_type = 'flaky' order by 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(waits.iter().all(|w| (53.999..=60.0).contains(w)), "{waits:?}");
+    let distinct: std::collections::BTreeSet<i64> = waits.iter().map(|w| (w * 1000.0) as i64).collect();
+    assert!(distinct.len() > 25, "spread out, not in lock-step: {waits:?}");
+}

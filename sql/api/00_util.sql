@@ -33,6 +33,14 @@ language sql immutable parallel safe as $$
     else 0 end)
 $$;
 
+-- The wait before a failed task is tried again: its back-off (retry_backoff) less up to a tenth at
+-- random, so that many tasks failing together (a dependency down) do not come back in lock-step,
+-- and no wait is longer than the back-off the settings give.
+create or replace function asyncflow.retry_wait(p_attempt integer, p_max integer) returns interval
+language sql volatile parallel safe as $$
+  select asyncflow.retry_backoff(p_attempt, p_max) * (0.9 + 0.1 * random())
+$$;
+
 -- '<type>-<shard>-<id>' -> parts; null when the text is not a task id.
 create or replace function asyncflow.parse_task_id(p_task_id text, out task_type text, out shard integer, out id bigint)
 language sql immutable parallel safe as $$

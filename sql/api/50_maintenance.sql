@@ -25,7 +25,7 @@ begin
     update asyncflow.tasks t set
       status = case when t.attempt > t.max_retry_num then 'failed' else 'pending' end::asyncflow.task_status,
       order_time = case when t.attempt > t.max_retry_num then t.order_time
-        else v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval) end,
+        else v_now + asyncflow.retry_wait(t.attempt, t.max_retry_interval) end,
       retry_count = t.retry_count + 1,
       last_error = format('lease expired: no report from worker %s by %s', t.owner, t.lease_until),
       finished_at = case when t.attempt > t.max_retry_num then v_now end,

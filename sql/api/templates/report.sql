@@ -104,7 +104,7 @@ begin
       retry_count = case when r.outcome = 'fail' then t.retry_count + 1 else t.retry_count end,
       order_time = case
         when r.outcome = 'advance' then v_now - make_interval(secs => t.priority)
-        when r.outcome = 'fail' then v_now + asyncflow.retry_backoff(t.attempt, t.max_retry_interval)
+        when r.outcome = 'fail' then v_now + asyncflow.retry_wait(t.attempt, t.max_retry_interval)
         when r.outcome = 'later' then v_now + make_interval(secs => r.delay)
         else t.order_time end,
       -- a success keeps its worker: the log's last entry is made from the row when read
