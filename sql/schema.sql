@@ -566,7 +566,7 @@ CREATE FUNCTION asyncflow.wf_fail_event(p_event_id text, p_error text, p_now tim
 
 CREATE FUNCTION asyncflow.wf_finish_run(p_run_id text, p_status asyncflow.run_status, p_result jsonb, p_error text, p_now timestamp with time zone, p_notify boolean DEFAULT true) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 43 lines, sha256 d9119186a8c88832
+    AS -- body: 57 lines, sha256 c507d85671a1d6af
 
 CREATE FUNCTION asyncflow.wf_get_run(p_run_id text) RETURNS asyncflow.runs
     LANGUAGE sql STABLE

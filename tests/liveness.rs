@@ -492,3 +492,36 @@ async fn tasks_failing_together_retry_spread_over_a_tenth_of_their_back_off() {
     let distinct: std::collections::BTreeSet<i64> = waits.iter().map(|w| (w * 1000.0) as i64).collect();
     assert!(distinct.len() > 25, "spread out, not in lock-step: {waits:?}");
 }
+
+/// A callback node runs once even when the run fails before reaching it: its POST is queued
+/// with `reached: false` and the run's outcome. (Before, it was never sent.)
+#[tokio::test]
+async fn a_callback_node_is_sent_when_the_run_fails_before_reaching_it() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute("select asyncflow.register_task_type('wf', '{\"max_retry_num\": 0}')").await.unwrap();
+    let definition = json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "a", "type": "task", "function": "wf"},
+        {"name": "tell", "type": "callback", "url": "http://127.0.0.1:9/hook"}, {"name": "end", "type": "end"}],
+        "edges": [["start", "a"], ["a", "tell"], ["tell", "end"]]});
+    c.execute("select asyncflow.put_pipeline('told', $1)", &[&definition]).await.unwrap();
+    let run_id: String = c.query_one("select asyncflow.start_run('told', '{}'::jsonb)", &[]).await.unwrap().get(0);
+    c.batch_execute(
+        "with claimed as (select * from asyncflow.claim_tasks('wf', 'w', 1)) \
+         select * from asyncflow.report_tasks('w', (select jsonb_agg(jsonb_build_object('task_id', task_id, \
+           'claim_seq', claim_seq, 'outcome', 'fail', 'error', 'broken', 'retry', false)) from claimed))",
+    )
+    .await
+    .unwrap();
+    let run: serde_json::Value = c.query_one("select asyncflow.get_run($1)", &[&run_id]).await.unwrap().get(0);
+    assert_eq!(run["status"], "failed", "{run}");
+    let rows = c
+        .query("select kind, url, payload, status from asyncflow.callbacks where run_id = $1 and kind = 'node'", &[&run_id])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "the callback node's POST is queued once");
+    let payload: serde_json::Value = rows[0].get("payload");
+    assert_eq!((payload["node"].clone(), payload["reached"].clone()), (json!("tell"), json!(false)), "{payload}");
+    assert_eq!(payload["status"], "failed", "{payload}");
+    assert_eq!(rows[0].get::<_, String>("status"), "pending");
+}

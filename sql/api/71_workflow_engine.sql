@@ -126,6 +126,8 @@ language plpgsql as $$
 declare
   v_run asyncflow.runs;
   v_open record;
+  v_node text;
+  v_url text;
 begin
   update asyncflow.runs set status = p_status, result = p_result, error = p_error, finished_at = p_now,
     total_cost_ms = floor(date_part('epoch', p_now - coalesce(started_at, p_now)) * 1000)::bigint, updated_at = p_now
@@ -148,6 +150,18 @@ begin
   loop
     perform asyncflow.wf_close_event_work(v_run.day, v_open.event_id, v_open.task_id, v_open.child_run,
       v_open.node_type, p_now);
+    -- a callback node runs once even when the run ends before reaching it: its POST says so
+    -- (reached: false) with the run's outcome
+    if v_open.node_type = 'callback' and v_open.cancelled_from = 'waiting' then
+      v_node := substr(v_open.event_id, length(v_run.run_id) + 2);
+      v_url := coalesce(asyncflow.wf_plan(v_run) -> 'nodes' -> v_node ->> 'url', v_run.notify_url);
+      if v_url is not null then
+        perform asyncflow.wf_enqueue_callback(v_run, 'node', v_open.event_id, v_url, jsonb_build_object(
+          'run_id', v_run.run_id, 'pipeline', v_run.pipeline, 'version', v_run.version, 'node', v_node,
+          'notify_key', v_run.notify_key, 'input', v_run.input, 'reached', false, 'status', v_run.status,
+          'error', v_run.error), p_now);
+      end if;
+    end if;
   end loop;
 
   if v_run.parent_event is not null then
