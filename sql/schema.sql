@@ -210,6 +210,11 @@ CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_stat
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 26 lines, sha256 c39b156739bafc09
 
+CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 8 lines, sha256 ee9f4c2dc35d9054
+
 CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1038,6 +1043,8 @@ GRANT ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit in
 
 REVOKE ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;

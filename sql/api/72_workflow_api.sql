@@ -559,3 +559,19 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   union all
   select '', 'callbacks', 'pending', count(*) from asyncflow.callbacks c where c.status = 'pending'
 $$;
+
+-- maintenance_due: whether workflow maintenance has work due now: a scheduled run to begin, a
+-- callback to deliver (or out with a deliverer), a node, segment or run past its deadline. An
+-- `--exit-when-idle` worker that runs the maintenance services waits while it is true, so that a
+-- scale-from-zero worker does not leave a finished run's callback undelivered.
+create or replace function asyncflow.maintenance_due(p_now timestamptz default null) returns boolean
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select exists (select 1 from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= coalesce(p_now, now()))
+    or exists (select 1 from asyncflow.callbacks b where b.status = 'pending'
+               and (b.next_attempt_at <= coalesce(p_now, now()) or b.owner is not null))
+    or exists (select 1 from asyncflow.run_events e where e.status in ('pending', 'running', 'external')
+               and e.deadline < coalesce(p_now, now()))
+    or exists (select 1 from asyncflow.run_segments s where s.status in ('pending', 'running')
+               and s.deadline < coalesce(p_now, now()))
+    or exists (select 1 from asyncflow.runs r where r.status = 'running' and r.deadline < coalesce(p_now, now()))
+$$;

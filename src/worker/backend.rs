@@ -167,6 +167,18 @@ impl Backend {
         ready
     }
 
+    /// Whether workflow maintenance has work due now (`asyncflow.maintenance_due`); false on a
+    /// server, and when it cannot be known (a role that may not ask does not run maintenance).
+    pub(super) async fn maintenance_due(&self) -> bool {
+        match self {
+            Backend::Database(pool) => match pool.get().await {
+                Ok(client) => api::maintenance_due(&client).await.unwrap_or(false),
+                Err(_) => false,
+            },
+            Backend::Server(_) => false,
+        }
+    }
+
     /// False while the backend may hold tasks nobody runs (a server's hold answer was lost and
     /// not yet looked into): the worker is not idle then.
     pub(super) fn settled(&self) -> bool {

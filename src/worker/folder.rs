@@ -53,6 +53,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<WorkerSummary> {
     let specs = load_and_build(options).await?;
+    // an --exit-when-idle worker that runs maintenance stays while maintenance has work due
+    let config = WorkerConfig { idle_waits_for_maintenance: options.maintenance.is_some(), ..config };
     let worker = Worker::new(pool.clone(), database_url, config).register_specs(&specs)?;
     let maintenance_stop = CancellationToken::new();
     let maintenance = options.maintenance.clone().map(|config| {

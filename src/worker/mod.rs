@@ -83,6 +83,10 @@ pub struct WorkerConfig {
     /// change instead of two; the others are claimed as running then. Zero claims the usual way.
     /// Unused on a server.
     pub hold_window: Duration,
+    /// With `exit_when_idle`: also wait while workflow maintenance has work due (a callback to
+    /// deliver, a scheduled run to begin, a node or run past its deadline), for a worker that
+    /// runs the maintenance services beside it (see [`folder::run`]).
+    pub idle_waits_for_maintenance: bool,
 }
 
 impl Default for WorkerConfig {
@@ -96,6 +100,7 @@ impl Default for WorkerConfig {
             max_tasks: None,
             max_runtime: None,
             hold_window: HOLD_WINDOW_DEFAULT,
+            idle_waits_for_maintenance: false,
         }
     }
 }
@@ -460,7 +465,7 @@ impl Worker {
         };
         let idle = async {
             if self.config.exit_when_idle {
-                wait_until_idle(&shared, &type_names).await
+                wait_until_idle(&shared, &type_names, self.config.idle_waits_for_maintenance).await
             } else {
                 std::future::pending().await
             }
@@ -514,8 +519,8 @@ const IDLE_TICK: Duration = Duration::from_millis(10);
 const IDLE_QUERY_EVERY: Duration = Duration::from_millis(100);
 
 /// Returns once nothing is in flight or being claimed, the backend holds nothing unaccounted
-/// for, and no task of `types` is ready.
-async fn wait_until_idle(shared: &Shared, types: &[TypeName]) {
+/// for, no task of `types` is ready, and (with `maintenance`) no workflow maintenance is due.
+async fn wait_until_idle(shared: &Shared, types: &[TypeName], maintenance: bool) {
     let mut tick = tokio::time::interval(IDLE_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut asked: Option<tokio::time::Instant> = None;
@@ -529,7 +534,8 @@ async fn wait_until_idle(shared: &Shared, types: &[TypeName]) {
             continue;
         }
         asked = Some(tokio::time::Instant::now());
-        let ready = shared.backend.any_ready(types).await;
+        let ready = shared.backend.any_ready(types).await
+            || (maintenance && shared.backend.maintenance_due().await);
         if !ready && shared.active.load(Ordering::SeqCst) == 0 && shared.activity.load(Ordering::SeqCst) == before {
             return;
         }

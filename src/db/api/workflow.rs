@@ -168,3 +168,10 @@ pub async fn workflow_figures<C: GenericClient>(c: &C) -> Result<Vec<(String, St
     let rows = query(c, "select pipeline, kind, status, n from asyncflow.workflow_figures()", &[]).await?;
     rows.iter().map(|r| Ok((get(r, "pipeline")?, get(r, "kind")?, get(r, "status")?, get(r, "n")?))).collect()
 }
+
+/// `asyncflow.maintenance_due`: whether workflow maintenance has work due now (a scheduled run to
+/// begin, a callback to deliver or out, a node, segment or run past its deadline).
+pub async fn maintenance_due<C: GenericClient>(c: &C) -> Result<bool> {
+    let row = query_one(c, "select asyncflow.maintenance_due() as due", &[]).await?;
+    get(&row, "due")
+}
