@@ -49,7 +49,6 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod client;
@@ -61,7 +60,6 @@ pub mod function;
 pub mod http;
 pub mod ids;
 pub mod maintenance;
-pub mod status;
 pub mod task;
 pub mod task_type;
 pub mod worker;

@@ -18,10 +18,8 @@
 //! - [`checker`]: the checker (scheduled runs, node and run deadlines) and run retention, as
 //!   maintenance services;
 //! - [`callback`]: delivery of run outcomes and callback nodes to their URLs, signed and retried;
-//! - [`admin`]: the `asyncflow pipeline ...` and `asyncflow run ...` commands;
 //! - [`demo`]: the transcode pipeline in `asyncflow demo`.
 
-pub mod admin;
 pub mod callback;
 pub mod checker;
 pub mod definition;

@@ -1,5 +1,14 @@
-//! The command line: `asyncflow demo | migrate | maintain | status`. Each subcommand calls one
-//! module function.
+//! The command line: the clap definition of `asyncflow` and the dispatch of its subcommands.
+//! Each subcommand calls one module function; the admin front ends (`task`, `type`, `pipeline`,
+//! `run`, `status`) are the modules here, each talking to the database or, with `--server`, to
+//! an `asyncflow serve` ([`remote`]).
+
+pub mod pipeline;
+pub mod remote;
+pub mod run;
+pub mod status;
+pub mod task;
+pub mod task_type;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -50,37 +59,37 @@ pub enum Command {
     Task {
         /// Where to send the command.
         #[command(flatten)]
-        target: crate::admin::Target,
+        target: remote::Target,
         /// What to do.
         #[command(subcommand)]
-        command: crate::admin::TaskCommand,
+        command: task::TaskCommand,
     },
     /// List task types, change settings, pause, resume (database, or a server with --server).
     Type {
         /// Where to send the command.
         #[command(flatten)]
-        target: crate::admin::Target,
+        target: remote::Target,
         /// What to do.
         #[command(subcommand)]
-        command: crate::admin::TypeCommand,
+        command: task_type::TypeCommand,
     },
     /// Apply, list, show, activate or retire workflow pipelines (database, or --server).
     Pipeline {
         /// Where to send the command.
         #[command(flatten)]
-        target: crate::admin::Target,
+        target: remote::Target,
         /// What to do.
         #[command(subcommand)]
-        command: crate::workflow::admin::PipelineCommand,
+        command: pipeline::PipelineCommand,
     },
     /// Start, show, list, cancel or retry workflow runs and their nodes (database, or --server).
     Run {
         /// Where to send the command.
         #[command(flatten)]
-        target: crate::admin::Target,
+        target: remote::Target,
         /// What to do.
         #[command(subcommand)]
-        command: crate::workflow::admin::RunCommand,
+        command: run::RunCommand,
     },
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
@@ -156,7 +165,7 @@ pub struct WorkerArgs {
     /// Claim and report through an asyncflow server (the HTTP worker protocol) instead of the
     /// database: no database connection is made.
     #[command(flatten)]
-    pub target: crate::admin::Target,
+    pub target: remote::Target,
 }
 
 impl WorkerArgs {
@@ -295,10 +304,10 @@ pub async fn run(cli: Cli) -> Result<()> {
     };
     if remote {
         let output = match cli.command {
-            Command::Task { target, command } => crate::admin::task(None, &target, command).await?,
-            Command::Type { target, command } => crate::admin::task_type(None, &target, command).await?,
-            Command::Pipeline { target, command } => crate::workflow::admin::pipeline(None, &target, command).await?,
-            Command::Run { target, command } => crate::workflow::admin::run(None, &target, command).await?,
+            Command::Task { target, command } => task::task(None, &target, command).await?,
+            Command::Type { target, command } => task_type::task_type(None, &target, command).await?,
+            Command::Pipeline { target, command } => pipeline::pipeline(None, &target, command).await?,
+            Command::Run { target, command } => run::run(None, &target, command).await?,
             _ => return Ok(()),
         };
         println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
@@ -322,25 +331,25 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Task { target, command } => {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, 2)?;
-            let output = crate::admin::task(Some(&pool), &target, command).await?;
+            let output = task::task(Some(&pool), &target, command).await?;
             println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Type { target, command } => {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, 2)?;
-            let output = crate::admin::task_type(Some(&pool), &target, command).await?;
+            let output = task_type::task_type(Some(&pool), &target, command).await?;
             println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Pipeline { target, command } => {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, 2)?;
-            let output = crate::workflow::admin::pipeline(Some(&pool), &target, command).await?;
+            let output = pipeline::pipeline(Some(&pool), &target, command).await?;
             println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Run { target, command } => {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, 2)?;
-            let output = crate::workflow::admin::run(Some(&pool), &target, command).await?;
+            let output = run::run(Some(&pool), &target, command).await?;
             println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Serve(args) => {
@@ -362,7 +371,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Status => {
             let pool = db::pool(&url, 2)?;
-            crate::status::print(&pool).await?;
+            status::print(&pool).await?;
         }
         Command::Worker(args) => {
             db::migrate::migrate(&url).await?;

@@ -1,0 +1,98 @@
+//! `asyncflow pipeline ...`: apply, list, show, activate or retire workflow pipelines, on the
+//! database directly or on an `asyncflow serve` with `--server URL` (same operations, same JSON).
+//! Output is JSON on stdout.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::remote::{call, encode, Target};
+use crate::db::{api, DbPool};
+use crate::error::{Error, Result};
+
+/// `pipeline` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PipelineCommand {
+    /// Validate pipeline files (JSON or TOML) and store each as a new version (unchanged files
+    /// keep their version); active unless --draft.
+    Apply {
+        /// Pipeline files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Store as drafts: runs keep using the active versions.
+        #[arg(long)]
+        draft: bool,
+    },
+    /// List pipelines and their versions.
+    List,
+    /// Show a pipeline version with its definition and execution plan.
+    Get {
+        /// Pipeline name.
+        name: String,
+        /// Version (default: the active one, else the latest).
+        #[arg(long)]
+        version: Option<i32>,
+    },
+    /// Make a version the active one (the active one is retired; started runs keep theirs).
+    Activate {
+        /// Pipeline name.
+        name: String,
+        /// Version.
+        version: i32,
+    },
+    /// Retire a version: it starts no new runs.
+    Retire {
+        /// Pipeline name.
+        name: String,
+        /// Version.
+        version: i32,
+    },
+}
+
+/// Runs a `pipeline` command; the JSON to print.
+pub async fn pipeline(pool: Option<&DbPool>, target: &Target, command: PipelineCommand) -> Result<Value> {
+    match command {
+        PipelineCommand::Apply { files, draft } => {
+            let status = if draft { "draft" } else { "active" };
+            let mut applied = Vec::with_capacity(files.len());
+            for file in files {
+                let p = crate::workflow::definition::read(&file)?;
+                applied.push(match pool {
+                    Some(pool) => api::put_pipeline(&pool.get().await?, &p.name, &p.definition, status).await?,
+                    None => {
+                        let path = format!("/v1/pipelines/{}?status={status}", encode(&p.name));
+                        call(target, Method::PUT, &path, Some(p.definition)).await?
+                    }
+                });
+            }
+            Ok(json!(applied))
+        }
+        PipelineCommand::List => match pool {
+            Some(pool) => Ok(json!(api::list_pipelines(&pool.get().await?).await?)),
+            None => call(target, Method::GET, "/v1/pipelines", None).await,
+        },
+        PipelineCommand::Get { name, version } => match pool {
+            Some(pool) => api::get_pipeline(&pool.get().await?, &name, version)
+                .await?
+                .ok_or_else(|| Error::UnknownPipeline(format!("unknown pipeline {}", crate::error::echo(&name)))),
+            None => {
+                let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
+                call(target, Method::GET, &format!("/v1/pipelines/{}{query}", encode(&name)), None).await
+            }
+        },
+        PipelineCommand::Activate { name, version } => set_status(pool, target, &name, version, "active").await,
+        PipelineCommand::Retire { name, version } => set_status(pool, target, &name, version, "retired").await,
+    }
+}
+
+async fn set_status(pool: Option<&DbPool>, target: &Target, name: &str, version: i32, status: &str) -> Result<Value> {
+    match pool {
+        Some(pool) => api::set_pipeline_status(&pool.get().await?, name, version, status).await,
+        None => {
+            let verb = if status == "active" { "activate" } else { "retire" };
+            call(target, Method::POST, &format!("/v1/pipelines/{}/versions/{version}/{verb}", encode(name)), None).await
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! `asyncflow task ...`: create, show, list, cancel or retry tasks, on the database directly or
+//! on an `asyncflow serve` with `--server URL` (same operations, same JSON). Output is JSON on
+//! stdout, one document per command.
+
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use super::remote::{call, encode, json_arg, Target};
+use crate::db::api::{self, TaskFilter};
+use crate::db::DbPool;
+use crate::error::{Error, Result};
+use crate::task::{NewTask, TaskStatus};
+
+/// `task` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Create a task; prints {"id"}.
+    Create {
+        /// Task type.
+        task_type: String,
+        /// Context, a JSON object.
+        #[arg(long, default_value = "{}")]
+        context: String,
+        /// Seconds ahead in the queue.
+        #[arg(long)]
+        priority: Option<i32>,
+        /// Not before this time (RFC 3339).
+        #[arg(long)]
+        run_at: Option<chrono::DateTime<chrono::Utc>>,
+        /// First stage.
+        #[arg(long)]
+        stage: Option<String>,
+        /// Same key, same type: the existing task.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Client-side owner.
+        #[arg(long)]
+        user_id: Option<String>,
+        /// The queue within the type (taken by turns when the type has fair_queues).
+        #[arg(long)]
+        queue_key: Option<String>,
+    },
+    /// Show a task.
+    Get {
+        /// Task id.
+        id: String,
+    },
+    /// List tasks (one page; pass the printed "next" as --after for the next).
+    List {
+        /// Only this type.
+        #[arg(long = "type")]
+        task_type: Option<String>,
+        /// Only this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this stage.
+        #[arg(long)]
+        stage: Option<String>,
+        /// Only this user.
+        #[arg(long)]
+        user_id: Option<String>,
+        /// Start after this task id.
+        #[arg(long)]
+        after: Option<String>,
+        /// Page size (1..1000).
+        #[arg(long, default_value_t = 100)]
+        limit: i32,
+    },
+    /// Cancel a pending or running task.
+    Cancel {
+        /// Task id.
+        id: String,
+    },
+    /// Queue a failed or cancelled task again.
+    Retry {
+        /// Task id.
+        id: String,
+    },
+}
+
+fn status_arg(text: Option<String>) -> Result<Option<TaskStatus>> {
+    text.map(|s| {
+        TaskStatus::parse(&s).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "--status must be one of pending, running, succeeded, failed, cancelled; got {}",
+                crate::error::echo(&s)
+            ))
+        })
+    })
+    .transpose()
+}
+
+/// Runs a `task` command; the JSON to print.
+pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) -> Result<Value> {
+    use reqwest::Method;
+    match (pool, command) {
+        (
+            _,
+            TaskCommand::Create { task_type, context, priority, run_at, stage, idempotency_key, user_id, queue_key },
+        ) => {
+            let task = NewTask {
+                context: Some(json_arg("--context", &context)?),
+                priority,
+                run_at,
+                stage,
+                idempotency_key,
+                user_id,
+                queue_key,
+            };
+            match pool {
+                Some(p) => Ok(json!({"id": api::create_task(&p.get().await?, &task_type, &task).await?})),
+                None => {
+                    let mut body = serde_json::to_value(&task).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+                    body["type"] = json!(task_type);
+                    call(target, Method::POST, "/v1/tasks", Some(body)).await
+                }
+            }
+        }
+        (Some(p), TaskCommand::Get { id }) => match api::get_task(&p.get().await?, &id).await? {
+            Some(t) => Ok(json!(t)),
+            None => Err(Error::UnknownTask(format!("unknown task {}", crate::error::echo(&id)))),
+        },
+        (None, TaskCommand::Get { id }) => call(target, Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await,
+        (_, TaskCommand::List { task_type, status, stage, user_id, after, limit }) => {
+            let filter =
+                TaskFilter { task_type, status: status_arg(status)?, stage, user_id, after, limit: Some(limit) };
+            match pool {
+                Some(p) => {
+                    let tasks = api::list_tasks(&p.get().await?, &filter).await?;
+                    let next = if tasks.len() as i32 == limit { tasks.last().map(|t| t.id.to_string()) } else { None };
+                    Ok(json!({"tasks": tasks, "next": next}))
+                }
+                None => {
+                    let mut query = vec![format!("limit={limit}")];
+                    let pairs = [
+                        ("type", &filter.task_type),
+                        ("stage", &filter.stage),
+                        ("user_id", &filter.user_id),
+                        ("after", &filter.after),
+                    ];
+                    for (k, v) in pairs {
+                        if let Some(v) = v {
+                            query.push(format!("{k}={}", encode(v)));
+                        }
+                    }
+                    if let Some(s) = filter.status {
+                        query.push(format!("status={}", format!("{s:?}").to_lowercase()));
+                    }
+                    call(target, Method::GET, &format!("/v1/tasks?{}", query.join("&")), None).await
+                }
+            }
+        }
+        (Some(p), TaskCommand::Cancel { id }) => {
+            Ok(json!({"id": id, "cancelled": api::cancel_task(&p.get().await?, &id).await?}))
+        }
+        (None, TaskCommand::Cancel { id }) => {
+            call(target, Method::POST, &format!("/v1/tasks/{}/cancel", encode(&id)), None).await
+        }
+        (Some(p), TaskCommand::Retry { id }) => {
+            Ok(json!({"id": id, "retried": api::retry_task(&p.get().await?, &id).await?}))
+        }
+        (None, TaskCommand::Retry { id }) => {
+            call(target, Method::POST, &format!("/v1/tasks/{}/retry", encode(&id)), None).await
+        }
+    }
+}
