@@ -628,3 +628,42 @@ async fn an_idle_worker_that_runs_maintenance_delivers_a_due_callback_before_lea
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
     server.abort();
 }
+
+/// `serve` answers 503 (try again), not 500 (final), when the database connection drops in the
+/// middle of a request: the request waits on a lock, and its backend is terminated meanwhile.
+#[tokio::test]
+async fn a_request_whose_database_connection_dropped_gets_503() {
+    let db = TestDb::new().await;
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&[], 64 * 1024));
+    let mut blocker = db.raw().await;
+    let tx = blocker.transaction().await.unwrap();
+    tx.batch_execute("lock table asyncflow.task_types in access exclusive mode").await.unwrap();
+    let request = tokio::spawn({
+        let app = app.clone();
+        async move { common::request(&app, "GET", "/v1/task-types", None, None, None).await }
+    });
+    let watcher = db.raw().await;
+    let mut pid = None;
+    for _ in 0..100 {
+        let row = watcher
+            .query_opt(
+                "select pid from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' \
+                 and pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = row {
+            pid = Some(row.get::<_, i32>(0));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = pid.expect("the request waits on the lock");
+    watcher.execute("select pg_terminate_backend($1)", &[&pid]).await.unwrap();
+    let (status, _, body) = request.await.unwrap();
+    tx.rollback().await.unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, axum::http::StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["code"], "unavailable");
+}
