@@ -362,9 +362,13 @@ pub async fn run(cli: Cli) -> Result<()> {
                 body_timeout: args.body_timeout,
             };
             config.validate()?;
+            let shutdown = shutdown_on_signal();
+            if !db::wait_for_database(&url, &shutdown).await? {
+                return Ok(());
+            }
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, db_config.pool_size)?;
-            crate::http::serve(pool, config, shutdown_on_signal()).await?;
+            crate::http::serve(pool, config, shutdown).await?;
         }
         Command::Bench(args) => {
             crate::bench::run(&url, &args).await?;
@@ -374,10 +378,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             status::print(&pool).await?;
         }
         Command::Worker(args) => {
-            db::migrate::migrate(&url).await?;
             let (config, options) = args.setup()?;
+            let shutdown = shutdown_on_signal();
+            if !db::wait_for_database(&url, &shutdown).await? {
+                return Ok(());
+            }
+            db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, db_config.pool_size.max(args.concurrency.min(64) + 4))?;
-            let summary = crate::worker::folder::run(pool, &url, &options, config, shutdown_on_signal()).await?;
+            let summary = crate::worker::folder::run(pool, &url, &options, config, shutdown).await?;
             println!("{}", serde_json::to_string(&summary).unwrap_or_default());
         }
         Command::Maintain(args) => {
@@ -394,7 +402,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             if args.once {
                 maintain_once(&url, &maintainer).await?;
             } else {
-                maintainer.run(shutdown_on_signal()).await;
+                let shutdown = shutdown_on_signal();
+                if !db::wait_for_database(&url, &shutdown).await? {
+                    return Ok(());
+                }
+                maintainer.run(shutdown).await;
             }
         }
     }

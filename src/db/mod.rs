@@ -46,6 +46,47 @@ pub async fn connect(url: &str) -> Result<(tokio_postgres::Client, tokio::task::
     Ok((client, driver))
 }
 
+/// Waits until the database at `url` accepts a connection, retrying with back-off (0.2 s doubling
+/// to 10 s) and saying so in the log, while the failure is one that may pass (the server down,
+/// starting or restarting: no answer, class 08, 57P03). Any other failure (a wrong password, a
+/// missing database) is returned at once. False when `shutdown` fired first.
+pub async fn wait_for_database(url: &str, shutdown: &tokio_util::sync::CancellationToken) -> Result<bool> {
+    let mut pause = Duration::from_millis(200);
+    let started = std::time::Instant::now();
+    loop {
+        let error = match tokio::select! {
+            c = connect(url) => c,
+            _ = shutdown.cancelled() => return Ok(false),
+        } {
+            Ok((client, driver)) => {
+                drop(client);
+                let _ = driver.await;
+                if started.elapsed() > Duration::from_secs(1) {
+                    tracing::info!(waited = ?started.elapsed(), "the database is up");
+                }
+                return Ok(true);
+            }
+            Err(e) => e,
+        };
+        let passing = match &error {
+            Error::Database(e) => match e.as_db_error() {
+                None => true,
+                Some(db) => db.code().code().starts_with("08") || db.code().code() == "57P03",
+            },
+            _ => false,
+        };
+        if !passing {
+            return Err(error);
+        }
+        tracing::warn!(error = %error, retry_in = ?pause, "waiting for the database");
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.cancelled() => return Ok(false),
+        }
+        pause = (pause * 2).min(Duration::from_secs(10));
+    }
+}
+
 /// The same server and credentials as `url`, database `database`: a URL (`postgres://...`) gets
 /// its path replaced, a key=value string gets a `dbname` that overrides any earlier one.
 pub fn with_database(url: &str, database: &str) -> Result<String> {
