@@ -763,3 +763,34 @@ async fn a_worker_started_before_the_database_waits_for_it_and_then_starts() {
     assert!(status.success());
     let _ = std::fs::remove_file(&log);
 }
+
+/// `worker --server` whose server is not up at start-up retries it, and SIGTERM meanwhile ends it
+/// at once with 0. (It waited out its 30 s of retries, ignoring the signal.)
+#[tokio::test]
+async fn a_remote_worker_waiting_for_its_server_stops_at_once_on_sigterm() {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let functions = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+        .args(["worker", "--functions"])
+        .arg(&functions)
+        .args(["--types", "echo", "--server", &format!("http://127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(child.try_wait().unwrap().is_none(), "still retrying its server");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let stopped = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(3), "SIGTERM did not end the waiting worker");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("SIGTERM to exit: {:?}", stopped.elapsed());
+    assert!(status.success());
+}

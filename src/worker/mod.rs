@@ -373,7 +373,16 @@ impl Worker {
         // all the types' settings, or none of them: a bad [settings] table in one function.toml
         // leaves the other types as they were
         let wanted: Vec<(&TypeName, &TaskTypeUpdate)> = self.functions.iter().map(|(n, r)| (n, &r.settings)).collect();
-        let registered = self.backend.register_task_types(&wanted).await.map_err(|(i, e)| {
+        // a server that is not up yet is retried; a signal meanwhile ends the worker at once
+        let registering = self.backend.register_task_types(&wanted);
+        let registered = tokio::select! {
+            r = registering => r,
+            _ = shutdown.cancelled() => {
+                tracing::info!(worker = %self.config.worker_id, "stopped before the types were registered");
+                return Ok(WorkerSummary { stopped_by: Some(StopReason::Shutdown), ..WorkerSummary::default() });
+            }
+        };
+        let registered = registered.map_err(|(i, e)| {
             match (e.is_client_error(), self.functions.values().nth(i)) {
                 (true, Some(reg)) => Error::Config(format!("{}: settings: {e}", reg.origin)),
                 _ => e,
