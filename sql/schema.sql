@@ -78,7 +78,7 @@ CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs in
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 132 lines, sha256 5d4b5b762f958e9e
+    AS -- body: 132 lines, sha256 0310dd1578a8655d
 
 CREATE FUNCTION asyncflow.check_settings(p_settings jsonb) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -159,7 +159,7 @@ CREATE FUNCTION asyncflow.get_pipeline(name text, version integer DEFAULT NULL::
 CREATE FUNCTION asyncflow.get_run(run_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 34 lines, sha256 8ca3c73feeba5692
+    AS -- body: 36 lines, sha256 8dfb672f677a78d2
 
 CREATE FUNCTION asyncflow.get_task(task_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -499,7 +499,7 @@ CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
 
 CREATE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 123 lines, sha256 6a9377546eb7e55c
+    AS -- body: 126 lines, sha256 597342c2cef2e7ae
 
 CREATE FUNCTION asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -541,6 +541,7 @@ CREATE TABLE asyncflow.run_events (
     latch_cnt integer DEFAULT 0 NOT NULL,
     live_cnt integer DEFAULT 0 NOT NULL,
     exec_cnt integer DEFAULT 0 NOT NULL,
+    activations integer DEFAULT 0 NOT NULL,
     segment_cnt integer DEFAULT 0 NOT NULL,
     segments_done integer DEFAULT 0 NOT NULL,
     task_id text,
@@ -599,7 +600,7 @@ CREATE FUNCTION asyncflow.wf_plan(p_run asyncflow.runs) RETURNS jsonb
 
 CREATE FUNCTION asyncflow.wf_rerun_event(p_run asyncflow.runs, p_event asyncflow.run_events, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 23 lines, sha256 8a740840135ba9ca
+    AS -- body: 24 lines, sha256 65396adf11c9009e
 
 CREATE FUNCTION asyncflow.wf_run_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
@@ -611,11 +612,11 @@ CREATE FUNCTION asyncflow.wf_run_for_update(p_run_id text) RETURNS asyncflow.run
 
 CREATE FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 20 lines, sha256 eeb464c6b019ac30
+    AS -- body: 20 lines, sha256 2c130d61f3707bd9
 
 CREATE FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 70 lines, sha256 b13de061e2c95b84
+    AS -- body: 71 lines, sha256 79e8298005ecd8ae
 
 CREATE FUNCTION asyncflow.wf_watch_type(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -766,7 +767,8 @@ CREATE TABLE asyncflow.run_segments (
     run_id text NOT NULL,
     n integer NOT NULL,
     status text DEFAULT 'pending'::text NOT NULL,
-    exec_cnt integer DEFAULT 1 NOT NULL,
+    exec_cnt integer DEFAULT 0 NOT NULL,
+    activations integer DEFAULT 1 NOT NULL,
     item jsonb,
     task_id text,
     result jsonb,

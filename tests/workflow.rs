@@ -48,7 +48,10 @@ async fn a_linear_pipeline_runs_its_nodes_in_order_passing_each_its_predecessors
     assert_eq!(r["result"], json!({"b": {"from": "b"}}), "the end's inputs are the run's result");
     let nodes: Vec<&str> = r["events"].as_array().unwrap().iter().map(|e| e["node"].as_str().unwrap()).collect();
     assert_eq!(nodes, ["start", "a", "b", "end"], "events in plan order");
-    assert!(r["events"].as_array().unwrap().iter().all(|e| e["status"] == "succeeded" && e["exec_cnt"] == 1));
+    assert!(r["events"].as_array().unwrap().iter().all(|e| e["status"] == "succeeded" && e["activations"] == 1));
+    // executions: a task node's function calls (b ran two stages), one for any other node
+    let calls: Vec<i64> = r["events"].as_array().unwrap().iter().map(|e| e["exec_cnt"].as_i64().unwrap()).collect();
+    assert_eq!(calls, [1, 1, 2, 1]);
     assert_eq!(event(&r, "a")["event_id"], json!(format!("{id}_a")), "event id = run id + _ + node");
     let traces = r["traces"].as_array().unwrap();
     assert_eq!(traces.len(), 3, "one trace per function call: a, b (second), b (third): {traces:?}");
@@ -319,7 +322,11 @@ async fn a_node_retries_by_its_functions_policy_and_then_succeeds() {
     work_all(&c, &["wf"], Some(now + secs(3.0)), |_| ok(json!("B"))).await;
     let r = run(&c, &id).await;
     assert_eq!(r["status"], "succeeded");
-    assert_eq!(event(&r, "a")["exec_cnt"], 1, "one activation, two function calls");
+    assert_eq!(
+        (event(&r, "a")["activations"].clone(), event(&r, "a")["exec_cnt"].clone()),
+        (json!(1), json!(2)),
+        "one activation, two function calls"
+    );
     let outcomes: Vec<&str> = r["traces"].as_array().unwrap().iter().map(|t| t["outcome"].as_str().unwrap()).collect();
     assert_eq!(outcomes, ["fail", "succeed", "succeed"]);
     assert_eq!(r["traces"][0]["error"], "flaky");

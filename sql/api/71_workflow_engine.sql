@@ -342,7 +342,10 @@ declare
   v_steps integer;
   v_child_pipe asyncflow.pipelines;
 begin
-  update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, started_at = coalesce(started_at, p_now),
+  -- a task node's executions are its task's calls, counted at each claim (wf_task_changed)
+  update asyncflow.run_events set status = 'running', activations = activations + 1,
+    exec_cnt = exec_cnt + case when v_type = 'task' and v_def ->> 'function' is not null then 0 else 1 end,
+    started_at = coalesce(started_at, p_now),
     deadline = p_now + make_interval(secs => (v_def ->> 'timeout')::double precision), task_id = null,
     child_run = null, cancelled_from = null, error = null, result = null, finished_at = null, total_cost_ms = null,
     updated_at = p_now
@@ -469,7 +472,7 @@ begin
   select p_run.day, v_event_id || '_' || n, v_event_id, p_run.run_id, n, 'pending', item, v_ids[k],
     null, p_now, p_now
   from unnest(p_ns, p_items) with ordinality u(n, item, k)
-  on conflict (segment_id, day) do update set status = 'pending', exec_cnt = s.exec_cnt + 1, task_id = excluded.task_id,
+  on conflict (segment_id, day) do update set status = 'pending', activations = s.activations + 1, task_id = excluded.task_id,
     deadline = excluded.deadline, result = null, error = null, finished_at = null, updated_at = p_now;
   update asyncflow.run_events set status = 'pending', segment_cnt = p_count, updated_at = p_now
   where day = p_run.day and event_id = v_event_id;
@@ -497,7 +500,7 @@ begin
   if v_n is null then
     if p_status = 'running' then
       -- claimed: the node's timeout runs from now, for this call
-      update asyncflow.run_events e set status = 'running', updated_at = p_now,
+      update asyncflow.run_events e set status = 'running', updated_at = p_now, exec_cnt = e.exec_cnt + 1,
         deadline = p_now + asyncflow.wf_node_timeout(e.run_id, e.node)
       where day = v_day and event_id = v_event_id and status in ('pending', 'running') and task_id = p_task_id;
       return;
@@ -525,6 +528,7 @@ begin
 
   if p_status = 'running' then
     update asyncflow.run_segments s set status = 'running', started_at = coalesce(started_at, p_now), updated_at = p_now,
+      exec_cnt = s.exec_cnt + 1,
       deadline = p_now + asyncflow.wf_node_timeout(s.run_id, (select e.node from asyncflow.run_events e
         where e.day = v_day and e.event_id = v_event_id))
     where day = v_day and segment_id = v_event_id || '_' || v_n and status in ('pending', 'running')
@@ -724,7 +728,8 @@ begin
     select array_agg(s.n order by s.n), array_agg(s.item order by s.n) into v_ns, v_items
     from asyncflow.run_segments s
     where s.day = p_event.day and s.event_id = p_event.event_id and s.status <> 'succeeded';
-    update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, error = null, cancelled_from = null,
+    update asyncflow.run_events set status = 'running', exec_cnt = exec_cnt + 1, activations = activations + 1,
+      error = null, cancelled_from = null,
       finished_at = null, updated_at = p_now
     where day = p_event.day and event_id = p_event.event_id;
     if v_ns is null then

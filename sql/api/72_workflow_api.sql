@@ -40,13 +40,15 @@ begin
   end if;
   return asyncflow.run_json(v_run) || jsonb_build_object(
     'events', coalesce((select jsonb_agg(jsonb_build_object('event_id', e.event_id, 'node', e.node, 'type', e.node_type,
-        'status', e.status, 'exec_cnt', e.exec_cnt, 'latch_cnt', e.latch_cnt, 'in_degree', e.in_degree,
+        'status', e.status, 'exec_cnt', e.exec_cnt, 'activations', e.activations, 'latch_cnt', e.latch_cnt,
+        'in_degree', e.in_degree,
         'segment_cnt', e.segment_cnt, 'task_id', e.task_id, 'child_run', e.child_run, 'result', e.result,
         'error', e.error, 'deadline', e.deadline, 'started_at', e.started_at, 'finished_at', e.finished_at,
         'total_cost_ms', e.total_cost_ms)
         || case when e.node_type = 'dynamic' then jsonb_build_object('segments', coalesce((
           select jsonb_agg(jsonb_build_object('segment_id', s.segment_id, 'n', s.n, 'status', s.status,
-            'exec_cnt', s.exec_cnt, 'task_id', s.task_id, 'item', s.item, 'result', s.result, 'error', s.error,
+            'exec_cnt', s.exec_cnt, 'activations', s.activations, 'task_id', s.task_id, 'item', s.item,
+            'result', s.result, 'error', s.error,
             'started_at', s.started_at, 'finished_at', s.finished_at, 'total_cost_ms', s.total_cost_ms) order by s.n)
           from asyncflow.run_segments s where s.day = e.day and s.event_id = e.event_id), '[]'::jsonb)) else '{}'::jsonb end
         order by o.k)
@@ -322,7 +324,7 @@ begin
     v_done := false;
     v_why := null;
     if v_event.node_type = 'task' and v_def ->> 'function' is not null
-        and v_event.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
+        and v_event.activations <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
       begin
         update asyncflow.run_events set task_id = null where day = v_event.day and event_id = v_event.event_id;
         perform asyncflow.wf_cancel_task(v_event.task_id, v_now);
@@ -334,10 +336,10 @@ begin
     end if;
     if v_done then
       action := 'node restarted';
-      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_event.exec_cnt + 1);
+      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_event.activations + 1);
     else
       perform asyncflow.wf_fail_event(v_event.event_id,
-        format('timed out: no result within %s s (%s tries)', v_def ->> 'timeout', v_event.exec_cnt)
+        format('timed out: no result within %s s (%s tries)', v_def ->> 'timeout', v_event.activations)
           || coalesce('; the restart failed: ' || v_why, ''), v_now);
       action := 'node failed';
       detail := format('no result within %s s', v_def ->> 'timeout') || coalesce('; restart failed: ' || v_why, '');
@@ -355,7 +357,7 @@ begin
     id := v_seg.segment_id;
     v_done := false;
     v_why := null;
-    if v_seg.exec_cnt <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
+    if v_seg.activations <= coalesce((v_def ->> 'timeout_retries')::integer, 0) then
       begin
         update asyncflow.run_segments set task_id = null where day = v_seg.day and segment_id = v_seg.segment_id;
         perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
@@ -368,10 +370,10 @@ begin
     end if;
     if v_done then
       action := 'segment restarted';
-      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_seg.exec_cnt + 1);
+      detail := format('no result within %s s; try %s', v_def ->> 'timeout', v_seg.activations + 1);
     else
       perform asyncflow.wf_fail_event(v_seg.event_id,
-        format('segment %s timed out: no result within %s s (%s tries)', v_seg.n, v_def ->> 'timeout', v_seg.exec_cnt)
+        format('segment %s timed out: no result within %s s (%s tries)', v_seg.n, v_def ->> 'timeout', v_seg.activations)
           || coalesce('; the restart failed: ' || v_why, ''), v_now);
       action := 'node failed';
       detail := format('segment %s: no result within %s s', v_seg.n, v_def ->> 'timeout')

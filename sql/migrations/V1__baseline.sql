@@ -359,8 +359,12 @@ create table asyncflow.run_events (
   in_degree integer not null,
   latch_cnt integer not null default 0,
   live_cnt integer not null default 0,
-  -- activations (1 normally; a retried node counts on)
+  -- executions: calls of its task (each claim, function retries and rescues included) for a
+  -- task node, activations for any other node
   exec_cnt integer not null default 0,
+  -- activations: 1 normally, more after timeout restarts or a retry by hand (the timeout
+  -- restarts are counted against timeout_retries with it)
+  activations integer not null default 0,
   segment_cnt integer not null default 0,
   segments_done integer not null default 0,
   task_id text,
@@ -386,7 +390,10 @@ create table asyncflow.run_segments (
   run_id text not null,
   n integer not null,
   status text not null default 'pending' check (status in ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
-  exec_cnt integer not null default 1,
+  -- calls of its task (each claim)
+  exec_cnt integer not null default 0,
+  -- starts: 1, more after timeout restarts or a retry by hand
+  activations integer not null default 1,
   item jsonb,
   task_id text,
   result jsonb,
