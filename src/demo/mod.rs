@@ -6,7 +6,9 @@
 //! The batch: `media` tasks (probe → transform → publish on generated WAV recordings: real
 //! audio work by the Python function in functions/media), `flaky` tasks that fail twice before
 //! succeeding (retries and back-off), and `echo` tasks; and workflow runs of
-//! `pipelines/transcode.json` (see [`crate::workflow::demo`]), whose signed callbacks it receives.
+//! `pipelines/transcode.json` (see [`pipeline`]), whose signed callbacks it receives.
+
+pub mod pipeline;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
@@ -142,8 +144,7 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         flaky.len(),
         echo.len()
     );
-    let pipeline_demo =
-        crate::workflow::demo::start(&pool, &args.pipelines, args.runs, &inputs, &outputs, &secret).await?;
+    let pipeline_demo = pipeline::start(&pool, &args.pipelines, args.runs, &inputs, &outputs, &secret).await?;
 
     let stop = CancellationToken::new();
     let config = WorkerConfig { concurrency: args.concurrency, ..WorkerConfig::default() };
