@@ -22,9 +22,11 @@ use tokio_util::sync::CancellationToken;
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
 use crate::ids::TaskId;
+use crate::maintenance::{Maintainer, MaintenanceConfig};
 use crate::task::{NewTask, Task, TaskStatus};
 use crate::worker::folder::{self, FolderOptions};
 use crate::worker::WorkerConfig;
+use crate::workflow::callback::CallbackConfig;
 
 /// `demo` options.
 #[derive(Debug, Clone, Args)]
@@ -82,6 +84,17 @@ pub fn write_wav(path: &Path, seconds: f64, freq: f64, amplitude: f64) -> std::i
     std::fs::write(path, out)
 }
 
+/// The maintenance the demo's worker runs beside it: the task engine's services and the
+/// workflows', whose callbacks are signed with `secret`.
+fn maintainer(pool: &DbPool, database_url: &str, secret: &str) -> Maintainer {
+    let tasks = MaintenanceConfig::default();
+    let callbacks = CallbackConfig { secret: Some(secret.to_string()), ..Default::default() };
+    let mut services = crate::maintenance::services(pool, &tasks);
+    services
+        .extend(crate::workflow::services(pool, &crate::workflow::ServiceConfig { callbacks, ..Default::default() }));
+    Maintainer::new(database_url, tasks.leader_check, services)
+}
+
 /// Runs the demo and prints its summary.
 pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()> {
     if args.tasks == 0 || args.tasks > 10_000 {
@@ -92,15 +105,8 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
     }
     // The maintenance services sign the workflow callbacks with this; the demo's receiver checks.
     let secret = uuid::Uuid::new_v4().simple().to_string();
-    let maintenance = crate::maintenance::MaintenanceConfig {
-        callbacks: crate::workflow::callback::CallbackConfig { secret: Some(secret.clone()), ..Default::default() },
-        ..Default::default()
-    };
-    let options = FolderOptions {
-        dir: args.functions.clone(),
-        types: DEMO_TYPES.iter().map(|s| s.to_string()).collect(),
-        maintenance: Some(maintenance),
-    };
+    let options =
+        FolderOptions { dir: args.functions.clone(), types: DEMO_TYPES.iter().map(|s| s.to_string()).collect() };
     // Check the folder first: a clear error before anything is enqueued.
     let specs = folder::load(&options)
         .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --functions DIR)")))?;
@@ -148,9 +154,10 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
 
     let stop = CancellationToken::new();
     let config = WorkerConfig { concurrency: args.concurrency, ..WorkerConfig::default() };
+    let maintainer = maintainer(&pool, database_url, &secret);
     let worker = {
         let (pool, url, options, stop) = (pool.clone(), database_url.to_string(), options.clone(), stop.clone());
-        tokio::spawn(async move { folder::run(pool, &url, &options, config, stop).await })
+        tokio::spawn(async move { folder::run(pool, &url, &options, config, Some(maintainer), stop).await })
     };
     let mut waited = progress(&pool, &ids, &worker).await;
     if waited.is_ok() {

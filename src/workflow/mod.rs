@@ -1,6 +1,7 @@
-//! Workflows (seed dag-engine-design): versioned pipelines of nodes run as DAGs.
+//! Workflows: versioned pipelines of nodes run as DAGs.
 //!
-//! The engine lives in SQL (`sql/migrations/V9`..`V12`), next to the task engine it drives:
+//! The engine lives in SQL (the `asyncflow.*` workflow functions: `start_run`, `check_runs`,
+//! `claim_callbacks`, ...), next to the task engine it drives:
 //! every node's work is an ordinary task of its function's type, so claims, leases, retries and
 //! fencing are the task engine's own. A trigger on the tasks of the types pipelines name moves a
 //! run on in the very transaction that ends a node's task, so no step is ever lost between the
@@ -19,8 +20,50 @@
 //!   maintenance services;
 //! - [`callback`]: delivery of run outcomes and callback nodes to their URLs, signed and retried,
 //!   to the addresses [`targets`] (`--callback-allow`) lets them reach.
+//!
+//! The three services are [`services`]: whoever runs maintenance (`asyncflow maintain`, a worker
+//! on the database, the demo) hands them to its [`Maintainer`](crate::maintenance::Maintainer)
+//! beside the task engine's own.
 
 pub mod callback;
 pub mod checker;
 pub mod definition;
 pub mod targets;
+
+use std::time::Duration;
+
+use crate::db::DbPool;
+use crate::maintenance::Service;
+use callback::{CallbackConfig, CallbackSender};
+use checker::{RunChecker, RunRetention, CHECK_INTERVAL_DEFAULT, RUN_RETENTION_INTERVAL_DEFAULT};
+
+/// Settings of the workflows' maintenance services.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Checker pass interval.
+    pub check_interval: Duration,
+    /// Run retention pass interval.
+    pub run_retention_interval: Duration,
+    /// Callback delivery.
+    pub callbacks: CallbackConfig,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            check_interval: CHECK_INTERVAL_DEFAULT,
+            run_retention_interval: RUN_RETENTION_INTERVAL_DEFAULT,
+            callbacks: CallbackConfig::default(),
+        }
+    }
+}
+
+/// The workflows' maintenance services, in the order a pass runs them: the checker, run
+/// retention, callback delivery.
+pub fn services(pool: &DbPool, config: &ServiceConfig) -> Vec<Box<dyn Service>> {
+    vec![
+        Box::new(RunChecker::new(pool.clone(), config.check_interval)),
+        Box::new(RunRetention::new(pool.clone(), config.run_retention_interval)),
+        Box::new(CallbackSender::new(pool.clone(), config.callbacks.clone())),
+    ]
+}
