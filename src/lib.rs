@@ -60,6 +60,7 @@ pub mod function;
 pub mod http;
 pub mod ids;
 pub mod maintenance;
+pub mod run;
 pub mod task;
 pub mod task_type;
 pub mod worker;

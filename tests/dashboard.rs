@@ -178,7 +178,7 @@ async fn run_scene(db: &TestDb) -> String {
         "edges": [["start", "step"], ["step", "end"]]});
     api::put_pipeline(&c, "dash", &definition, "active").await.unwrap();
     let start =
-        asyncflow::workflow::StartRun { pipeline: "dash".into(), notify_key: Some("k-1".into()), ..Default::default() };
+        asyncflow::run::StartRun { pipeline: "dash".into(), notify_key: Some("k-1".into()), ..Default::default() };
     api::start_run(&c, &start, None).await.unwrap()
 }
 

@@ -594,14 +594,10 @@ async fn an_idle_worker_that_runs_maintenance_delivers_a_due_callback_before_lea
         TaskTypeUpdate::default(),
     );
     let maintenance_stop = CancellationToken::new();
-    let maintainer = asyncflow::maintenance::Maintainer::new(
-        db.pool.clone(),
-        db.url.clone(),
-        asyncflow::maintenance::MaintenanceConfig {
-            leader_check: Duration::from_millis(200),
-            ..Default::default()
-        },
-    );
+    let tasks = asyncflow::maintenance::MaintenanceConfig::default();
+    let mut services = asyncflow::maintenance::services(&db.pool, &tasks);
+    services.extend(asyncflow::workflow::services(&db.pool, &asyncflow::workflow::ServiceConfig::default()));
+    let maintainer = asyncflow::maintenance::Maintainer::new(db.url.clone(), Duration::from_millis(200), services);
     // maintenance begins a while after the worker (another process's leadership ending, say)
     let maintenance = tokio::spawn({
         let stop = maintenance_stop.clone();

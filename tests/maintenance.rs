@@ -4,6 +4,7 @@ mod common;
 
 use std::time::Duration;
 
+use asyncflow::cli::maintain;
 use asyncflow::db::api;
 use asyncflow::maintenance::{leader, Maintainer, MaintenanceConfig, Rescuer, Service};
 use asyncflow::task::{NewTask, Report, ReportKind, TaskStatus};
@@ -407,8 +408,9 @@ async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
     assert_eq!((t.status, t.retry_count), (TaskStatus::Failed, 2));
     assert!(t.error.unwrap().contains("lease expired"));
     // All services in one pass, as `asyncflow maintain --once` runs them.
-    let reports =
-        Maintainer::new(db.pool.clone(), db.url.clone(), MaintenanceConfig::default()).run_once(None).await.unwrap();
+    let tasks = MaintenanceConfig::default();
+    let services = maintain::services(&db.pool, &tasks, &Default::default());
+    let reports = Maintainer::new(db.url.clone(), tasks.leader_check, services).run_once(None).await.unwrap();
     let names: Vec<&str> = reports.iter().map(|r| r.service).collect();
     assert_eq!(
         names,

@@ -370,9 +370,9 @@ async fn killing_every_database_connection_mid_run_loses_nothing() {
     // A claim whose answer was lost with its connection leaves tasks running under this worker's
     // name without the worker knowing: only the rescuer finds those again, as in production.
     let maintainer = asyncflow::maintenance::Maintainer::new(
-        db.pool.clone(),
         db.url.clone(),
-        asyncflow::maintenance::MaintenanceConfig { leader_check: Duration::from_millis(200), ..Default::default() },
+        Duration::from_millis(200),
+        asyncflow::maintenance::services(&db.pool, &asyncflow::maintenance::MaintenanceConfig::default()),
     );
     let maintenance = tokio::spawn(maintainer.run(stop.clone()));
     wait_until(Duration::from_secs(10), "type registered", || async {

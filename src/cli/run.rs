@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::remote::{call, encode, json_arg, Target};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
-use crate::workflow::StartRun;
+use crate::run::StartRun;
 
 /// `run` subcommands.
 #[derive(Debug, Subcommand)]

@@ -16,7 +16,7 @@ use super::openapi::{RunCancelled, RunNodeRetried, RunPage, RunStarted};
 use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::error::echo;
-use crate::workflow::StartRun;
+use crate::run::StartRun;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()

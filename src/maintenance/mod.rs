@@ -1,4 +1,4 @@
-//! Maintenance (the seeds' "task governance"): services that keep tasks moving and tables small.
+//! Maintenance: services that keep tasks moving and tables small, run by whichever process leads.
 //!
 //! ```text
 //!   leader election (advisory lock on a dedicated connection)
@@ -9,13 +9,13 @@
 //!     shard_roller      end shard past shard_max_rows -> new shard, end_pos + 1
 //!     begin_advancer    begin_pos = oldest shard with a live task
 //!     retention         closed shards below end_pos, closed longer than retention -> dropped whole
-//!     run_checker       workflows: scheduled runs begun, stuck nodes and runs restarted or failed
-//!     run_retention     workflows: days of run records past run_retention -> dropped whole
-//!     callbacks         workflows: run outcomes and callback nodes POSTed, signed, retried
+//!     ...               any other service the caller hands over (the workflows' checker, run
+//!                       retention and callback delivery)
 //! ```
 //!
-//! Each service is a config plus `run_once(now)` (tests call it with any time they like) plus a
-//! loop in [`Maintainer`] that only schedules `run_once`. Any number of processes may run a
+//! Each service is a [`Service`]: a config plus `run_once(now)` (tests call it with any time they
+//! like). The task engine's own services are [`services`]; a [`Maintainer`] is handed the list it
+//! runs and only schedules `run_once` while it leads. Any number of processes may run a
 //! Maintainer: only the leader acts.
 
 pub mod leader;
@@ -34,8 +34,6 @@ pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
 use crate::db::DbPool;
 use crate::error::Result;
 use crate::function::BoxFuture;
-use crate::workflow::callback::{CallbackConfig, CallbackSender};
-use crate::workflow::checker::{RunChecker, RunRetention, CHECK_INTERVAL_DEFAULT};
 
 /// What one `run_once` did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -58,7 +56,7 @@ pub trait Service: Send + Sync {
     fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>>;
 }
 
-/// Intervals of the standard services.
+/// Intervals of the task engine's services, and of the leadership check.
 #[derive(Debug, Clone)]
 pub struct MaintenanceConfig {
     /// Rescuer pass interval.
@@ -71,10 +69,6 @@ pub struct MaintenanceConfig {
     pub retention_interval: Duration,
     /// How often leadership is tried for or checked.
     pub leader_check: Duration,
-    /// Workflow checker interval.
-    pub check_interval: Duration,
-    /// Callback delivery.
-    pub callbacks: CallbackConfig,
 }
 
 /// Default rescuer interval.
@@ -94,32 +88,34 @@ impl Default for MaintenanceConfig {
             shard_interval: SHARD_INTERVAL_DEFAULT,
             retention_interval: RETENTION_INTERVAL_DEFAULT,
             leader_check: LEADER_CHECK_DEFAULT,
-            check_interval: CHECK_INTERVAL_DEFAULT,
-            callbacks: CallbackConfig::default(),
         }
     }
+}
+
+/// The task engine's services, in the order a pass runs them: rescuer, shard roller, begin_pos
+/// advancer, retention.
+pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Service>> {
+    vec![
+        Box::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
+        Box::new(ShardRoller::new(pool.clone(), config.shard_interval)),
+        Box::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
+        Box::new(RetentionDropper::new(pool.clone(), config.retention_interval)),
+    ]
 }
 
 /// Starts and stops all services as one group as leadership comes and goes.
 pub struct Maintainer {
     database_url: String,
-    config: MaintenanceConfig,
+    leader_check: Duration,
     services: Vec<Arc<dyn Service>>,
 }
 
 impl Maintainer {
-    /// A maintainer with the standard services.
-    pub fn new(pool: DbPool, database_url: impl Into<String>, config: MaintenanceConfig) -> Self {
-        let services: Vec<Arc<dyn Service>> = vec![
-            Arc::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
-            Arc::new(ShardRoller::new(pool.clone(), config.shard_interval)),
-            Arc::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
-            Arc::new(RetentionDropper::new(pool.clone(), config.retention_interval)),
-            Arc::new(RunChecker::new(pool.clone(), config.check_interval)),
-            Arc::new(RunRetention::new(pool.clone(), config.retention_interval)),
-            Arc::new(CallbackSender::new(pool, config.callbacks.clone())),
-        ];
-        Maintainer { database_url: database_url.into(), config, services }
+    /// A maintainer running `services` (in this order in [`Maintainer::run_once`]), trying for
+    /// or checking leadership on `database_url` every `leader_check`.
+    pub fn new(database_url: impl Into<String>, leader_check: Duration, services: Vec<Box<dyn Service>>) -> Self {
+        let services = services.into_iter().map(Arc::from).collect();
+        Maintainer { database_url: database_url.into(), leader_check, services }
     }
 
     /// One pass of every service, in order, without leadership (for `maintain --once` after it
@@ -134,12 +130,8 @@ impl Maintainer {
 
     /// Takes part in the election until `shutdown`; runs the service loops while leading.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut leader = leader::spawn(
-            self.database_url.clone(),
-            leader::MAINTENANCE_LOCK,
-            self.config.leader_check,
-            shutdown.clone(),
-        );
+        let mut leader =
+            leader::spawn(self.database_url.clone(), leader::MAINTENANCE_LOCK, self.leader_check, shutdown.clone());
         let mut group: Option<CancellationToken> = None;
         loop {
             let leading = *leader.is_leader.borrow_and_update();

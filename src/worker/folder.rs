@@ -12,7 +12,7 @@ use super::{RemoteClient, Worker, WorkerConfig, WorkerSummary};
 use crate::db::DbPool;
 use crate::error::{Error, Result};
 use crate::function::registry::{self, FunctionSpec};
-use crate::maintenance::{Maintainer, MaintenanceConfig};
+use crate::maintenance::Maintainer;
 
 /// What to run from a folder.
 #[derive(Debug, Clone)]
@@ -21,8 +21,6 @@ pub struct FolderOptions {
     pub dir: PathBuf,
     /// Only these types (empty: every function found).
     pub types: Vec<String>,
-    /// Take part in maintenance leader election, with these settings (None: never).
-    pub maintenance: Option<MaintenanceConfig>,
 }
 
 /// Reads the folder and keeps the requested types; an unknown requested type is an error.
@@ -44,23 +42,22 @@ pub fn load(options: &FolderOptions) -> Result<Vec<FunctionSpec>> {
     Ok(chosen)
 }
 
-/// Runs the folder's functions until the worker stops (see [`WorkerConfig`]).
+/// Runs the folder's functions until the worker stops (see [`WorkerConfig`]), and `maintainer`
+/// (taking part in the leader election) until then.
 pub async fn run(
     pool: DbPool,
     database_url: &str,
     options: &FolderOptions,
     config: WorkerConfig,
+    maintainer: Option<Maintainer>,
     shutdown: CancellationToken,
 ) -> Result<WorkerSummary> {
     let specs = load_and_build(options).await?;
     // an --exit-when-idle worker that runs maintenance stays while maintenance has work due
-    let config = WorkerConfig { idle_waits_for_maintenance: options.maintenance.is_some(), ..config };
-    let worker = Worker::new(pool.clone(), database_url, config).register_specs(&specs)?;
+    let config = WorkerConfig { idle_waits_for_maintenance: maintainer.is_some(), ..config };
+    let worker = Worker::new(pool, database_url, config).register_specs(&specs)?;
     let maintenance_stop = CancellationToken::new();
-    let maintenance = options.maintenance.clone().map(|config| {
-        let maintainer = Maintainer::new(pool.clone(), database_url, config);
-        tokio::spawn(maintainer.run(maintenance_stop.clone()))
-    });
+    let maintenance = maintainer.map(|maintainer| tokio::spawn(maintainer.run(maintenance_stop.clone())));
     let outcome = worker.run(shutdown).await;
     maintenance_stop.cancel();
     if let Some(task) = maintenance {

@@ -26,12 +26,12 @@ use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 
 use super::targets::{Refused, TargetResolver, Targets};
-use super::{CallbackDelivery, CallbackOutcome};
 use crate::db::{api, DbPool};
 use crate::error::{find_cause, with_causes, Error, Result};
 use crate::function::http::{sign, SIGNATURE_HEADER};
 use crate::function::BoxFuture;
 use crate::maintenance::{RunOnceReport, Service};
+use crate::run::{CallbackDelivery, CallbackOutcome};
 
 /// Header carrying the callback id.
 pub const CALLBACK_ID_HEADER: &str = "x-asyncflow-callback-id";

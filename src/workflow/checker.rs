@@ -1,4 +1,4 @@
-//! The workflow checker (seed "cb system") and run retention, as maintenance services.
+//! The workflow checker and run retention, as maintenance services.
 //!
 //! - [`RunChecker`]: begins scheduled runs that are due, restarts or fails nodes past their
 //!   timeout, times out (or retries, as new runs) runs past their deadline, and creates the
@@ -17,6 +17,8 @@ use crate::maintenance::{RunOnceReport, Service};
 
 /// Default checker interval.
 pub const CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+/// Default run retention interval.
+pub const RUN_RETENTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// Most rows of each kind one checker statement takes.
 const CHECK_BATCH: i32 = 500;
 

@@ -1,6 +1,7 @@
-//! Workflows (seed dag-engine-design): versioned pipelines of nodes run as DAGs.
+//! Workflows: versioned pipelines of nodes run as DAGs.
 //!
-//! The engine lives in SQL (`sql/migrations/V9`..`V12`), next to the task engine it drives:
+//! The engine lives in SQL (the `asyncflow.*` workflow functions: `start_run`, `check_runs`,
+//! `claim_callbacks`, ...), next to the task engine it drives:
 //! every node's work is an ordinary task of its function's type, so claims, leases, retries and
 //! fencing are the task engine's own. A trigger on the tasks of the types pipelines name moves a
 //! run on in the very transaction that ends a node's task, so no step is ever lost between the
@@ -17,70 +18,52 @@
 //! - [`definition`]: pipeline files (JSON or TOML) for `asyncflow pipeline apply`;
 //! - [`checker`]: the checker (scheduled runs, node and run deadlines) and run retention, as
 //!   maintenance services;
-//! - [`callback`]: delivery of run outcomes and callback nodes to their URLs, signed and retried;
-//! - [`demo`]: the transcode pipeline in `asyncflow demo`.
+//! - [`callback`]: delivery of run outcomes and callback nodes to their URLs, signed and retried,
+//!   to the addresses [`targets`] (`--callback-allow`) lets them reach.
+//!
+//! The three services are [`services`]: whoever runs maintenance (`asyncflow maintain`, a worker
+//! on the database, the demo) hands them to its [`Maintainer`](crate::maintenance::Maintainer)
+//! beside the task engine's own.
 
 pub mod callback;
 pub mod checker;
 pub mod definition;
-pub mod demo;
 pub mod targets;
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use std::time::Duration;
 
-/// What starts a run (`asyncflow.start_run`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StartRun {
-    /// Pipeline name.
-    pub pipeline: String,
-    /// The run's input, a JSON object (default `{}`).
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub input: Option<Value>,
-    /// Where the outcome is POSTed when the run ends (succeeded, failed, timed out, cancelled).
-    #[serde(default)]
-    pub notify_url: Option<String>,
-    /// The caller's own key for the run, sent with the outcome and kept by run retries.
-    #[serde(default)]
-    pub notify_key: Option<String>,
-    /// Not before this time (a delayed start).
-    #[serde(default)]
-    pub run_at: Option<DateTime<Utc>>,
-    /// A given version instead of the active one (not a retired one).
-    #[serde(default)]
-    pub version: Option<i32>,
-}
+use crate::db::DbPool;
+use crate::maintenance::Service;
+use callback::{CallbackConfig, CallbackSender};
+use checker::{RunChecker, RunRetention, CHECK_INTERVAL_DEFAULT, RUN_RETENTION_INTERVAL_DEFAULT};
 
-/// One callback due for delivery (`asyncflow.claim_callbacks`).
+/// Settings of the workflows' maintenance services.
 #[derive(Debug, Clone)]
-pub struct CallbackDelivery {
-    /// `<run_id>_cb<n>`.
-    pub callback_id: String,
-    /// The run it is about.
-    pub run_id: String,
-    /// `run` (the run's outcome) or `node` (a callback node).
-    pub kind: String,
-    /// Where it goes.
-    pub url: String,
-    /// The JSON body.
-    pub payload: Value,
-    /// This attempt's number (1-based), the fence for its report.
-    pub attempt: i32,
+pub struct ServiceConfig {
+    /// Checker pass interval.
+    pub check_interval: Duration,
+    /// Run retention pass interval.
+    pub run_retention_interval: Duration,
+    /// Callback delivery.
+    pub callbacks: CallbackConfig,
 }
 
-/// How one delivery attempt went (`asyncflow.record_callback`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallbackOutcome {
-    /// The answer's HTTP status, when there was an answer.
-    pub http_status: Option<i32>,
-    /// Why it was not delivered; None: delivered.
-    pub error: Option<String>,
-    /// The error will be the same at every attempt (a target `--callback-allow` refuses): the
-    /// callback fails now instead of being retried until it gives up.
-    pub give_up: bool,
-    /// The attempt's time in milliseconds.
-    pub cost_ms: i32,
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            check_interval: CHECK_INTERVAL_DEFAULT,
+            run_retention_interval: RUN_RETENTION_INTERVAL_DEFAULT,
+            callbacks: CallbackConfig::default(),
+        }
+    }
+}
+
+/// The workflows' maintenance services, in the order a pass runs them: the checker, run
+/// retention, callback delivery.
+pub fn services(pool: &DbPool, config: &ServiceConfig) -> Vec<Box<dyn Service>> {
+    vec![
+        Box::new(RunChecker::new(pool.clone(), config.check_interval)),
+        Box::new(RunRetention::new(pool.clone(), config.run_retention_interval)),
+        Box::new(CallbackSender::new(pool.clone(), config.callbacks.clone())),
+    ]
 }

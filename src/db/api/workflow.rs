@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{get, query, query_one};
 use crate::db::GenericClient;
 use crate::error::Result;
-use crate::workflow::{CallbackDelivery, CallbackOutcome, StartRun};
+use crate::run::{CallbackDelivery, CallbackOutcome, StartRun};
 
 /// `asyncflow.put_pipeline`: validates and stores the next version (or finds the same one).
 pub async fn put_pipeline<C: GenericClient>(c: &C, name: &str, definition: &Value, status: &str) -> Result<Value> {

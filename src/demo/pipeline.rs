@@ -1,5 +1,5 @@
-//! The workflow part of `asyncflow demo`: applies `pipelines/transcode.json` (the seed's
-//! slice-and-accelerate transcode), starts runs on generated recordings with a `notify_url`
+//! The workflow part of `asyncflow demo`: applies `pipelines/transcode.json` (a transcode
+//! that slices a recording and works on the slices in parallel), starts runs on generated recordings with a `notify_url`
 //! served here, waits until every run has ended and its signed callback has arrived, and prints
 //! each run's nodes.
 //!
@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::StartRun;
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
+use crate::run::StartRun;
 
 /// The pipeline file the demo runs.
 pub const PIPELINE_FILE: &str = "transcode.json";
@@ -51,7 +51,7 @@ pub async fn start(
     outputs: &Path,
     secret: &str,
 ) -> Result<PipelineDemo> {
-    let file = super::definition::read(&pipelines.join(PIPELINE_FILE))
+    let file = crate::workflow::definition::read(&pipelines.join(PIPELINE_FILE))
         .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --pipelines DIR)")))?;
     let c = pool.get().await?;
     let stored = api::put_pipeline(&c, &file.name, &file.definition, "active").await?;
@@ -61,7 +61,7 @@ pub async fn start(
     let mut ids = Vec::with_capacity(runs);
     for i in 0..runs {
         let source = inputs.join(format!("film-{i:02}.wav"));
-        crate::demo::write_wav(&source, 2.0 + i as f64 * 1.5, 330.0 + 40.0 * i as f64, 0.3)?;
+        super::write_wav(&source, 2.0 + i as f64 * 1.5, 330.0 + 40.0 * i as f64, 0.3)?;
         let run = StartRun {
             pipeline: file.name.clone(),
             input: Some(json!({"source": source.display().to_string(), "out_dir": outputs.display().to_string(),

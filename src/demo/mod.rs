@@ -6,7 +6,9 @@
 //! The batch: `media` tasks (probe → transform → publish on generated WAV recordings: real
 //! audio work by the Python function in functions/media), `flaky` tasks that fail twice before
 //! succeeding (retries and back-off), and `echo` tasks; and workflow runs of
-//! `pipelines/transcode.json` (see [`crate::workflow::demo`]), whose signed callbacks it receives.
+//! `pipelines/transcode.json` (see [`pipeline`]), whose signed callbacks it receives.
+
+pub mod pipeline;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
@@ -20,9 +22,11 @@ use tokio_util::sync::CancellationToken;
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
 use crate::ids::TaskId;
+use crate::maintenance::{Maintainer, MaintenanceConfig};
 use crate::task::{NewTask, Task, TaskStatus};
 use crate::worker::folder::{self, FolderOptions};
 use crate::worker::WorkerConfig;
+use crate::workflow::callback::CallbackConfig;
 
 /// `demo` options.
 #[derive(Debug, Clone, Args)]
@@ -80,6 +84,17 @@ pub fn write_wav(path: &Path, seconds: f64, freq: f64, amplitude: f64) -> std::i
     std::fs::write(path, out)
 }
 
+/// The maintenance the demo's worker runs beside it: the task engine's services and the
+/// workflows', whose callbacks are signed with `secret`.
+fn maintainer(pool: &DbPool, database_url: &str, secret: &str) -> Maintainer {
+    let tasks = MaintenanceConfig::default();
+    let callbacks = CallbackConfig { secret: Some(secret.to_string()), ..Default::default() };
+    let mut services = crate::maintenance::services(pool, &tasks);
+    services
+        .extend(crate::workflow::services(pool, &crate::workflow::ServiceConfig { callbacks, ..Default::default() }));
+    Maintainer::new(database_url, tasks.leader_check, services)
+}
+
 /// Runs the demo and prints its summary.
 pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()> {
     if args.tasks == 0 || args.tasks > 10_000 {
@@ -90,15 +105,8 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
     }
     // The maintenance services sign the workflow callbacks with this; the demo's receiver checks.
     let secret = uuid::Uuid::new_v4().simple().to_string();
-    let maintenance = crate::maintenance::MaintenanceConfig {
-        callbacks: crate::workflow::callback::CallbackConfig { secret: Some(secret.clone()), ..Default::default() },
-        ..Default::default()
-    };
-    let options = FolderOptions {
-        dir: args.functions.clone(),
-        types: DEMO_TYPES.iter().map(|s| s.to_string()).collect(),
-        maintenance: Some(maintenance),
-    };
+    let options =
+        FolderOptions { dir: args.functions.clone(), types: DEMO_TYPES.iter().map(|s| s.to_string()).collect() };
     // Check the folder first: a clear error before anything is enqueued.
     let specs = folder::load(&options)
         .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --functions DIR)")))?;
@@ -142,14 +150,14 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         flaky.len(),
         echo.len()
     );
-    let pipeline_demo =
-        crate::workflow::demo::start(&pool, &args.pipelines, args.runs, &inputs, &outputs, &secret).await?;
+    let pipeline_demo = pipeline::start(&pool, &args.pipelines, args.runs, &inputs, &outputs, &secret).await?;
 
     let stop = CancellationToken::new();
     let config = WorkerConfig { concurrency: args.concurrency, ..WorkerConfig::default() };
+    let maintainer = maintainer(&pool, database_url, &secret);
     let worker = {
         let (pool, url, options, stop) = (pool.clone(), database_url.to_string(), options.clone(), stop.clone());
-        tokio::spawn(async move { folder::run(pool, &url, &options, config, stop).await })
+        tokio::spawn(async move { folder::run(pool, &url, &options, config, Some(maintainer), stop).await })
     };
     let mut waited = progress(&pool, &ids, &worker).await;
     if waited.is_ok() {
