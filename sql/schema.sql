@@ -78,7 +78,7 @@ CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs in
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 132 lines, sha256 0310dd1578a8655d
+    AS -- body: 136 lines, sha256 e570254f13c7cafb
 
 CREATE FUNCTION asyncflow.check_settings(p_settings jsonb) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -581,6 +581,10 @@ CREATE FUNCTION asyncflow.wf_get_run(p_run_id text) RETURNS asyncflow.runs
 CREATE FUNCTION asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) RETURNS jsonb
     LANGUAGE sql STABLE
     AS -- body: 4 lines, sha256 01136d535801ba11
+
+CREATE FUNCTION asyncflow.wf_keep_place(p_old_task_id text, p_new_task_id text) RETURNS void
+    LANGUAGE plpgsql
+    AS -- body: 16 lines, sha256 1fbedb303fc32234
 
 CREATE FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) RETURNS text
     LANGUAGE plpgsql
@@ -1165,6 +1169,8 @@ REVOKE ALL ON FUNCTION asyncflow.wf_finish_run(p_run_id text, p_status asyncflow
 REVOKE ALL ON FUNCTION asyncflow.wf_get_run(p_run_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wf_keep_place(p_old_task_id text, p_new_task_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) FROM PUBLIC;
 

@@ -790,3 +790,33 @@ async fn a_remote_worker_waiting_for_its_server_stops_at_once_on_sigterm() {
     eprintln!("SIGTERM to exit: {:?}", stopped.elapsed());
     assert!(status.success());
 }
+
+/// A node restarted after its timeout keeps its place in the queue: its new task takes the old
+/// one's order_time, ahead of the tasks enqueued since. (It went to the back of the queue.)
+#[tokio::test]
+async fn a_node_restarted_after_its_timeout_keeps_its_place_in_the_queue() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute("select asyncflow.register_task_type('step', '{}')").await.unwrap();
+    let definition = json!({"nodes": [{"name": "start", "type": "start"},
+        {"name": "work", "type": "task", "function": "step", "timeout": 1, "timeout_retries": 1},
+        {"name": "end", "type": "end"}], "edges": [["start", "work"], ["work", "end"]]});
+    c.execute("select asyncflow.put_pipeline('restarts', $1)", &[&definition]).await.unwrap();
+    let run_id: String = c.query_one("select asyncflow.start_run('restarts', '{}'::jsonb)", &[]).await.unwrap().get(0);
+    let first: String =
+        c.query_one("select task_id from asyncflow.claim_tasks('step', 'w', 1)", &[]).await.unwrap().get(0);
+    // work enqueued meanwhile, then the node times out and is restarted
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.batch_execute("select asyncflow.create_task('step', '{}')").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later: chrono::DateTime<chrono::Utc> =
+        c.query_one("select now() + interval '10 seconds'", &[]).await.unwrap().get(0);
+    let restarted = c.query("select action from asyncflow.check_runs($1, 100)", &[&later]).await.unwrap();
+    assert!(restarted.iter().any(|r| r.get::<_, String>(0) == "node restarted"), "the node was restarted");
+    let next: String =
+        c.query_one("select task_id from asyncflow.claim_tasks('step', 'w', 1)", &[]).await.unwrap().get(0);
+    let run: serde_json::Value = c.query_one("select asyncflow.get_run($1)", &[&run_id]).await.unwrap().get(0);
+    let work = run["events"].as_array().unwrap().iter().find(|e| e["node"] == "work").unwrap().clone();
+    assert_ne!(work["task_id"], json!(first));
+    assert_eq!(json!(next), work["task_id"], "the restarted node's task is claimed before the later task");
+}

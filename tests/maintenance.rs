@@ -172,9 +172,9 @@ async fn begin_pos_moves_past_finished_shards_and_back_for_a_task_retried_by_han
     assert!(claimed_before_empty(&db, "moving", &doomed).await, "claimable again");
 }
 
-/// Dropping a shard takes the type's table before the shard, the order a claim takes them in
-/// (V30). Found by a bug hunt: taking the shard first deadlocked with a claim that held the
-/// type's table and then reached for the shard.
+/// Dropping a shard takes the type's table before the shard, the order a claim takes them in:
+/// taking the shard first would deadlock with a claim that holds the type's table and then
+/// reaches for the shard.
 #[tokio::test]
 async fn dropping_a_shard_takes_its_locks_in_the_claims_order() {
     let db = TestDb::new().await;
@@ -275,8 +275,9 @@ async fn retention_drops_old_finished_shards_whole_and_never_a_live_one() {
 
 #[tokio::test]
 async fn a_long_delayed_task_keeps_only_its_own_shard_from_retention() {
-    // Found by a bug hunt: begin_pos stops at the oldest live shard, and only shards below it
-    // were closed and dropped, so one task delayed by a month kept every newer shard (V34).
+    // begin_pos stops at the oldest live shard, but every shard with no live task is closed and
+    // dropped: closing only the shards below begin_pos, one task delayed by a month would keep
+    // every newer shard.
     let db = TestDb::new().await;
     register(&db, "later", small_shards(Some(3600))).await;
     let c = db.conn().await;
@@ -327,10 +328,10 @@ async fn a_long_delayed_task_keeps_only_its_own_shard_from_retention() {
     assert_eq!(claimed.iter().map(|t| t.task_id.clone()).collect::<Vec<_>>(), vec![delayed]);
 }
 
-/// Found by review: a retry by hand left its task below begin_pos when a begin_pos pass ran
-/// before the retry committed (the pass could not see the task, closed its shard and moved
-/// past it), so no claim read the task until the next pass. retry_task now holds the type's
-/// positions row, and the pass, finding it busy past 1 s, changes nothing (V40).
+/// retry_task holds the type's positions row, and a begin_pos pass, finding it busy past 1 s,
+/// changes nothing. Otherwise a pass that ran before the retry committed would not see the task,
+/// would close its shard and move past it, and no claim would read the task, left below
+/// begin_pos, until the next pass.
 #[tokio::test]
 async fn a_retry_by_hand_keeps_its_shard_open_against_a_begin_pos_pass_beside_it() {
     let db = TestDb::new().await;

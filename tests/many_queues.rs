@@ -1,4 +1,4 @@
-//! Many queues within a type (V41): a task's queue_key, claims by turns of key in a type with
+//! Many queues within a type: a task's queue_key, claims by turns of key in a type with
 //! fair_queues, the per-key limit queue_concurrency, and the refusals of bad keys and settings.
 mod common;
 

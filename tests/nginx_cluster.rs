@@ -1,8 +1,9 @@
-//! Runs `tests/nginx_cluster.sh` (the seeds' deployment: three `asyncflow serve` behind nginx,
-//! three `asyncflow worker --server` HTTP workers, 10,000 tasks through three stages, one server
-//! SIGKILLed mid-run) under `cargo test`, against a private database from the test harness and
-//! with the binary cargo built. nginx must be installed, or installable (root with apt-get: the
-//! script installs it); otherwise the test fails and says so, it never passes silently.
+//! Runs `tests/nginx_cluster.sh` (several servers behind nginx, as docs/http-api.md describes
+//! them: three `asyncflow serve` behind nginx, three `asyncflow worker --server` HTTP workers,
+//! 10,000 tasks through three stages, one server SIGKILLed mid-run) under `cargo test`, against a
+//! private database from the test harness and with the binary cargo built. nginx must be
+//! installed, or installable (root with apt-get: the script installs it); otherwise the test
+//! fails and says so, it never passes silently.
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -234,7 +234,7 @@ async fn bad_input_gets_its_own_sqlstate_and_writes_nothing() {
 
 /// An error repeats at most a few hundred characters of a bad value, however long the value: a
 /// 1 MB name, key or stage is cut in the middle of the message, with the count of what was left
-/// out (V37: raise_error, pipeline_error, set_pipeline_status).
+/// out (raise_error, pipeline_error, set_pipeline_status).
 #[tokio::test]
 async fn error_messages_cut_long_bad_values() {
     let db = TestDb::new().await;
@@ -319,10 +319,9 @@ async fn bad_input_found_by_review_is_refused_with_its_code_and_the_rest_answers
         let message = err.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
         assert_eq!(message, format!("{at}: must be a JSON object"));
     }
-    // A run_at outside 0002-01-01 .. 9999-01-01 (V29; V26 refused only what was so early that
-    // run_at less the priority is no timestamp, a raw 22008 before that): AF006 naming run_at in
-    // both insert paths. A task from 4713 BC or after 9999 was written, and then no reader of
-    // RFC 3339 could read it back.
+    // A run_at outside 0002-01-01 .. 9999-01-01: AF006 naming run_at in both insert paths, also
+    // when run_at less the priority is no timestamp (not a raw 22008). Otherwise a task from
+    // 4713 BC or after 9999 would be written, and then no reader of RFC 3339 could read it back.
     for outside in [
         "4714-11-24 00:00:00+00 BC",
         "4713-11-24 00:00:00+00 BC",
@@ -558,7 +557,7 @@ fn hijacking_schema() -> String {
 
 #[tokio::test]
 async fn create_task_reaches_nothing_of_the_callers_search_path() {
-    // create_task is SECURITY DEFINER without a SET search_path (V33): every name in its direct
+    // create_task is SECURITY DEFINER without a SET search_path: every name in its direct
     // path is schema-qualified, so a caller's own operators and functions are never run with the
     // owner's rights.
     let db = TestDb::new().await;
@@ -584,7 +583,7 @@ async fn create_task_reaches_nothing_of_the_callers_search_path() {
         .get(0);
     let null_context: String =
         c.query_one("select asyncflow.create_task('video', 'null'::pg_catalog.jsonb)", &[]).await.unwrap().get(0);
-    // (V41) a queue key's check (length, >=, <=) on the direct path
+    // a queue key's check (length, >=, <=) on the direct path
     let with_key: String =
         c.query_one("select asyncflow.create_task('video', queue_key => 'site-a')", &[]).await.unwrap().get(0);
     // the general path (SET search_path of its own): an idempotency key, and a refusal
@@ -615,7 +614,7 @@ async fn create_task_takes_the_type_under_its_own_collation_not_the_callers() {
     // A plpgsql function's text parameters take the collation of the call's arguments, and a
     // caller may create a nondeterministic one in a schema of its own: under ICU's
     // und-u-ka-shifted punctuation is ignored, so 'a_b' = 'ab'. The type's row looked up must
-    // still be a_b's own (V38), on the direct path, the general one and in create_tasks.
+    // still be a_b's own, on the direct path, the general one and in create_tasks.
     let db = TestDb::new().await;
     let c = db.raw().await;
     register(&c, "ab", json!({"initial_stage": "of_ab"})).await;
@@ -679,7 +678,7 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     let worker = connect(wrk.clone()).await;
     let claimed = worker.query("select * from asyncflow.claim_tasks('video', 'w', 1)", &[]).await.unwrap();
     assert_eq!(claimed.len(), 1, "workers claim");
-    // held_tasks (V35): the running tasks of one owner, for workers only
+    // held_tasks: the running tasks of one owner, for workers only
     let held = worker.query("select task_id, claim_seq from asyncflow.held_tasks('video', 'w')", &[]).await.unwrap();
     assert_eq!(
         held.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(),
@@ -713,10 +712,10 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     let _ = admin.batch_execute(&format!("drop owned by {app}, {wrk}; drop role {app}; drop role {wrk}")).await;
 }
 
-/// create_task reads what it needs of a type from one row (V25, asyncflow.enqueue_info), kept by
+/// create_task reads what it needs of a type from one row (asyncflow.enqueue_info), kept by
 /// triggers: a settings change, a roll to a new shard and a new context limit reach the next
-/// create_task at once, in the transaction that made them; without the row it takes the path it
-/// took before, with the same result.
+/// create_task at once, in the transaction that made them; without the row it takes the general
+/// path (create_task_general), with the same result.
 #[tokio::test]
 async fn create_task_follows_settings_shards_and_the_context_limit_as_they_change() {
     let db = TestDb::new().await;
@@ -803,7 +802,7 @@ async fn create_task_follows_settings_shards_and_the_context_limit_as_they_chang
     let rows: i64 = c.query_one("select count(*) from asyncflow.enqueue_info", &[]).await.unwrap().get(0);
     assert_eq!(rows, 2);
 
-    // without its row (never expected: the triggers keep it), create_task still works, as before
+    // without its row (never expected: the triggers keep it), create_task still works (the general path)
     c.batch_execute("delete from asyncflow.enqueue_info").await.unwrap();
     let without = create(json!({"k": 1})).await;
     assert_eq!((without["stage"].clone(), without["context"].clone()), (json!("probe"), json!({"k": 1})));

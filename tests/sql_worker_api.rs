@@ -325,7 +325,8 @@ async fn a_success_writes_no_log_entry_and_reads_as_if_it_had() {
     assert_eq!(accepted, vec![false, false, false, true, true]);
     assert_eq!(answers[0][2].1, Some(TaskStatus::Succeeded));
 
-    // A task that succeeded before V19 has its entry written and no owner: it reads as written.
+    // A succeeded task with its entry already in the log and no owner reads as written (task_log
+    // adds a success's entry only while the task keeps its worker as owner).
     let old = api::create_task(&c, "poll", &Default::default()).await.unwrap();
     raw.execute(
         "update asyncflow.tasks set status = 'succeeded', finished_at = $2, claimed_at = $2, owner = null, \
@@ -784,7 +785,7 @@ async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field()
     assert_eq!(task(&c, &id).await["status"], "succeeded");
 }
 
-/// Held claims (V22): a hold locks ready tasks in the caller's transaction without changing
+/// Held claims: a hold locks ready tasks in the caller's transaction without changing
 /// them; its finish writes the successes straight from pending to succeeded and claims the rest
 /// as running; a rollback leaves everything as it was. Types under a concurrency limit or
 /// watched by a pipeline are claimed the usual way.
@@ -921,7 +922,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     assert_eq!(task(&**b, claimed[0].0.task_id.as_str()).await["status"], "running");
 }
 
-/// Held advances (V24): a finish writes a call's "next stage" as its report would have (pending
+/// Held advances: a finish writes a call's "next stage" as its report would have (pending
 /// at the next stage, attempt 0, no owner, the same schedule-log entry, ready at once, the call
 /// in the stage-time histogram); an advance report_tasks would refuse is claimed instead, and
 /// an outcome other than succeed or advance is refused whole.
@@ -1025,9 +1026,9 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     assert_eq!(finished["schedule_log"].as_array().map(Vec::len), Some(2), "{finished}");
 
     // The call's time in whole milliseconds, as a report counts it (1.0015 s is 1001 ms: not
-    // floored to 1.001 and then again from 1000.99..., as double precision has it); an advance with a result too large is claimed, as
-    // report_tasks refuses it; and the V22 form of the finish, kept for workers of the version
-    // before during a migration, still works (done is a success).
+    // floored to 1.001 and then again from 1000.99..., as double precision has it); an advance
+    // with a result too large is claimed, as report_tasks refuses it; and a success sent to the
+    // type's finish directly, its nine arguments bound as parameters, is written with its result.
     api::create_tasks(&a, "staged", &vec![asyncflow::task::NewTask::default(); 3]).await.unwrap();
     a.batch_execute("begin").await.unwrap();
     let last: Vec<_> = api::hold_tasks(&a, &ty, &w, 10).await.unwrap().into_iter().map(|(t, _)| t).collect();

@@ -473,7 +473,7 @@ async fn calls_within_the_hold_window_end_with_it_and_slower_ones_are_claimed_ru
     assert_eq!(row_updates(&c, "mixed", 25).await, 25);
 }
 
-/// Held advances (V24): a call that goes on to a next stage within the hold window is written by
+/// Held advances: a call that goes on to a next stage within the hold window is written by
 /// the hold too (pending at that stage, one row change, no report), so a three-stage task whose
 /// calls are quick costs three row changes instead of five, and ends as reported ones do.
 #[tokio::test]

@@ -519,9 +519,9 @@ async fn cancelling_a_run_cancels_its_tasks_and_bad_input_changes_nothing() {
     assert!(missing.is_none());
 }
 
-/// Retrying a node starts nothing more once the run fails again while its nodes restart (V32).
-/// Found by a bug hunt: a cancelled sub-pipeline node whose child pipeline was retired failed the
-/// run again at once, and the retried node still got a live task in the failed run.
+/// Retrying a node starts nothing more once the run fails again while its nodes restart: a
+/// cancelled sub-pipeline node whose child pipeline was retired fails the run again at once, and
+/// the retried node must then get no live task in the failed run.
 #[tokio::test]
 async fn retrying_a_node_starts_nothing_more_in_a_run_that_fails_again() {
     let db = TestDb::new().await;
@@ -576,10 +576,10 @@ fn instant_chain(n: usize, sub: Option<&str>) -> Value {
     json!({"nodes": nodes, "edges": edges})
 }
 
-/// A parent counts its sub-pipeline's steps as they were when it was stored (V36); the child can
-/// grow since. Before V36 a run whose sub-pipelines had grown past the stack made start_run raise
-/// 54001 (here about 890 steps in one call); now the sub-pipeline node that would start a child
-/// past the limit, counting the steps of the runs above, fails, saying so.
+/// A parent counts its sub-pipeline's steps as they were when it was stored; the child can grow
+/// since. The sub-pipeline node that would start a child past the limit, counting the steps of
+/// the runs above, fails, saying so; otherwise a run whose sub-pipelines have grown past the
+/// stack would make start_run raise 54001 (here about 890 steps in one call).
 #[tokio::test]
 async fn a_sub_pipeline_grown_past_the_step_limit_since_its_parent_was_stored_fails_its_node() {
     let db = TestDb::new().await;
@@ -628,10 +628,10 @@ fn fan_of_sub_pipelines(n: usize, child: &str) -> Value {
     json!({"nodes": nodes, "edges": edges})
 }
 
-/// Sub-pipelines nest at most 8 levels, and (V36) one run's tree starts at most 1000 of them.
-/// Before, the width had no bound: here 30 sub-pipelines of 40 each, 1,230 runs started by one
-/// start_run (up to 500^8 with 500 nodes a pipeline). Now the node that would start the 1001st
-/// fails, saying so, and the failure ends the tree.
+/// Sub-pipelines nest at most 8 levels, and one run's tree starts at most 1000 of them: the node
+/// that would start the 1001st fails, saying so, and the failure ends the tree. Without a bound
+/// on the width, one start_run would start here 30 sub-pipelines of 40 each, 1,230 runs (up to
+/// 500^8 with 500 nodes a pipeline).
 #[tokio::test]
 async fn one_run_starts_at_most_1000_sub_pipeline_runs_in_its_tree() {
     let db = TestDb::new().await;

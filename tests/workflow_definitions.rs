@@ -268,16 +268,17 @@ async fn two_pipelines_naming_one_type_can_be_put_at_once() {
 }
 
 /// The largest definitions allowed compile, and more edges than allowed are refused before any
-/// work. V10's compile rescanned every edge per node and per edge: 1.6 s for a 500-node chain,
-/// about 6 s for 100 nodes all joined to each other, and with no limit on edges one put_pipeline
-/// could hold a backend for hours. The statement timeout bounds the test; it measures nothing.
+/// work. A compile that rescans every edge per node and per edge takes 1.6 s for a 500-node
+/// chain and about 6 s for 100 nodes all joined to each other, and with no limit on edges one
+/// put_pipeline could hold a backend for hours. The statement timeout bounds the test; it
+/// measures nothing.
 #[tokio::test]
 async fn the_largest_definitions_compile_and_edges_past_the_limit_are_refused() {
     let db = TestDb::new().await;
     let c = db.raw().await;
     c.batch_execute("set statement_timeout = '5s'").await.unwrap();
     register(&c, "wf", json!({})).await;
-    // task nodes: a chain of nodes that complete at once this long is past the step limit (V36)
+    // task nodes: a chain of nodes that complete at once this long is past the step limit
     let inner = |n: usize| -> (Vec<String>, Value) {
         let names: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
         let nodes = names.iter().map(|name| json!({"name": name, "type": "task", "function": "wf"})).collect();
@@ -336,11 +337,12 @@ fn chain(n: usize, node: Value) -> Value {
 }
 
 /// The engine runs the nodes that complete at once, and skips the branches a router does not
-/// take, by recursion within PostgreSQL's stack. A long enough chain of them was stored, and
-/// then ran out of stack at run time (start_run raised 54001 from 209 parallel nodes on; a
-/// task's report failed the run). V36 counts a plan's steps (3 a node that may complete at once,
-/// 1 a node a router may skip, 5 a sub-pipeline plus its own steps) and refuses more than 300,
-/// naming the node the longest chain ends at; the longest chains allowed run.
+/// take, by recursion within PostgreSQL's stack. Stored unchecked, a long enough chain of them
+/// would run out of stack at run time (start_run raises 54001 from 209 parallel nodes on; a
+/// task's report would fail the run). So put_pipeline counts a plan's steps (3 a node that may
+/// complete at once, 1 a node a router may skip, 5 a sub-pipeline plus its own steps) and
+/// refuses more than 300, naming the node the longest chain ends at; the longest chains allowed
+/// run.
 #[tokio::test]
 async fn a_chain_of_steps_one_call_would_recurse_through_past_the_limit_is_refused() {
     let db = TestDb::new().await;
@@ -409,11 +411,11 @@ async fn a_chain_of_steps_one_call_would_recurse_through_past_the_limit_is_refus
     assert!(message.contains("302 steps in one call (start -> n1 -> n2 -> ... -> n35 -> sub -> end)"), "{message}");
 }
 
-/// A node is skipped only when every in-edge is dead (wf_arrive). V36 counted every node below a
-/// router as skippable, so a join of all of a router's branches, or of a router's branch and a
-/// node no router skips, carried the chain through the task nodes after it: 300 of them were
-/// refused although each task's end is a new call (found by review, V39). A join below a router
-/// that may itself be skipped still counts.
+/// A node is skipped only when every in-edge is dead (wf_arrive), so the step count does not take
+/// every node below a router as skippable: a join of all of a router's branches, or of a router's
+/// branch and a node no router skips, is never skipped, and the task nodes after it cut the chain
+/// (each task's end is a new call), so 400 of them are stored. A join below a router that may
+/// itself be skipped still counts.
 #[tokio::test]
 async fn task_nodes_after_a_join_no_router_can_skip_cut_the_chain() {
     let db = TestDb::new().await;

@@ -121,9 +121,9 @@ async fn a_timed_out_run_is_retried_as_a_new_run_with_the_same_notify_key_while_
     assert!(new["retried_by"].is_null());
 }
 
-/// What the checker cannot do for one run fails that run alone (V31). Found by a bug hunt: a
-/// timed-out run whose retry needed its version, retired meanwhile, made every pass of the
-/// checker roll back, so no other run began or timed out any more.
+/// What the checker cannot do for one run fails that run alone. Otherwise a timed-out run whose
+/// retry needs its version, retired meanwhile, would make every pass of the checker roll back,
+/// so no other run would begin or time out any more.
 #[tokio::test]
 async fn a_run_the_checker_cannot_retry_times_out_alone_and_the_checker_goes_on() {
     let db = TestDb::new().await;
@@ -149,8 +149,8 @@ async fn a_run_the_checker_cannot_retry_times_out_alone_and_the_checker_goes_on(
     assert_eq!(run(&c, &delayed).await["status"], "running", "the other run began");
 
     // a delayed run that cannot begin (a chain of instant nodes past the server's stack depth)
-    // fails alone, saying why. put_pipeline refuses such a chain since V36; one stored before is
-    // written here as it was: 400 parallel nodes between start and end.
+    // fails alone, saying why. put_pipeline refuses such a chain (the step limit), so one is
+    // written here straight into asyncflow.pipelines: 400 parallel nodes between start and end.
     let names: Vec<String> = std::iter::once("start".to_string())
         .chain((0..400).map(|i| format!("j{i}")))
         .chain(std::iter::once("end".to_string()))
@@ -414,10 +414,10 @@ async fn an_expired_day(c: &tokio_postgres::Client) -> chrono::DateTime<chrono::
 }
 
 /// Dropping a day of runs takes the run tables before the day's partitions, the order every
-/// statement on them takes (the table, then its partitions), as V30 did for shards. Before V37
-/// it locked the partitions first and met the tables' locks only at DROP TABLE: a reader that
-/// held `runs` (check_runs, list_runs, claim_callbacks on `callbacks`: each scans every day)
-/// and reached for the day's partition deadlocked with it.
+/// statement on them takes (the table, then its partitions), as dropping a shard does. Locking
+/// the partitions first, it would meet the tables' locks only at DROP TABLE: a reader that held
+/// `runs` (check_runs, list_runs, claim_callbacks on `callbacks`: each scans every day) and
+/// reached for the day's partition would deadlock with it.
 #[tokio::test]
 async fn dropping_a_day_of_runs_takes_the_tables_before_their_partitions() {
     let db = TestDb::new().await;

@@ -480,6 +480,29 @@ end
 $$;
 
 -- A task of a run ended (or, p_status = 'running', was claimed).
+-- A node's task started again after a timeout keeps its place in the queue: the new task takes
+-- the old one's order_time when that is earlier (a restart at the back of the queue would wait
+-- behind everything enqueued since, and could time out again for that alone).
+create or replace function asyncflow.wf_keep_place(p_old_task_id text, p_new_task_id text) returns void
+language plpgsql as $$
+declare
+  v_old record;
+  v_new record;
+  v_order timestamptz;
+begin
+  select * into v_old from asyncflow.parse_task_id(p_old_task_id);
+  select * into v_new from asyncflow.parse_task_id(p_new_task_id);
+  if v_old.task_type is null or v_new.task_type is null then
+    return;
+  end if;
+  select t.order_time into v_order from asyncflow.tasks t
+  where t.task_type = v_old.task_type and t.shard = v_old.shard and t.id = v_old.id;
+  update asyncflow.tasks t set order_time = v_order
+  where t.task_type = v_new.task_type and t.shard = v_new.shard and t.id = v_new.id
+    and t.status = 'pending' and t.order_time > v_order;
+end
+$$;
+
 -- A node's timeout (seconds in its plan entry) as an interval.
 create or replace function asyncflow.wf_node_timeout(p_run_id text, p_node text) returns interval
 language sql stable as $$

@@ -329,6 +329,8 @@ begin
         update asyncflow.run_events set task_id = null where day = v_event.day and event_id = v_event.event_id;
         perform asyncflow.wf_cancel_task(v_event.task_id, v_now);
         perform asyncflow.wf_activate(v_run, v_event.node, v_now);
+        perform asyncflow.wf_keep_place(v_event.task_id, (select e.task_id from asyncflow.run_events e
+          where e.day = v_event.day and e.event_id = v_event.event_id));
         v_done := true;
       exception when others then
         get stacked diagnostics v_why = message_text;
@@ -363,6 +365,8 @@ begin
         perform asyncflow.wf_cancel_task(v_seg.task_id, v_now);
         perform asyncflow.wf_start_segments(v_run, v_event.node, v_def, asyncflow.wf_inputs(v_run, v_def),
           array[v_seg.n], array[v_seg.item], v_event.segment_cnt, v_now);
+        perform asyncflow.wf_keep_place(v_seg.task_id, (select s.task_id from asyncflow.run_segments s
+          where s.day = v_seg.day and s.segment_id = v_seg.segment_id));
         v_done := true;
       exception when others then
         get stacked diagnostics v_why = message_text;
