@@ -1,4 +1,4 @@
-//! Task type settings (seed t_schedule_cfg). The settings live in `asyncflow.task_types`;
+//! Task type settings. The settings live in `asyncflow.task_types`;
 //! registering a type creates it or changes only the settings named.
 
 use chrono::{DateTime, Utc};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seeds' deployment, tested end to end: three `asyncflow serve` behind an nginx round-robin
+# Several servers behind nginx, tested end to end: three `asyncflow serve` behind an nginx round-robin
 # upstream, three HTTP-mode workers (`asyncflow worker --server <nginx>`) with no database
 # access, 10,000 tasks pushed through three stages with the bulk create endpoint, one server
 # SIGKILLed mid-run. Then it checks, in the database:

@@ -29,7 +29,7 @@
 //! - throughput: computed in the browser, not here: the growth of succeeded + failed between the
 //!   page's successive polls, per minute, over about the last minute of polls ("—" until the
 //!   second poll; it starts again when the count goes down, as after a retry by hand).
-//! - shards: `begin_pos..end_pos` from the positions row (seed t_schedule_pos) and the count of
+//! - shards: `begin_pos..end_pos` from the type's row in `asyncflow.positions` and the count of
 //!   live shards.
 //!
 //! All of it is read in one read-only, repeatable-read transaction, so the figures of one answer

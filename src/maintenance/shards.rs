@@ -1,4 +1,5 @@
-//! Rolling shards (seed t_schedule_pos): each type's tasks live in shards (partitions).
+//! Rolling shards: each type's tasks live in shards (partitions), between the begin_pos and
+//! end_pos of the type's row in `asyncflow.positions`.
 //!
 //! ```text
 //!   shard:     1        2        3        4        5
@@ -8,7 +9,7 @@
 //!
 //! - [`ShardRoller`]: the end shard passed shard_max_rows -> a new shard, end_pos + 1.
 //! - [`BeginAdvancer`]: begin_pos = oldest shard still holding a pending or running task.
-//! - [`RetentionDropper`]: closed shards (no live task, V34) below end_pos, closed longer than
+//! - [`RetentionDropper`]: closed shards (no live task) below end_pos, closed longer than
 //!   retention, are dropped whole: no DELETE, no vacuum, no bloat.
 
 use std::time::Duration;

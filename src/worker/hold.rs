@@ -1,8 +1,8 @@
-//! Held claims (V22): on the database a batch is claimed as row locks in an open transaction
+//! Held claims: on the database a batch is claimed as row locks in an open transaction
 //! (`type_hold__<type>`), and the transaction ends (`type_finish__<type>`) when every call of the
 //! batch has replied or the hold window (`WorkerConfig::hold_window`) has passed. The calls that
 //! succeeded by then go from pending straight to succeeded in that transaction, and those that
-//! went on to a next stage straight to pending at that stage (V24): one row version per task
+//! went on to a next stage straight to pending at that stage: one row version per task
 //! instead of two (claim, then report), and no report of their own; the hold counts them and
 //! frees their slots after its commit. The others are claimed as running when it ends and report
 //! through the reporter as usual; a reply that came before the end waits for the commit, so that

@@ -81,7 +81,7 @@ pub struct BenchTaskRow {
 /// Reads a registered type's row of `enqueue_info` and creates the benchmark's wrapping function
 /// `asyncflow_bench.task_row`: the INSERT create_task writes, inside the smallest PL/pgSQL
 /// function that could hold it (SECURITY DEFINER with every name schema-qualified and no SET
-/// clause, as create_task is since V33).
+/// clause, as create_task is).
 pub async fn bench_task_row_prepare<C: GenericClient>(c: &C, task_type: &str) -> Result<BenchTaskRow> {
     c.batch_execute(
         "create schema if not exists asyncflow_bench; \

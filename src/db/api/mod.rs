@@ -189,7 +189,7 @@ fn claimed_task(r: &Row) -> Result<ClaimedTask> {
     })
 }
 
-/// `asyncflow.type_hold__<type>` (V22): up to `limit` ready tasks locked by the caller's open
+/// `asyncflow.type_hold__<type>`: up to `limit` ready tasks locked by the caller's open
 /// transaction, which must have just begun; each with whether it is held (false: the type is
 /// claimed the usual way, and the tasks are running once the transaction commits).
 pub async fn hold_tasks<C: GenericClient>(
@@ -205,7 +205,7 @@ pub async fn hold_tasks<C: GenericClient>(
     rows.iter().map(|r| Ok((claimed_task(r)?, get(r, "held")?))).collect()
 }
 
-/// `asyncflow.type_finish__<type>` (V22, V24), in the hold's transaction: per task its id,
+/// `asyncflow.type_finish__<type>`, in the hold's transaction: per task its id,
 /// claim_seq, and its call's reply if it came while the hold was open (a success or an advance,
 /// with the call's seconds since the claim; it is written as its report would have been), None
 /// if it is still to report (it is claimed as running). Any other reply is refused whole.
@@ -450,7 +450,7 @@ pub async fn set_queue_limit<C: GenericClient>(c: &C, task_type: &str, limit: &Q
     get(&row, "concurrency")
 }
 
-/// Shard positions of one type (seed t_schedule_pos), with the live shards' count.
+/// Shard positions of one type (its row in `asyncflow.positions`), with the live shards' count.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Positions {
     /// Task type.
