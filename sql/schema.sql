@@ -261,7 +261,7 @@ CREATE FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text 
 CREATE FUNCTION asyncflow.queue_keys(p_task_type text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS TABLE(queue_key text, ready bigint, delayed bigint, running bigint, oldest_ready_age double precision, concurrency integer)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 54 lines, sha256 379fb181435b763e
+    AS -- body: 54 lines, sha256 05868381afdff90e
 
 CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
@@ -740,7 +740,7 @@ CREATE VIEW asyncflow.queue_depth AS
    FROM ((asyncflow.task_types y
      LEFT JOIN LATERAL ( SELECT count(*) FILTER (WHERE ((NOT h.held) AND (t.order_time <= now()))) AS ready,
             count(*) FILTER (WHERE ((NOT h.held) AND (t.order_time > now()))) AS delayed,
-            min(t.order_time) FILTER (WHERE ((NOT h.held) AND (t.order_time <= now()))) AS oldest_ready,
+            min(GREATEST(t.order_time, t.updated_at)) FILTER (WHERE ((NOT h.held) AND (t.order_time <= now()))) AS oldest_ready,
             count(*) FILTER (WHERE h.held) AS held
            FROM (asyncflow.tasks t
              CROSS JOIN LATERAL ( SELECT (y.fair_queues AND (EXISTS ( SELECT 1

@@ -820,3 +820,31 @@ async fn a_node_restarted_after_its_timeout_keeps_its_place_in_the_queue() {
     assert_ne!(work["task_id"], json!(first));
     assert_eq!(json!(next), work["task_id"], "the restarted node's task is claimed before the later task");
 }
+
+/// The queue lag counts from when a task became ready: a priority-30 task created a moment ago
+/// has waited a moment, not 30 s (its order_time is 30 s back). (It showed 35 s of lag 5 s after
+/// creation.)
+#[tokio::test]
+async fn the_queue_lag_of_a_high_priority_task_counts_from_its_creation() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute(
+        "select asyncflow.register_task_type('urgent', '{\"fair_queues\": true}'); \
+         select asyncflow.create_task('urgent', '{}', priority => 30, queue_key => 'k');",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lag: f64 = c
+        .query_one("select oldest_ready_age from asyncflow.queue_depth where task_type = 'urgent'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!((0.4..5.0).contains(&lag), "lag {lag} s");
+    let key_lag: f64 = c
+        .query_one("select oldest_ready_age from asyncflow.queue_keys('urgent')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!((0.4..5.0).contains(&key_lag), "queue key lag {key_lag} s");
+}

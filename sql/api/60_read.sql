@@ -92,7 +92,8 @@ $$;
 
 -- The queues of a type with fair_queues, in key order after p_after (null: from the first), at
 -- most p_limit (1 to 1000) keys that have pending or running tasks: tasks ready now, delayed,
--- running, the age of the oldest ready one in seconds (0 when none), and the limit that applies
+-- running, the age of the oldest ready one in seconds (since it became ready, see queue_depth;
+-- 0 when none), and the limit that applies
 -- (the key's own, else queue_concurrency; null: none). Reads the key indexes: a loose scan for
 -- the keys, then the listed keys' own entries. Errors: AF001, AF003, AF006 (a type without
 -- fair_queues has no key indexes to read).
@@ -143,7 +144,7 @@ begin
     cross join lateral (
       select count(*) filter (where t.order_time <= now()) as ready,
         count(*) filter (where t.order_time > now()) as delayed,
-        min(t.order_time) filter (where t.order_time <= now()) as oldest
+        min(greatest(t.order_time, t.updated_at)) filter (where t.order_time <= now()) as oldest
       from asyncflow.%1$I t where t.status = 'pending' and coalesce(t.queue_key, '') = k.k
     ) p
     cross join lateral (

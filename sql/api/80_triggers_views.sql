@@ -23,7 +23,9 @@ create or replace trigger tg_config__enqueue_info after insert or update or dele
 create or replace trigger tg_task_types__resumed after update of paused on asyncflow.task_types
   for each row when (old.paused and not new.paused) execute function asyncflow.tg_task_types__resumed();
 
--- Per type: ready (due now), delayed, running, the oldest ready task's age (seconds), paused, and
+-- Per type: ready (due now), delayed, running, the oldest ready task's age (seconds since it
+-- became ready: the later of its order_time and its last change, so that priority, which moves
+-- order_time back, does not count as waiting), paused, and
 -- held: pending tasks of a fair type's held queue keys (a limit of 0), which no claim takes and
 -- which are not counted as ready or delayed.
 create or replace view asyncflow.queue_depth as
@@ -38,7 +40,8 @@ from asyncflow.task_types y
 left join lateral (
   select count(*) filter (where not h.held and t.order_time <= now()) as ready,
          count(*) filter (where not h.held and t.order_time > now()) as delayed,
-         min(t.order_time) filter (where not h.held and t.order_time <= now()) as oldest_ready,
+         min(greatest(t.order_time, t.updated_at))
+           filter (where not h.held and t.order_time <= now()) as oldest_ready,
          count(*) filter (where h.held) as held
   from asyncflow.tasks t
   cross join lateral (

@@ -136,7 +136,7 @@ pub(super) struct TypeSummary {
     delayed: i64,
     /// Held by workers.
     running: i64,
-    /// Seconds since the oldest ready task's order_time (the lag; 0 when none is ready).
+    /// Seconds since the oldest ready task became ready (the lag; 0 when none is ready).
     oldest_ready_age: f64,
     /// Seconds since the longest-held running task was claimed (0 when none runs).
     oldest_running_age: f64,

@@ -23,7 +23,7 @@
 //! - `asyncflow_queue_ready{type}` (gauge): pending tasks due now (`asyncflow.queue_depth`).
 //! - `asyncflow_queue_delayed{type}` (gauge): pending tasks due later.
 //! - `asyncflow_queue_oldest_ready_age_seconds{type}` (gauge): how long the oldest ready task has
-//!   waited past its order_time (0 when none is ready).
+//!   waited since it became ready (0 when none is ready).
 //! - `asyncflow_running_oldest_age_seconds{type}` (gauge): since when the longest-held running
 //!   task has been held, in seconds (0 when none runs): the current hold durations' maximum, seen
 //!   by every server whichever one handed the task out.
@@ -303,7 +303,7 @@ fn database_families(out: &mut Exposition, figures: &[api::TaskTypeFigures], dep
     out.family(
         "asyncflow_queue_oldest_ready_age_seconds",
         "gauge",
-        "Seconds the oldest ready task has waited past its order_time (0 when none is ready).",
+        "Seconds the oldest ready task has waited since it became ready (0 when none is ready).",
     );
     for d in depth {
         out.sample("asyncflow_queue_oldest_ready_age_seconds", &[("type", &d.task_type)], d.oldest_ready_age);
