@@ -37,7 +37,8 @@
 //!   handed, and the task engine's rescuer, shard and retention services.
 //! - [`workflow`]: versioned DAG pipelines run on top of tasks (engine in SQL): pipeline files,
 //!   and the checker, run retention and callbacks as maintenance services.
-//! - [`cli`]: the command-line front ends; [`demo`]: the README's main command; [`bench`].
+//! - [`cli`]: the command-line front ends; [`demo`]: the README's main command;
+//!   [`bench`](mod@bench): the throughput benchmark.
 //!
 //! ## Example
 //! ```no_run
