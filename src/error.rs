@@ -8,6 +8,9 @@
 //! ([`echo`]), so a 1 MB name does not come back as a 1 MB error. Messages written elsewhere
 //! (PostgreSQL's own, serde's) are cut by [`shorten`], the rule `asyncflow.shorten` applies to
 //! every message the SQL API raises.
+//!
+//! A request to an `asyncflow serve` that got no usable answer is a [`TransportError`], which
+//! says how far the request got and so whether the server may have acted on it.
 
 use tokio_postgres::error::SqlState;
 
@@ -71,6 +74,49 @@ pub enum Error {
     /// Input/output outside the database.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// A request to a server got no usable answer (see [`TransportError::may_have_applied`]).
+    #[error("{0}")]
+    Transport(#[from] TransportError),
+}
+
+/// How far a request to a server got before it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// No connection could be made: the request never reached the server.
+    NotSent,
+    /// Sent, but no whole answer came back (the connection was lost, the time ran out).
+    NoAnswer,
+    /// Answered with this 5xx status, by the server or by a proxy in front of it.
+    Status(u16),
+    /// Answered with success, in a body this build cannot read (or that does not fit the request).
+    Unreadable,
+}
+
+/// A request to a server that got no usable answer: how far it got, which request, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{request}: {detail}")]
+pub struct TransportError {
+    /// How far the request got.
+    pub kind: Transport,
+    /// The request, `METHOD url`.
+    pub request: String,
+    /// What went wrong, with its causes.
+    pub detail: String,
+}
+
+impl TransportError {
+    /// A failure of `request` (`METHOD url`) that got as far as `kind`.
+    pub fn new(kind: Transport, request: impl Into<String>, detail: impl Into<String>) -> Self {
+        TransportError { kind, request: request.into(), detail: detail.into() }
+    }
+
+    /// Whether the server may have acted on the request: anything but a request that never left
+    /// (a 5xx may come from a proxy after the server applied it; an unreadable success was
+    /// applied). A caller that cannot tell what a request it repeats did (a hold whose answer
+    /// was lost may have claimed tasks) must look before going on.
+    pub fn may_have_applied(&self) -> bool {
+        self.kind != Transport::NotSent
+    }
 }
 
 /// The most characters of a client's value an error message repeats.
@@ -177,7 +223,7 @@ impl Error {
                         || *c == SqlState::ADMIN_SHUTDOWN
                 })
                 .unwrap_or(true),
-            Error::Pool(_) => true,
+            Error::Pool(_) | Error::Transport(_) => true,
             _ => false,
         }
     }

@@ -27,12 +27,18 @@
 //!
 //! ## Module map
 //! - [`db`]: pool, embedded PostgreSQL, migrations, [`db::api`] (the only SQL text), LISTEN.
+//! - [`task`], [`task_type`], [`run`], [`ids`]: the data the SQL API takes and gives.
 //! - [`client`]: enqueue and admin from Rust.
-//! - [`worker`]: producer / executor / reporter running [`function`]s.
-//! - [`maintenance`]: leader election and the rescuer, shard and retention services.
-//! - [`workflow`]: versioned DAG pipelines run on top of tasks (engine in SQL), the checker and
-//!   callbacks.
-//! - [`demo`]: the README's main command.
+//! - [`worker`]: producer / executor / reporter running [`function`]s, on the database or on a
+//!   server through the HTTP worker protocol.
+//! - [`protocol`]: the HTTP worker protocol's bodies, shared by the server and the worker.
+//! - [`http`]: the HTTP API server.
+//! - [`maintenance`]: leader election, the [`maintenance::Maintainer`] running the services it is
+//!   handed, and the task engine's rescuer, shard and retention services.
+//! - [`workflow`]: versioned DAG pipelines run on top of tasks (engine in SQL): pipeline files,
+//!   and the checker, run retention and callbacks as maintenance services.
+//! - [`cli`]: the command-line front ends; [`demo`]: the README's main command;
+//!   [`bench`](mod@bench): the throughput benchmark.
 //!
 //! ## Example
 //! ```no_run
@@ -60,6 +66,7 @@ pub mod function;
 pub mod http;
 pub mod ids;
 pub mod maintenance;
+pub mod protocol;
 pub mod run;
 pub mod task;
 pub mod task_type;

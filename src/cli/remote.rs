@@ -1,5 +1,5 @@
 //! Admin commands sent to an `asyncflow serve` (`--server URL`) instead of the database: where
-//! they go ([`Target`]), the one HTTP call they make ([`call`], the server's error codes mapped
+//! they go ([`Target`]), the one HTTP call they make (`call`, the server's error codes mapped
 //! back to the crate's errors), and the argument helpers the commands share.
 
 use clap::Args;

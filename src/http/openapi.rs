@@ -9,19 +9,22 @@
 //! - Every route under `/v1` is in the document except the compatibility endpoints of the
 //!   original flowsvr (src/http/compat/), which the document's description names instead.
 //! - Every 4xx and 5xx answer has the body schema `Error` (`{code, message}`, see error.rs).
-//! - Handlers that build their answer with `json!` are described by the doc-only types below;
-//!   `tests/openapi.rs` calls them and checks that the real bodies have exactly these properties.
+//! - The worker protocol's bodies are the wire types of [`crate::protocol`], which the handlers
+//!   serialize and the worker's client reads: the document describes what is really sent.
+//! - Other handlers that build their answer with `json!` are described by the doc-only types
+//!   below; `tests/openapi.rs` calls them and checks that the real bodies have exactly these
+//!   properties.
 //! - The routes whose handler is a closure (the single-report routes of the worker protocol,
 //!   `/healthz`) are described by bodiless functions here, since utoipa documents functions.
 
 use axum::routing::get;
 use axum::{Json, Router};
-use chrono::{DateTime, Utc};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::{ApiError, AppState};
-use crate::task::{ClaimedTask, Task, TaskStatus};
+use crate::protocol::{ReportAccepted, ReportRequest};
+use crate::task::Task;
 
 /// The document. Security: the bearer scheme applies to every operation that does not say
 /// otherwise (`security(())` marks the routes that never need a token).
@@ -226,48 +229,6 @@ pub(super) struct TaskRetried {
     retried: bool,
 }
 
-/// The tasks a hold took.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct Held {
-    /// Each with its lease and fencing token (`claim_seq`).
-    tasks: Vec<ClaimedTask>,
-}
-
-/// The results of a batch of reports, in order.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct ReportResults {
-    /// One per report.
-    results: Vec<ReportOutcome>,
-}
-
-/// How one report of a batch was received.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct ReportOutcome {
-    /// Task id.
-    task_id: String,
-    /// False when the fence no longer matched: the task was rescued, cancelled or claimed again.
-    accepted: bool,
-    /// The task's status after the report (its current status when refused; null if unknown).
-    status: Option<TaskStatus>,
-    /// The new lease end, for an accepted heartbeat.
-    lease_until: Option<DateTime<Utc>>,
-}
-
-/// An accepted report on one task.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct ReportAccepted {
-    /// Task id.
-    task_id: String,
-    /// The task's status after the report.
-    status: Option<TaskStatus>,
-    /// The new lease end, for a heartbeat.
-    lease_until: Option<DateTime<Utc>>,
-}
-
 /// The process answers.
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -302,7 +263,7 @@ macro_rules! single_report {
     ($name:ident, $path:literal, $doc:literal) => {
         #[doc = $doc]
         #[utoipa::path(post, path = $path, operation_id = stringify!($name), tag = "worker protocol",
-            request_body = super::worker_protocol::SingleBody,
+            request_body = ReportRequest,
             responses(
                 (status = 200, description = "Accepted", body = ReportAccepted),
                 (status = 400, description = "Malformed body, a required field missing or an invalid worker id", body = ApiError),

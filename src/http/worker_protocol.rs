@@ -14,6 +14,9 @@
 //!   GET  /v1/worker/next-due?type=T                            -> {type, due, wait_ms}
 //!   POST /v1/worker/held       {type, worker_id}               -> {tasks: [{task_id, claim_seq, stage, attempt, lease_until}]}
 //! ```
+//!
+//! The bodies are the wire types of [`crate::protocol`], which the client in `worker::backend`
+//! and the OpenAPI document use too.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -21,14 +24,16 @@ use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::openapi::{Held, ReportResults};
 use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
-use crate::error::echo;
-use crate::ids::{TaskId, TypeName, WorkerId};
-use crate::task::{HeldTask, Report, ReportKind};
+use crate::ids::{TypeName, WorkerId};
+use crate::protocol::{
+    Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ReportAccepted, ReportBatchRequest, ReportOutcome,
+    ReportRequest, ReportResults, HOLD_LIMIT_MAX, REPORTS_PER_CALL_MAX,
+};
+use crate::task::{Report, ReportKind};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -44,30 +49,10 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/held", post(held))
 }
 
-/// A claim: up to `limit` ready tasks of one type, each with a lease and a fencing token.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[schema(as = HoldRequest)]
-#[serde(deny_unknown_fields)]
-struct HoldBody {
-    /// A registered task type.
-    #[serde(rename = "type")]
-    task_type: String,
-    /// The worker's id (1 to 200 characters); reports must carry the same.
-    worker_id: String,
-    /// Most tasks to take, 1..=1000 (default 10).
-    #[serde(default = "default_limit")]
-    #[schema(default = 10, minimum = 1, maximum = 1000)]
-    limit: i32,
-}
-
-fn default_limit() -> i32 {
-    10
-}
-
 /// Claims ready tasks ("hold", the same operation as `asyncflow.claim_tasks`); none when
 /// nothing is ready or the type is paused.
 #[utoipa::path(post, path = "/v1/worker/hold", operation_id = "hold", tag = "worker protocol",
-    request_body = HoldBody,
+    request_body = HoldRequest,
     responses(
         (status = 200, description = "The tasks now held, possibly none", body = Held),
         (status = 400, description = "Malformed body, limit out of range or invalid worker id", body = ApiError),
@@ -75,88 +60,40 @@ fn default_limit() -> i32 {
         (status = 404, description = "Unknown task type", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
     ))]
-async fn hold(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
-    let body: HoldBody = parse_body(&state, body)?;
-    if !(1..=1000).contains(&body.limit) {
+async fn hold(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Json<Held>> {
+    let body: HoldRequest = parse_body(&state, body)?;
+    if !(1..=HOLD_LIMIT_MAX).contains(&body.limit) {
         return Err(ApiError::bad_request("limit must be between 1 and 1000"));
     }
     let worker = WorkerId::new(&body.worker_id)?;
     let c = state.pool.get().await.map_err(crate::Error::from)?;
     let tasks = api::claim_tasks(&c, &body.task_type, &worker, body.limit, None).await?;
-    Ok(Json(json!({"tasks": tasks})))
-}
-
-/// Mixed reports on held tasks (at most 1000), applied in one statement.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[schema(as = ReportBatchRequest)]
-#[serde(deny_unknown_fields)]
-struct BatchBody {
-    /// The worker that holds the tasks.
-    worker_id: String,
-    /// One report per task, each fenced by its claim_seq.
-    #[schema(value_type = Vec<Report>)]
-    reports: Vec<Value>,
-}
-
-/// The fields a report may carry beside `task_id`, `claim_seq` and `outcome`, by outcome.
-fn report_fields(outcome: &str) -> &'static [&'static str] {
-    match outcome {
-        "advance" => &["stage", "context"],
-        "succeed" => &["result"],
-        "fail" => &["error", "retry"],
-        "later" => &["delay", "context"],
-        _ => &[],
-    }
-}
-
-/// One report of a batch, read strictly: a field its outcome does not take is refused, where
-/// it was dropped (a misspelt `contxt` advanced the task with its old context).
-fn read_report(index: usize, value: Value) -> ApiResult<Report> {
-    if let Some(fields) = value.as_object() {
-        let outcome = fields.get("outcome").and_then(Value::as_str).unwrap_or_default();
-        let known = report_fields(outcome);
-        let unknown = fields
-            .keys()
-            .find(|k| !matches!(k.as_str(), "task_id" | "claim_seq" | "outcome") && !known.contains(&k.as_str()));
-        if let Some(key) = unknown {
-            return Err(ApiError::bad_request(format!(
-                "reports[{index}]: unknown field {} for outcome {} (it takes: {})",
-                echo(key),
-                echo(outcome),
-                known.join(", ")
-            )));
-        }
-    }
-    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("reports[{index}]: {e}")))
+    Ok(Json(Held { tasks }))
 }
 
 /// Reports on many held tasks at once (`asyncflow.report_tasks`). A report whose fence no
 /// longer matches is refused (`accepted` false) and changes nothing; the others apply.
 #[utoipa::path(post, path = "/v1/worker/report", operation_id = "report", tag = "worker protocol",
-    request_body = BatchBody,
+    request_body = ReportBatchRequest,
     responses(
         (status = 200, description = "One result per report, in order", body = ReportResults),
         (status = 400, description = "Malformed body, more than 1000 reports or invalid worker id", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
     ))]
-async fn report_batch(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
-    let body: BatchBody = parse_body(&state, body)?;
-    if body.reports.len() > 1000 {
+async fn report_batch(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<ReportResults>> {
+    // each report is read strictly (see the type): a field its outcome does not take is a 400
+    let body: ReportBatchRequest = parse_body(&state, body)?;
+    if body.reports.len() > REPORTS_PER_CALL_MAX {
         return Err(ApiError::bad_request("at most 1000 reports per call"));
     }
     let worker = WorkerId::new(&body.worker_id)?;
-    let reports =
-        body.reports.into_iter().enumerate().map(|(i, v)| read_report(i, v)).collect::<ApiResult<Vec<_>>>()?;
     let c = state.pool.get().await.map_err(crate::Error::from)?;
-    let results = api::report_tasks(&c, &worker, &reports, None).await?;
-    let results: Vec<Value> = results
-        .into_iter()
-        .map(
-            |r| json!({"task_id": r.task_id, "accepted": r.accepted, "status": r.status, "lease_until": r.lease_until}),
-        )
-        .collect();
-    Ok(Json(json!({"results": results})))
+    let results = api::report_tasks(&c, &worker, &body.reports, None).await?;
+    Ok(Json(ReportResults { results: results.into_iter().map(ReportOutcome::from).collect() }))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -169,38 +106,12 @@ enum Kind {
     Release,
 }
 
-/// A report on one held task; which fields a route needs is in its description.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[schema(as = ReportRequest)]
-#[serde(deny_unknown_fields)]
-pub(super) struct SingleBody {
-    /// The worker that holds the task.
-    worker_id: String,
-    /// The task.
-    #[schema(value_type = String)]
-    task_id: TaskId,
-    /// The fencing token the hold handed out.
-    claim_seq: i32,
-    /// advance: the next stage (required).
-    stage: Option<String>,
-    /// advance, later: the new context (absent keeps the current one).
-    context: Option<Value>,
-    /// succeed: the result (default null).
-    result: Option<Value>,
-    /// fail: why (required; truncated to 256 characters).
-    error: Option<String>,
-    /// fail: whether a retry may help (default true).
-    retry: Option<bool>,
-    /// later: seconds until the task is ready again (required).
-    delay: Option<f64>,
-}
-
 async fn single(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
     kind: Kind,
-) -> ApiResult<Json<Value>> {
-    let b: SingleBody = parse_body(&state, body)?;
+) -> ApiResult<Json<ReportAccepted>> {
+    let b: ReportRequest = parse_body(&state, body)?;
     let missing = |field: &str| ApiError::bad_request(format!("{field} is required"));
     let report_kind = match kind {
         Kind::Heartbeat => ReportKind::Heartbeat,
@@ -218,7 +129,7 @@ async fn single(
     let result = api::report_tasks(&c, &worker, &[report], None).await?.into_iter().next();
     match result {
         Some(r) if r.accepted => {
-            Ok(Json(json!({"task_id": r.task_id, "status": r.status, "lease_until": r.lease_until})))
+            Ok(Json(ReportAccepted { task_id: r.task_id, status: r.status, lease_until: r.lease_until }))
         }
         Some(r) if r.status.is_none() => Err(ApiError::not_found(format!("unknown task {}", r.task_id))),
         Some(r) => Err(ApiError::stale(format!(
@@ -239,20 +150,6 @@ struct NextDueQuery {
     task_type: String,
 }
 
-/// When a type's earliest pending task is due (doc-only: the handler builds it with `json!`).
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-pub(super) struct NextDue {
-    /// The task type.
-    #[serde(rename = "type")]
-    task_type: String,
-    /// The smallest order_time among its pending tasks (the database's clock); null when none.
-    due: Option<chrono::DateTime<chrono::Utc>>,
-    /// Milliseconds from now (the server's clock) until then, 0 when a task is ready; null when
-    /// none is pending.
-    wait_ms: Option<i64>,
-}
-
 /// When to look again (`asyncflow.next_due`): how long until the earliest pending task of a
 /// type is due, ready or delayed. Unknown types have none.
 #[utoipa::path(get, path = "/v1/worker/next-due", tag = "worker protocol",
@@ -265,52 +162,33 @@ pub(super) struct NextDue {
 async fn next_due(
     State(state): State<AppState>,
     query: Result<Query<NextDueQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<NextDue>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let task_type = TypeName::new(&q.task_type)?;
     let c = state.pool.get().await.map_err(crate::Error::from)?;
     let due = api::next_due(&c, task_type.as_str()).await?;
     let wait_ms = due.map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0));
-    Ok(Json(json!({"type": task_type, "due": due, "wait_ms": wait_ms})))
-}
-
-/// Which tasks of a type a worker holds.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[schema(as = HeldRequest)]
-#[serde(deny_unknown_fields)]
-struct HeldBody {
-    /// A task type name.
-    #[serde(rename = "type")]
-    task_type: String,
-    /// The worker's id (1 to 200 characters).
-    worker_id: String,
-}
-
-/// The tasks a worker holds (doc-only: the handler builds it with `json!`).
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-pub(super) struct HeldTasks {
-    /// Running tasks owned by the worker, in id order.
-    tasks: Vec<HeldTask>,
+    Ok(Json(NextDue { task_type: task_type.to_string(), due, wait_ms }))
 }
 
 /// The running tasks of a type that a worker holds, each with its fencing token: a worker that
 /// lost the answer to a hold finds what it claimed without knowing, and hands it back
 /// (`/v1/worker/release`).
 #[utoipa::path(post, path = "/v1/worker/held", tag = "worker protocol",
-    request_body = HeldBody,
+    request_body = HeldRequest,
     responses(
         (status = 200, description = "The tasks the worker holds, possibly none", body = HeldTasks),
         (status = 400, description = "Malformed body, invalid type name or worker id", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
     ))]
-async fn held(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
-    let body: HeldBody = parse_body(&state, body)?;
+async fn held(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Json<HeldTasks>> {
+    let body: HeldRequest = parse_body(&state, body)?;
     let task_type = TypeName::new(&body.task_type)?;
     let worker = WorkerId::new(&body.worker_id)?;
     let c = state.pool.get().await.map_err(crate::Error::from)?;
-    // one statement: the type's running tasks owned by the worker (V35), not every running task
+    // one statement (`asyncflow.held_tasks`) answering only the worker's running tasks of the
+    // type, not a page through every running task
     let tasks = api::held_tasks(&c, task_type.as_str(), &worker).await?;
-    Ok(Json(json!({ "tasks": tasks })))
+    Ok(Json(HeldTasks { tasks }))
 }

@@ -23,31 +23,37 @@
 //!   backstop.
 //! - Lease times are moved to this machine's clock (minus the skew seen at the last hold), so
 //!   heartbeats are timed right when the worker's clock and the database's differ.
+//!
+//! The bodies sent and read are the wire types of [`crate::protocol`], the server's own. A
+//! request that gets no usable answer fails with a [`TransportError`], whose
+//! [`may_have_applied`](TransportError::may_have_applied) decides whether a lost hold answer
+//! needs the look at what the worker holds.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::db::{api, DbPool};
-use crate::error::{with_causes, Error, Result};
-use crate::ids::{TaskId, TypeName, WorkerId};
-use crate::task::{ClaimedTask, Report, ReportKind, ReportResult, TaskStatus};
+use crate::error::{with_causes, Error, Result, Transport, TransportError};
+use crate::ids::{TypeName, WorkerId};
+use crate::protocol::{
+    Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ReportBatchRequest, ReportResults, HOLD_LIMIT_MAX,
+    REPORTS_PER_CALL_MAX,
+};
+use crate::task::{ClaimedTask, Report, ReportKind, ReportResult};
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
-/// Most reports in one request (the server's limit).
-const REPORTS_PER_CALL_MAX: usize = 1000;
 /// Largest report request body; half the server's default body limit.
 const REPORT_BYTES_MAX: usize = 1024 * 1024;
-/// Most tasks one hold asks for (the server's limit).
-const HOLD_LIMIT_MAX: usize = 1000;
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take.
@@ -242,46 +248,6 @@ struct Inner {
     skew_ms: AtomicI64,
 }
 
-#[derive(Deserialize)]
-struct Held {
-    tasks: Vec<ClaimedTask>,
-}
-
-#[derive(Deserialize)]
-struct Results {
-    results: Vec<WireResult>,
-}
-
-#[derive(Deserialize)]
-struct WireResult {
-    task_id: String,
-    accepted: bool,
-    status: Option<TaskStatus>,
-    lease_until: Option<DateTime<Utc>>,
-}
-
-#[derive(Serialize)]
-struct ReportBody<'a> {
-    worker_id: &'a str,
-    reports: &'a [Report],
-}
-
-#[derive(Deserialize)]
-struct NextDue {
-    wait_ms: Option<i64>,
-}
-
-#[derive(Deserialize)]
-struct HeldList {
-    tasks: Vec<HeldTask>,
-}
-
-#[derive(Deserialize)]
-struct HeldTask {
-    task_id: TaskId,
-    claim_seq: i32,
-}
-
 impl RemoteClient {
     /// A client of the server at `server` (`http://host:port`), sending `token` as a bearer
     /// token when given.
@@ -316,22 +282,23 @@ impl RemoteClient {
         &self.inner.base
     }
 
-    /// One request; the parsed body on 2xx, the error the status means otherwise (see
-    /// [`status_error`]). Transport failures are `Error::Io`: `NotConnected` when the request
-    /// cannot have reached the server, another kind when it may have.
-    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<T> {
+    /// One request with `body` as JSON; the parsed answer on 2xx, the error the status means
+    /// otherwise (see [`status_error`]). A request that gets no usable answer is an
+    /// [`Error::Transport`] saying how far it got.
+    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<&impl Serialize>) -> Result<T> {
         let url = format!("{}{path}", self.inner.base);
+        let what = format!("{method} {url}");
         let mut request = self.inner.http.request(method.clone(), &url);
         if let Some(token) = &self.inner.token {
             request = request.bearer_auth(token);
         }
         if let Some(body) = body {
+            let body = serde_json::to_vec(body).map_err(|e| Error::InvalidArgument(e.to_string()))?;
             request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
         }
         let transport = |e: reqwest::Error| {
-            let kind =
-                if e.is_connect() { std::io::ErrorKind::NotConnected } else { std::io::ErrorKind::ConnectionAborted };
-            Error::Io(std::io::Error::new(kind, format!("{method} {url}: {}", with_causes(&e))))
+            let kind = if e.is_connect() { Transport::NotSent } else { Transport::NoAnswer };
+            TransportError::new(kind, what.as_str(), with_causes(&e))
         };
         let started = Instant::now();
         let response = request.send().await.map_err(transport)?;
@@ -339,30 +306,32 @@ impl RemoteClient {
         let bytes = response.bytes().await.map_err(transport)?;
         tracing::trace!(%method, path, status = status.as_u16(), bytes = bytes.len(), took = ?started.elapsed(), "worker protocol call");
         if status.is_success() {
-            return serde_json::from_slice(&bytes)
-                .map_err(|e| Error::Unexpected(format!("{method} {url}: the server's answer: {e}")));
+            return serde_json::from_slice(&bytes).map_err(|e| {
+                TransportError::new(Transport::Unreadable, what.as_str(), format!("the server's answer: {e}")).into()
+            });
         }
-        Err(status_error(status, &bytes, &format!("{method} {url}")))
+        Err(status_error(status, &bytes, &what))
     }
 
     async fn register_task_type(&self, task_type: &TypeName, settings: &TaskTypeUpdate) -> Result<TaskTypeSettings> {
-        let body = serde_json::to_vec(settings).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let started = Instant::now();
         let mut failures: u32 = 0;
         loop {
             let path = format!("/v1/task-types/{task_type}");
-            match self.call(Method::PUT, &path, Some(body.clone())).await {
-                Err(e @ Error::Io(_)) if started.elapsed() < STARTUP_PATIENCE => {
+            match self.call(Method::PUT, &path, Some(settings)).await {
+                // not reached, or no answer from it: it may be starting (an unreadable answer is
+                // not a server this worker can use, and waiting would not change it)
+                Err(Error::Transport(e)) if e.kind != Transport::Unreadable => {
+                    if started.elapsed() >= STARTUP_PATIENCE {
+                        return Err(Error::Config(format!(
+                            "server {} unreachable for {STARTUP_PATIENCE:?}: {e}",
+                            self.inner.base
+                        )));
+                    }
                     failures += 1;
                     let wait = Duration::from_millis((100u64 << failures.min(5)).min(2_000));
                     tracing::warn!(server = %self.inner.base, error = %e, retry_in = ?wait, "cannot reach the server");
                     tokio::time::sleep(wait).await;
-                }
-                Err(Error::Io(e)) => {
-                    return Err(Error::Config(format!(
-                        "server {} unreachable for {STARTUP_PATIENCE:?}: {e}",
-                        self.inner.base
-                    )))
                 }
                 other => return other,
             }
@@ -374,11 +343,13 @@ impl RemoteClient {
             self.sweep(task_type, owner).await?;
             lock(&self.inner.unswept).remove(task_type.as_str());
         }
-        let body = json!({"type": task_type, "worker_id": owner, "limit": want.clamp(1, HOLD_LIMIT_MAX)});
+        let limit = want.clamp(1, HOLD_LIMIT_MAX as usize) as i32;
+        let body = HoldRequest { task_type: task_type.to_string(), worker_id: owner.to_string(), limit };
         let sent = Utc::now();
-        let held: Held = match self.call(Method::POST, "/v1/worker/hold", Some(body.to_string().into_bytes())).await {
+        let held: Held = match self.call(Method::POST, "/v1/worker/hold", Some(&body)).await {
             Ok(held) => held,
             Err(e) => {
+                // the hold may have claimed tasks whose answer never came: look before the next
                 if may_have_applied(&e) {
                     lock(&self.inner.unswept).insert(task_type.to_string());
                 }
@@ -403,13 +374,14 @@ impl RemoteClient {
     }
 
     async fn report(&self, owner: &WorkerId, reports: &[Report]) -> Result<Vec<ReportResult>> {
-        let body = serde_json::to_vec(&ReportBody { worker_id: owner.as_str(), reports })
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let answer: Result<Results> = self.call(Method::POST, "/v1/worker/report", Some(body)).await;
+        let body = ReportBatchRequest { worker_id: owner.to_string(), reports: Cow::Borrowed(reports) };
+        let answer: Result<ReportResults> = self.call(Method::POST, "/v1/worker/report", Some(&body)).await;
         let results = match answer {
             Ok(r) if r.results.len() == reports.len() => r.results,
             Ok(r) => {
-                return Err(Error::Unexpected(format!("{} results for {} reports", r.results.len(), reports.len())))
+                let what = format!("POST {}/v1/worker/report", self.inner.base);
+                let detail = format!("{} results for {} reports", r.results.len(), reports.len());
+                return Err(TransportError::new(Transport::Unreadable, what, detail).into());
             }
             Err(e) => {
                 // Refused whole: the reporter halves a chunk of several, and replaces a refused
@@ -446,15 +418,16 @@ impl RemoteClient {
     }
 
     async fn next_due(&self, task_type: &TypeName) -> Result<Option<Duration>> {
-        let due: NextDue = self.call(Method::GET, &format!("/v1/worker/next-due?type={task_type}"), None).await?;
+        let path = format!("/v1/worker/next-due?type={task_type}");
+        let due: NextDue = self.call(Method::GET, &path, None::<&()>).await?;
         Ok(due.wait_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
     }
 
     /// Hands back the tasks of `task_type` the server says this worker holds but the worker does
     /// not know: claimed by a hold whose answer was lost.
     async fn sweep(&self, task_type: &TypeName, owner: &WorkerId) -> Result<()> {
-        let body = json!({"type": task_type, "worker_id": owner}).to_string().into_bytes();
-        let held: HeldList = self.call(Method::POST, "/v1/worker/held", Some(body)).await?;
+        let body = HeldRequest { task_type: task_type.to_string(), worker_id: owner.to_string() };
+        let held: HeldTasks = self.call(Method::POST, "/v1/worker/held", Some(&body)).await?;
         let strays: Vec<Report> = {
             let known = lock(&self.inner.outstanding);
             held.tasks
@@ -475,20 +448,15 @@ impl RemoteClient {
     }
 }
 
-/// Whether a failed request may still have changed something on the server: it may have been
-/// delivered (anything but a failed connection), or it was answered with 2xx and a body this
-/// build could not read.
+/// Whether a failed request may still have changed something on the server (see
+/// [`TransportError::may_have_applied`]); an answered refusal changed nothing.
 fn may_have_applied(e: &Error) -> bool {
-    match e {
-        Error::Io(io) => io.kind() != std::io::ErrorKind::NotConnected,
-        Error::Unexpected(_) => true,
-        _ => false,
-    }
+    matches!(e, Error::Transport(t) if t.may_have_applied())
 }
 
 /// What a non-2xx answer means: 4xx are the request's fault (refused, nothing changed), 401/403
 /// and a missing route are configuration, 5xx (the server, or a proxy in front of it) are
-/// transient, as a network error is.
+/// transient, as a network error is, and may have been applied.
 fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
     let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let message = value["message"].as_str().unwrap_or("no message");
@@ -500,13 +468,16 @@ fn status_error(status: StatusCode, body: &[u8], what: &str) -> Error {
         409 => Error::StaleFence(text),
         413 => Error::ContextTooLarge(text),
         400..=499 => Error::InvalidArgument(text),
-        _ => Error::Io(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, text)),
+        _ => TransportError::new(Transport::Status(status.as_u16()), what, format!("HTTP {status}: {message}")).into(),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::ids::TaskId;
 
     fn report(n: u32, context_bytes: usize) -> Report {
         Report {
@@ -540,9 +511,10 @@ mod tests {
         assert!(matches!(e, Error::UnknownTaskType(_)));
         let gateway = status_error(StatusCode::BAD_GATEWAY, b"<html>nginx</html>", "p");
         assert!(!gateway.is_client_error() && may_have_applied(&gateway), "{gateway}");
-        let refused = Error::Io(std::io::Error::new(std::io::ErrorKind::NotConnected, "refused"));
+        let refused = Error::from(TransportError::new(Transport::NotSent, "p", "refused"));
         assert!(!may_have_applied(&refused));
-        assert!(may_have_applied(&Error::Unexpected("a 200 with an unreadable body".into())));
+        let unreadable = TransportError::new(Transport::Unreadable, "p", "a 200 with an unreadable body");
+        assert!(may_have_applied(&unreadable.into()));
         assert!(!may_have_applied(&status_error(StatusCode::BAD_REQUEST, body, "p")));
     }
 

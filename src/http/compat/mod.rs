@@ -1,9 +1,14 @@
-//! Compatibility endpoints for workers and clients written for the original asyncflow server
-//! ("flowsvr", see `shared/reference/original-asyncflow-protocol.md` §2, §7, §8). An old Go or
-//! Java worker pointed at this server runs unchanged (the C++ port parses replies with protobuf's
-//! strict JSON parser, which refuses keys its messages lack, such as `priority`, so it needs
-//! `ignore_unknown_fields`). Every operation goes through the same SQL API as the rest of the
-//! crate (`create_task`, `claim_tasks`, `report_tasks`, ...): there is no second implementation.
+//! Compatibility endpoints for workers and clients written for the original asyncflow server,
+//! "flowsvr": a JSON-over-HTTP protocol of nine operations (create, hold, set, get and list tasks,
+//! read the type settings, register a type, count a type's tasks, ping), every reply wrapped in a
+//! `{code, msg}` envelope and every task carried as one `TaskData` record. Its clients came in
+//! three generations, called G1, G2 and G3 below: G1 and G2 call the routes at the root with
+//! camelCase keys (G2 sends set_task as `{"taskId", "TaskData": {...}}`), G3 calls them under
+//! `/v1` with snake_case keys. An old Go or Java worker pointed at this server runs unchanged
+//! (the C++ port parses replies with protobuf's strict JSON parser, which refuses keys its
+//! messages lack, such as `priority`, so it needs `ignore_unknown_fields`). Every operation goes
+//! through the same SQL API as the rest of the crate (`create_task`, `claim_tasks`,
+//! `report_tasks`, ...): there is no second implementation.
 //!
 //! ```text
 //!   POST create_task   -> asyncflow.create_task        GET get_task            -> asyncflow.get_task
@@ -27,7 +32,7 @@
 //! Replies use the request's dialect: snake_case when any key carried an underscore, camelCase
 //! when any carried a capital, and both key sets when the request showed neither (ping, the
 //! config list). get_task always answers with both `taskData` and `task_data`, because the G3
-//! client asks with `taskId` but reads `task_data` (quirk §7.9).
+//! client asks with `taskId` but reads `task_data`.
 //!
 //! # The TaskData mapping
 //! `status` is 1 pending, 2 running, 3 succeeded, 4 failed, 5 cancelled (5 is never handed out by
@@ -405,7 +410,7 @@ async fn get_task(state: &AppState, input: &Input) -> Outcome {
         .await?
         .ok_or_else(|| Failure::Code(8035, format!("unknown task {}", echo(&id))))?;
     let mut reply = Map::new();
-    // Both keys always: G3 clients ask with taskId and read task_data (quirk 9).
+    // Both keys always: G3 clients ask with taskId and read task_data.
     put(&mut reply, Dialect::Both, "task_data", "taskData", |d| task_data(&task, d));
     Ok(reply)
 }
@@ -482,7 +487,7 @@ async fn get_task_counts_by_type(state: &AppState, input: &Input) -> Outcome {
     let c = state.pool.get().await?;
     let name = known_type(&c, input).await?;
     let total: i64 = api::count_by_status(&c, name.as_str()).await?.iter().map(|(_, n)| n).sum();
-    // G3's code says `counts`, its blog `task_count`: both.
+    // G3's client reads `counts`, its documentation says `task_count`: both.
     Ok(Map::from_iter([("counts".to_string(), json!(total)), ("task_count".to_string(), json!(total))]))
 }
 
