@@ -1,6 +1,7 @@
-//! The HTTP API (the seeds' flowsvr): tasks, task types, queue depth and a fenced worker
-//! protocol for workers that cannot reach the database. Servers keep no state of their own, so
-//! any number run behind a load balancer against one database.
+//! The HTTP API: tasks, task types, queue depth and a fenced worker protocol for workers that
+//! cannot reach the database (and, in `compat/`, the original asyncflow server's protocol).
+//! Servers keep no state of their own, so any number run behind a load balancer against one
+//! database.
 //!
 //! ```text
 //!   /healthz /readyz /openapi.json       no auth (openapi.rs: the document of everything else)
