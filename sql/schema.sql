@@ -14,7 +14,8 @@ CREATE TYPE asyncflow.claimed_task AS (
 	claim_seq integer,
 	user_id text,
 	lease_until timestamp with time zone,
-	claimed_at timestamp with time zone
+	claimed_at timestamp with time zone,
+	queue_key text
 );
 
 CREATE TYPE asyncflow.held_task AS (
@@ -28,6 +29,7 @@ CREATE TYPE asyncflow.held_task AS (
 	user_id text,
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
+	queue_key text,
 	held boolean
 );
 

@@ -201,6 +201,9 @@ pub struct ClaimedTask {
     pub lease_until: DateTime<Utc>,
     /// When the claim was made.
     pub claimed_at: DateTime<Utc>,
+    /// The task's queue key (None: none), for functions that act per queue (a crawler's site).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_key: Option<String>,
 }
 
 /// A running task a worker holds, with the fencing token of its claim (`asyncflow.held_tasks`).

@@ -20,6 +20,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         priority: 5,
         user_id: Some("u".into()),
         deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
+        queue_key: None,
         cancel: Default::default(),
     }
 }

@@ -848,3 +848,67 @@ async fn the_queue_lag_of_a_high_priority_task_counts_from_its_creation() {
         .get(0);
     assert!((0.4..5.0).contains(&key_lag), "queue key lag {key_lag} s");
 }
+
+/// The stage call carries the task's queue key (a plain claim, a held claim, and a fair type's
+/// claim), so a function can act per queue (a crawler's site); a task without one has none.
+#[tokio::test]
+async fn the_stage_call_carries_the_tasks_queue_key() {
+    let db = TestDb::new().await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let config = WorkerConfig {
+        worker_id: WorkerId::new("keyed-worker").unwrap(),
+        exit_when_idle: true,
+        ..WorkerConfig::default()
+    };
+    let mut worker = Worker::new(db.pool.clone(), db.url.clone(), config);
+    for (name, fair) in [("plain", false), ("fair", true)] {
+        let seen = seen.clone();
+        worker = worker.register(
+            TypeName::new(name).unwrap(),
+            move |call: StageCall| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push((call.task_type.clone(), call.queue_key.clone()));
+                    StageReply::Succeeded { result: json!(null) }
+                }
+            },
+            None,
+            TaskTypeUpdate { fair_queues: Some(fair), ..Default::default() },
+        );
+    }
+    let c = db.raw().await;
+    c.batch_execute(
+        "select asyncflow.register_task_type('plain', '{}'); \
+         select asyncflow.register_task_type('fair', '{\"fair_queues\": true}'); \
+         select asyncflow.create_task('plain', '{}', queue_key => 'site-a'); \
+         select asyncflow.create_task('plain', '{}'); \
+         select asyncflow.create_task('fair', '{}', queue_key => 'site-b');",
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(15), worker.run(CancellationToken::new())).await.unwrap().unwrap();
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("fair".to_string(), Some("site-b".to_string())),
+            ("plain".to_string(), None),
+            ("plain".to_string(), Some("site-a".to_string())),
+        ]
+    );
+    // and an executable function finds it in its JSON
+    let call = asyncflow::function::StageCall {
+        task_id: "plain-1-1".into(),
+        task_type: "plain".into(),
+        stage: "start".into(),
+        context: json!({}),
+        attempt: 1,
+        priority: 0,
+        user_id: None,
+        deadline: chrono::Utc::now(),
+        queue_key: Some("site-a".into()),
+        cancel: Default::default(),
+    };
+    assert_eq!(serde_json::to_value(&call).unwrap()["queue_key"], "site-a");
+}

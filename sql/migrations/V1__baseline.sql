@@ -211,7 +211,9 @@ create type asyncflow.claimed_task as (
   claim_seq integer,
   user_id text,
   lease_until timestamptz,
-  claimed_at timestamptz
+  claimed_at timestamptz,
+  -- the task's queue key (null: none)
+  queue_key text
 );
 
 -- What a held claim returns for each task (type_hold__<type>).
@@ -226,6 +228,7 @@ create type asyncflow.held_task as (
   user_id text,
   lease_until timestamptz,
   claimed_at timestamptz,
+  queue_key text,
   -- true: locked by the caller's transaction, still 'pending' until type_finish__; false:
   -- claimed ('running') by type_claim__
   held boolean

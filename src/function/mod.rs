@@ -38,6 +38,9 @@ pub struct StageCall {
     pub user_id: Option<String>,
     /// When the current lease ends unless extended.
     pub deadline: DateTime<Utc>,
+    /// The task's queue key, when it has one (many queues within a type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_key: Option<String>,
     /// Fired when the call is to stop (not on the wire).
     #[serde(skip)]
     pub cancel: CallCancel,
@@ -85,6 +88,7 @@ impl From<ClaimedTask> for StageCall {
             priority: t.priority,
             user_id: t.user_id,
             deadline: t.lease_until,
+            queue_key: t.queue_key,
             cancel: CallCancel::default(),
         }
     }

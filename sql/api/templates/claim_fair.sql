@@ -148,7 +148,8 @@ begin
         from picked
         where t.shard = picked.shard and t.id = picked.id
         returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context,
-          t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at)::asyncflow.claimed_task as task,
+          t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key)::asyncflow.claimed_task
+          as task,
           picked.k, picked.ord
       )
       select array_agg(c.task order by c.ord), array_agg(c.k order by c.ord) into v_claimed, v_claimed_keys

@@ -54,7 +54,7 @@ begin
     from picked
     where t.shard = picked.shard and t.id = picked.id
     returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
-      t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at
+      t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key
   ), counted as (
     insert into asyncflow.type_counters as k (task_type, slot, claimed)
     select v_task_type, pg_backend_pid() % 16, count(*) from claimed having count(*) > 0

@@ -46,7 +46,7 @@ begin
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
   return query
   select asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, t.priority,
-    t.attempt + 1, t.claim_seq + 1, t.user_id, v_lease_until, v_now, true
+    t.attempt + 1, t.claim_seq + 1, t.user_id, v_lease_until, v_now, t.queue_key, true
   from asyncflow.{{tasks}} t
   where t.shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
     and t.status = 'pending' and t.order_time <= v_now

@@ -186,6 +186,7 @@ fn claimed_task(r: &Row) -> Result<ClaimedTask> {
         user_id: get(r, "user_id")?,
         lease_until: get(r, "lease_until")?,
         claimed_at: get(r, "claimed_at")?,
+        queue_key: get(r, "queue_key")?,
     })
 }
 
