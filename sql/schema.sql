@@ -67,13 +67,17 @@ CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zo
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 29 lines, sha256 256c63aa01fdda17
 
+CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS -- body: 5 lines, sha256 4968d8e151209da9
+
 CREATE FUNCTION asyncflow.check_new_type_name(p_task_type text) RETURNS void
     LANGUAGE plpgsql STABLE
     AS -- body: 18 lines, sha256 44148ec2a3ccf364
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 53 lines, sha256 966adf12f2083f4f
+    AS -- body: 58 lines, sha256 0693cccd4b0d2f17
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -109,7 +113,7 @@ CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETU
 CREATE FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb DEFAULT NULL::jsonb, error text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 27 lines, sha256 3d5e88346d288111
+    AS -- body: 28 lines, sha256 eb358917490cc797
 
 CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -117,12 +121,12 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
 
 CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 63 lines, sha256 70d37134d4c71d92
+    AS -- body: 65 lines, sha256 6496ef679513a266
 
 CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 58 lines, sha256 29c65b3819555981
+    AS -- body: 60 lines, sha256 98104096b9826bb9
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -181,7 +185,7 @@ CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TAB
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 155 lines, sha256 31ef186fc1bc7ec4
+    AS -- body: 164 lines, sha256 3d34b0e5633aa7b6
 
 CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -194,6 +198,14 @@ CREATE FUNCTION asyncflow.is_jsonpath(p_text text) RETURNS boolean
 CREATE FUNCTION asyncflow.is_timestamptz(p_text text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     AS -- body: 5 lines, sha256 604aae6c9b878a54
+
+CREATE FUNCTION asyncflow.json_ok(p_value jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 4 lines, sha256 f9617803407dfd2a
+
+CREATE FUNCTION asyncflow.json_problem(p_value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 8 lines, sha256 b4c4311b81aee95f
 
 CREATE FUNCTION asyncflow.list_pipelines() RETURNS SETOF jsonb
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -398,9 +410,9 @@ CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
     AS -- body: 1 lines, sha256 338de94b7a964063
 
 CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 1 lines, sha256 bee956b8fdbbaa29
+    AS -- body: 4 lines, sha256 932bcaf69f698d42
 
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
@@ -969,6 +981,8 @@ GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with tim
 REVOKE ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.check_json(p_value jsonb, p_field text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.check_new_type_name(p_task_type text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
@@ -1034,6 +1048,10 @@ REVOKE ALL ON FUNCTION asyncflow.is_integral(p_value jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.is_jsonpath(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.is_timestamptz(p_text text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.json_ok(p_value jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.json_problem(p_value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.list_pipelines() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_pipelines() TO asyncflow_client;

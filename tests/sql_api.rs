@@ -514,7 +514,7 @@ fn hijacking_schema() -> String {
     let mut sql = String::from(
         "create schema hijack; \
          create type hijack.text as (x int); create type hijack.jsonb as (x int); \
-         create type hijack.regclass as (x int);",
+         create type hijack.regclass as (x int); create type hijack.jsonpath as (x int);",
     );
     // (name, argument types, return type): functions of pg_catalog that create_task calls
     let functions = [
@@ -527,6 +527,8 @@ fn hijacking_schema() -> String {
         ("pg_try_advisory_xact_lock", "int, int", "boolean"),
         ("hashtext", "pg_catalog.text", "int"),
         ("pg_notify", "pg_catalog.text, pg_catalog.text", "void"),
+        // the JSON rule (asyncflow.json_ok, inlined)
+        ("jsonb_path_exists", "pg_catalog.jsonb, pg_catalog.jsonpath", "boolean"),
     ];
     for (name, args, returns) in functions {
         sql += &format!(

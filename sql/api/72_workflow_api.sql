@@ -5,6 +5,8 @@
 -- start_run: starts a run of the pipeline's active version (or of p_version, unless retired)
 -- with this input; its outcome is POSTed to notify_url (with notify_key) when it ends.
 -- With run_at in the future the run waits until then (the checker begins it). Returns the run id.
+-- The input obeys the JSON rule (asyncflow.json_ok) here, where it comes in; the inputs the engine
+-- makes for sub-pipeline runs from it are not checked again.
 create or replace function asyncflow.start_run(
   pipeline text,
   input jsonb default '{}',
@@ -14,8 +16,11 @@ create or replace function asyncflow.start_run(
   version integer default null,
   p_now timestamptz default null
 ) returns text
-language sql security definer set search_path = pg_catalog, pg_temp as $$
-  select asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, coalesce($7, now()))
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  perform asyncflow.check_json($2, 'input');
+  return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, coalesce($7, now()));
+end
 $$;
 
 create or replace function asyncflow.run_json(r asyncflow.runs) returns jsonb
@@ -253,6 +258,7 @@ begin
   if pg_column_size($3) > v_max_bytes then
     perform asyncflow.raise_error('AF005', format('result is too large: %s bytes, the limit is %s', pg_column_size($3), v_max_bytes));
   end if;
+  perform asyncflow.check_json($3, 'result');
   if $4 is null then
     perform asyncflow.wf_complete_event(v_event.event_id, coalesce($3, v_event.result, '{}'::jsonb), v_now);
   else
