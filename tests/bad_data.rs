@@ -1,6 +1,6 @@
 //! Data asyncflow could store but not read back (issue: numbers beyond f64, nesting beyond
-//! serde_json's limit) is refused where it comes in: AF006 naming the field (HTTP 400), nothing
-//! changed. Values at the limits are taken and read back by
+//! serde_json's limit, clocks beyond RFC 3339's years) is refused where it comes in: AF006
+//! naming the field (HTTP 400), nothing changed. Values at the limits are taken and read back by
 //! the Rust readers (`api::get_task`, claims, the HTTP API).
 mod common;
 
@@ -357,6 +357,132 @@ async fn runs_refuse_inputs_and_node_results_a_reader_cannot_parse() {
         .collect();
     assert_eq!(work.len(), 1);
     assert_eq!(work[0]["inputs"]["wait"], json!({"m": -1e308}));
+}
+
+/// A call of each public function that takes a clock, with everything but the clock ($1) valid.
+fn clocked_calls(task: &str, failed: &str, run: &str) -> Vec<String> {
+    let q = |s: &str| format!("'{s}'");
+    let (task, failed, run) = (q(task), q(failed), q(run));
+    vec![
+        "select asyncflow.create_task('edge', '{}', p_now => $1::text::timestamptz)".into(),
+        "select asyncflow.create_task('edge', '{}', 5, stage => 's', p_now => $1::text::timestamptz)".into(),
+        "select asyncflow.create_task('edge', '{}', idempotency_key => 'k', p_now => $1::text::timestamptz)".into(),
+        "select * from asyncflow.create_tasks('edge', '[{}]', $1::text::timestamptz)".into(),
+        "select * from asyncflow.claim_tasks('edge', 'w', 10, $1::text::timestamptz)".into(),
+        "select * from asyncflow.type_claim__edge('w', 10, $1::text::timestamptz)".into(),
+        format!(
+            "select * from asyncflow.report_tasks('w', jsonb_build_array(jsonb_build_object('task_id', {task}, \
+             'claim_seq', 1, 'outcome', 'succeed')), $1::text::timestamptz)"
+        ),
+        format!(
+            "select * from asyncflow.report_task_arrays('w', array[{task}], array[1], array['succeed'], \
+             p_now => $1::text::timestamptz)"
+        ),
+        format!(
+            "select * from asyncflow.type_report__edge('w', array[{task}], array[1], array['succeed'], null, null, \
+             null, null, null, null, $1::text::timestamptz)"
+        ),
+        format!("select asyncflow.cancel_task({task}, $1::text::timestamptz)"),
+        format!("select asyncflow.retry_task({failed}, $1::text::timestamptz)"),
+        "select asyncflow.start_run('ext', p_now => $1::text::timestamptz)".into(),
+        format!("select asyncflow.cancel_run({run}, $1::text::timestamptz)"),
+        format!("select asyncflow.retry_run({run}, $1::text::timestamptz)"),
+        format!("select asyncflow.retry_node({run}, 'wait', $1::text::timestamptz)"),
+        format!("select asyncflow.complete_node({run}, 'wait', p_now => $1::text::timestamptz)"),
+        "select * from asyncflow.rescue_expired($1::text::timestamptz)".into(),
+        "select asyncflow.roll_shard('edge', $1::text::timestamptz)".into(),
+        "select asyncflow.advance_begin_pos('edge', $1::text::timestamptz)".into(),
+        "select * from asyncflow.drop_expired_shards('edge', $1::text::timestamptz)".into(),
+        "select * from asyncflow.check_runs($1::text::timestamptz)".into(),
+        "select * from asyncflow.claim_callbacks('w', 10, 60, $1::text::timestamptz)".into(),
+        "select asyncflow.record_callback('r20300101-x_cb1', 1, 200, null, 5, false, $1::text::timestamptz)".into(),
+        "select * from asyncflow.drop_expired_runs($1::text::timestamptz)".into(),
+        "select asyncflow.maintenance_due($1::text::timestamptz)".into(),
+    ]
+}
+
+#[tokio::test]
+async fn clocks_outside_the_readable_range_are_refused_by_every_function_that_takes_one() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "edge", json!({"max_retry_num": 0})).await;
+    async_pipeline(&c).await;
+    let ids: Vec<String> = c
+        .query("select * from asyncflow.create_tasks('edge', '[{}, {}]')", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let claimed: Vec<(String, i32)> = c
+        .query("select task_id, claim_seq from asyncflow.claim_tasks('edge', 'w', 10)", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(claimed.len(), 2);
+    let (running, failed) = (&ids[0], &ids[1]);
+    c.query(
+        "select * from asyncflow.report_tasks('w', jsonb_build_array(jsonb_build_object('task_id', $1::text, \
+         'claim_seq', 1, 'outcome', 'fail', 'retry', false)))",
+        &[failed],
+    )
+    .await
+    .unwrap();
+    let run_id = start(&c, "ext", json!({}), None, None).await;
+    let before = (count(&c, "tasks").await, count(&c, "runs").await);
+    let snapshot = || async {
+        (
+            task(&c, running).await["status"].clone(),
+            task(&c, failed).await["status"].clone(),
+            c.query_one("select asyncflow.get_run($1) ->> 'status'", &[&run_id]).await.unwrap().get::<_, String>(0),
+        )
+    };
+    assert_eq!(snapshot().await, (json!("running"), json!("failed"), "running".to_string()));
+
+    for clock in ["infinity", "-infinity", "9999-06-01 00:00:00+00", "9998-01-01 00:00:01+00", "0001-06-01 00:00:00+00"]
+    {
+        for sql in clocked_calls(running, failed, &run_id) {
+            let e = c.query(&sql, &[&clock]).await.unwrap_err();
+            assert_refused(
+                &e,
+                "p_now: the clock must be a timestamp from 0002-01-01 to 9998-01-01",
+                &format!("{clock}: {sql}"),
+            );
+        }
+    }
+    assert_eq!((count(&c, "tasks").await, count(&c, "runs").await), before, "nothing was created");
+    assert_eq!(snapshot().await, (json!("running"), json!("failed"), "running".to_string()), "nothing changed");
+
+    // At the top of the range the times a call derives from the clock (a lease of a year, a
+    // later's delay of a year) stay readable.
+    let pool = db.conn().await;
+    let top = "9998-01-01T00:00:00Z".parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let bottom = "0002-01-01T00:00:00Z".parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    register(&c, "late", json!({"max_processing_time": 31_536_000})).await;
+    for now in [bottom, top] {
+        let id: String =
+            c.query_one("select asyncflow.create_task('late', p_now => $1)", &[&now]).await.unwrap().get(0);
+        let t = api::get_task(&pool, &id).await.unwrap().unwrap();
+        assert_eq!(t.created_at, now);
+    }
+    let claimed = api::claim_tasks(&pool, "late", &worker("w"), 10, Some(top)).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert_eq!(claimed[0].lease_until, top + chrono::Duration::days(365));
+    let later = ReportKind::Later { delay: 31_536_000.0, context: None };
+    let answers = api::report_tasks(
+        &pool,
+        &worker("w"),
+        &[rep(claimed[0].task_id.as_str(), claimed[0].claim_seq, later)],
+        Some(top),
+    )
+    .await
+    .unwrap();
+    assert!(answers[0].accepted);
+    let t = api::get_task(&pool, claimed[0].task_id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.order_time, top + chrono::Duration::days(365));
+    assert!(api::get_task(&pool, claimed[1].task_id.as_str()).await.unwrap().is_some());
 }
 
 /// One request through the router: status and JSON body.

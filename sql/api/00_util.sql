@@ -100,6 +100,32 @@ exception when others then
 end
 $$;
 
+-- The clock a caller passes (p_now) is checked as run_at is: every public function that takes
+-- a p_now calls check_now, which returns the time the call runs at (now() when p_now is null)
+-- or raises AF006 'p_now: ...' for infinity and for times outside 0002-01-01 .. 9998-01-01 (UTC).
+-- The top is a year below run_at's: asyncflow sets times up to a year and a day after now (a
+-- lease, a later's delay, a back-off, a run's deadline, a start_run's run_at), and those must
+-- stay readable too (see is_timestamptz). now_ok is the test alone, written for create_task's
+-- direct path (under the caller's search_path: every name qualified, so the planner inlines it
+-- without anything of the caller's).
+create or replace function asyncflow.now_ok(p_now timestamptz) returns boolean
+language sql immutable parallel safe as $$
+  select p_now is null
+    or (p_now operator(pg_catalog.>=) '0002-01-01 00:00:00+00'::pg_catalog.timestamptz
+      and p_now operator(pg_catalog.<=) '9998-01-01 00:00:00+00'::pg_catalog.timestamptz)
+$$;
+
+create or replace function asyncflow.check_now(p_now timestamptz) returns timestamptz
+language plpgsql stable as $$
+begin
+  if not asyncflow.now_ok(p_now) then
+    perform asyncflow.raise_error('AF006', format(
+      'p_now: the clock must be a timestamp from 0002-01-01 to 9998-01-01 (UTC), got %s', p_now));
+  end if;
+  return coalesce(p_now, now());
+end
+$$;
+
 -- The rule for the JSON a task holds (a context, a result; a run's input, a node's result):
 -- every reader of asyncflow's data must be able to parse it, and serde_json (the server, the
 -- worker, the client) parses numbers into f64 and at most 127 levels of nesting. So, checked

@@ -181,6 +181,7 @@ CREATE OR REPLACE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p
 declare
   v_n bigint;
 begin
+  perform asyncflow.check_now(p_now);
   if jsonb_typeof(tasks) = 'array' and jsonb_path_exists(tasks, 'strict $[*] ? (@.type() != "object")') then
     select x.n into v_n from jsonb_array_elements(tasks) with ordinality x(e, n)
     where jsonb_typeof(x.e) <> 'object' order by x.n limit 1;
@@ -235,8 +236,9 @@ begin
       and coalesce(pg_catalog.length(user_id) operator(pg_catalog.<=) 255, true)
       and (queue_key is null or (pg_catalog.length(queue_key) operator(pg_catalog.>=) 1
         and pg_catalog.length(queue_key) operator(pg_catalog.<=) 255))
-      -- inlined SQL, every name in it qualified: the JSON rule
-      and asyncflow.json_ok(context) then
+      -- inlined SQL, every name in them qualified: the JSON rule and the clock's range
+      and asyncflow.json_ok(context)
+      and asyncflow.now_ok(p_now) then
       v_id := pg_catalog.nextval(v_seq);
       insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
         max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
@@ -268,7 +270,7 @@ create or replace function asyncflow.create_task_general(task_type text, context
 declare
   v_task jsonb;
   v_type asyncflow.task_types;
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_pos integer;
   v_id bigint;
   v_max_bytes integer;

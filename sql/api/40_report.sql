@@ -9,7 +9,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   p_task_id alias for $1;
   v_key record;
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_was asyncflow.task_status;
   v_claim_seq integer;
 begin
@@ -60,7 +60,7 @@ CREATE OR REPLACE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp wi
 declare
   p_task_id alias for $1;
   v_key record;
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_ref text;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
@@ -179,7 +179,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp
 set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $$
 #variable_conflict use_column
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_names text[];
   v_types text[];
 begin

@@ -17,9 +17,11 @@ create or replace function asyncflow.start_run(
   p_now timestamptz default null
 ) returns text
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := asyncflow.check_now($7);
 begin
   perform asyncflow.check_json($2, 'input');
-  return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, coalesce($7, now()));
+  return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now);
 end
 $$;
 
@@ -124,6 +126,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
   v_run asyncflow.runs;
+  v_now timestamptz := asyncflow.check_now(p_now);
 begin
   for v_try in 1..3 loop
     begin
@@ -131,7 +134,7 @@ begin
       if v_run.status not in ('scheduled', 'running') then
         return false;
       end if;
-      perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
+      perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', v_now);
       return true;
     exception when deadlock_detected then
       -- in REPEATABLE READ or SERIALIZABLE a try after a concurrent change cannot succeed
@@ -153,8 +156,8 @@ create or replace function asyncflow.retry_run(run_id text, p_now timestamptz de
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
-  v_now timestamptz := coalesce(p_now, now());
   v_new text;
 begin
   if v_run.status not in ('failed', 'timed_out', 'cancelled') or v_run.retried_by is not null then
@@ -187,8 +190,8 @@ CREATE OR REPLACE FUNCTION asyncflow.retry_node(run_id text, node text, p_now ti
     AS $_$
 #variable_conflict use_column
 declare
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
-  v_now timestamptz := coalesce(p_now, now());
   v_event asyncflow.run_events;
   v_other asyncflow.run_events;
 begin
@@ -240,8 +243,8 @@ create or replace function asyncflow.complete_node(run_id text, node text, resul
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
-  v_now timestamptz := coalesce(p_now, now());
   v_event asyncflow.run_events;
   v_max_bytes integer;
 begin
@@ -288,7 +291,7 @@ create or replace function asyncflow.check_runs(p_now timestamptz default null, 
 returns table(action text, id text, detail text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs;
   v_event asyncflow.run_events;
   v_seg asyncflow.run_segments;
@@ -430,7 +433,7 @@ returns table (callback_id text, run_id text, kind text, url text, payload jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
 begin
   return query
   with due as (
@@ -457,7 +460,7 @@ create or replace function asyncflow.record_callback(p_callback_id text, p_attem
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_cb asyncflow.callbacks;
 begin
   update asyncflow.callbacks c set
@@ -501,7 +504,7 @@ CREATE OR REPLACE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_day date;
   v_days date[];
   v_table text;
@@ -571,13 +574,17 @@ $$;
 -- `--exit-when-idle` worker that runs the maintenance services waits while it is true, so that a
 -- scale-from-zero worker does not leave a finished run's callback undelivered.
 create or replace function asyncflow.maintenance_due(p_now timestamptz default null) returns boolean
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-  select exists (select 1 from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= coalesce(p_now, now()))
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := asyncflow.check_now(p_now);
+begin
+  return exists (select 1 from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= v_now)
     or exists (select 1 from asyncflow.callbacks b where b.status = 'pending'
-               and (b.next_attempt_at <= coalesce(p_now, now()) or b.owner is not null))
+               and (b.next_attempt_at <= v_now or b.owner is not null))
     or exists (select 1 from asyncflow.run_events e where e.status in ('pending', 'running', 'external')
-               and e.deadline < coalesce(p_now, now()))
+               and e.deadline < v_now)
     or exists (select 1 from asyncflow.run_segments s where s.status in ('pending', 'running')
-               and s.deadline < coalesce(p_now, now()))
-    or exists (select 1 from asyncflow.runs r where r.status = 'running' and r.deadline < coalesce(p_now, now()))
+               and s.deadline < v_now)
+    or exists (select 1 from asyncflow.runs r where r.status = 'running' and r.deadline < v_now);
+end
 $$;
