@@ -53,7 +53,7 @@ CREATE TYPE asyncflow.task_status AS ENUM (
 CREATE FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 44 lines, sha256 6e550961a088cbdf
+    AS -- body: 44 lines, sha256 748f1a620cd22cb1
 
 CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -62,25 +62,33 @@ CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 24 lines, sha256 a1e1ac258aa478da
+    AS -- body: 25 lines, sha256 e7776bfc3ec50af2
 
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 29 lines, sha256 256c63aa01fdda17
+    AS -- body: 29 lines, sha256 a357deb31413f56b
+
+CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS -- body: 5 lines, sha256 4968d8e151209da9
 
 CREATE FUNCTION asyncflow.check_new_type_name(p_task_type text) RETURNS void
     LANGUAGE plpgsql STABLE
     AS -- body: 18 lines, sha256 44148ec2a3ccf364
 
+CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS -- body: 7 lines, sha256 df582deed47e1321
+
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 53 lines, sha256 966adf12f2083f4f
+    AS -- body: 58 lines, sha256 0693cccd4b0d2f17
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 136 lines, sha256 e570254f13c7cafb
+    AS -- body: 136 lines, sha256 0d483aa75b1613c7
 
 CREATE FUNCTION asyncflow.check_settings(p_settings jsonb) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -97,12 +105,12 @@ CREATE FUNCTION asyncflow.check_type_name(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer DEFAULT 60, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(callback_id text, run_id text, kind text, url text, payload jsonb, attempt integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 15 lines, sha256 23fdac0742baa0f4
+    AS -- body: 15 lines, sha256 c44cf53a37a76ade
 
 CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF asyncflow.claimed_task
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 12 lines, sha256 785ca783b0557335
+    AS -- body: 13 lines, sha256 fcdc9ad0e8163cc4
 
 CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
@@ -111,7 +119,7 @@ CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETU
 CREATE FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb DEFAULT NULL::jsonb, error text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 27 lines, sha256 3d5e88346d288111
+    AS -- body: 28 lines, sha256 98cae2cb4ad39109
 
 CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -119,17 +127,17 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
 
 CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 63 lines, sha256 70d37134d4c71d92
+    AS -- body: 66 lines, sha256 f34185c6c97b373e
 
 CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 58 lines, sha256 29c65b3819555981
+    AS -- body: 60 lines, sha256 aa66a4f08526c867
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 11 lines, sha256 aaa758d65b425753
+    AS -- body: 12 lines, sha256 72d85fb3e10ce275
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -138,12 +146,12 @@ CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 49 lines, sha256 d2ae3a4aa4417a95
+    AS -- body: 49 lines, sha256 27e955b66ee40a71
 
 CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 45 lines, sha256 66677b85031b34f9
+    AS -- body: 45 lines, sha256 b7a447aad125c998
 
 CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
@@ -183,7 +191,7 @@ CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TAB
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 155 lines, sha256 31ef186fc1bc7ec4
+    AS -- body: 164 lines, sha256 3d34b0e5633aa7b6
 
 CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -196,6 +204,14 @@ CREATE FUNCTION asyncflow.is_jsonpath(p_text text) RETURNS boolean
 CREATE FUNCTION asyncflow.is_timestamptz(p_text text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     AS -- body: 5 lines, sha256 604aae6c9b878a54
+
+CREATE FUNCTION asyncflow.json_ok(p_value jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 4 lines, sha256 f9617803407dfd2a
+
+CREATE FUNCTION asyncflow.json_problem(p_value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 8 lines, sha256 b4c4311b81aee95f
 
 CREATE FUNCTION asyncflow.list_pipelines() RETURNS SETOF jsonb
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -213,14 +229,18 @@ CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_stat
     AS -- body: 26 lines, sha256 c39b156739bafc09
 
 CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 8 lines, sha256 ee9f4c2dc35d9054
+    AS -- body: 12 lines, sha256 400e9cacea83bf2b
 
 CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 22 lines, sha256 d0b208e4e7777b38
+
+CREATE FUNCTION asyncflow.now_ok(p_now timestamp with time zone) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 3 lines, sha256 2679eb18dab7798c
 
 CREATE FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) RETURNS record
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -258,7 +278,7 @@ CREATE FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text
 CREATE FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text DEFAULT 'active'::text) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 35 lines, sha256 1a1da8ac0a722bea
+    AS -- body: 37 lines, sha256 9d7ef9e2ba387aa0
 
 CREATE FUNCTION asyncflow.queue_keys(p_task_type text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS TABLE(queue_key text, ready bigint, delayed bigint, running bigint, oldest_ready_age double precision, concurrency integer)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -272,7 +292,7 @@ CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
 CREATE FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 33 lines, sha256 b0f2b10e58901e32
+    AS -- body: 33 lines, sha256 c4f1d64d0299d187
 
 CREATE FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) RETURNS void
     LANGUAGE sql SECURITY DEFINER
@@ -295,7 +315,7 @@ CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS -- body: 30 lines, sha256 77b8b013d7a9a2b3
+    AS -- body: 30 lines, sha256 ba387b46ca5c503c
 
 CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -306,7 +326,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 42 lines, sha256 36ea651ff768411f
+    AS -- body: 42 lines, sha256 d81eed54758e0bc4
 
 CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -315,17 +335,17 @@ CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURN
 CREATE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 45 lines, sha256 145fd50ce6415b4f
+    AS -- body: 45 lines, sha256 8557d56901a33347
 
 CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 19 lines, sha256 c34f8118db2d371d
+    AS -- body: 19 lines, sha256 ce5ab7f1c4919349
 
 CREATE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 38 lines, sha256 b8989d9cb2a4ee16
+    AS -- body: 38 lines, sha256 a686aff0c51212bf
 
 CREATE FUNCTION asyncflow.retry_wait(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql PARALLEL SAFE
@@ -334,7 +354,7 @@ CREATE FUNCTION asyncflow.retry_wait(p_attempt integer, p_max integer) RETURNS i
 CREATE FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 31 lines, sha256 3858d3622d28833b
+    AS -- body: 31 lines, sha256 f50c1314958cc51a
 
 CREATE FUNCTION asyncflow.run_day(p_id text) RETURNS date
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -400,9 +420,9 @@ CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
     AS -- body: 1 lines, sha256 338de94b7a964063
 
 CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 1 lines, sha256 bee956b8fdbbaa29
+    AS -- body: 6 lines, sha256 2abe3fd3798b1a2b
 
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
@@ -977,7 +997,11 @@ GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with tim
 REVOKE ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.check_json(p_value jsonb, p_field text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.check_new_type_name(p_task_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.check_now(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
 
@@ -1043,6 +1067,10 @@ REVOKE ALL ON FUNCTION asyncflow.is_jsonpath(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.is_timestamptz(p_text text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.json_ok(p_value jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.json_problem(p_value jsonb) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.list_pipelines() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_pipelines() TO asyncflow_client;
 
@@ -1056,6 +1084,8 @@ REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone)
 
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;
+
+REVOKE ALL ON FUNCTION asyncflow.now_ok(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) FROM PUBLIC;
 

@@ -513,7 +513,8 @@ fn hijacking_schema() -> String {
     let mut sql = String::from(
         "create schema hijack; \
          create type hijack.text as (x int); create type hijack.jsonb as (x int); \
-         create type hijack.regclass as (x int);",
+         create type hijack.regclass as (x int); create type hijack.jsonpath as (x int); \
+         create type hijack.timestamptz as (x int);",
     );
     // (name, argument types, return type): functions of pg_catalog that create_task calls
     let functions = [
@@ -526,6 +527,8 @@ fn hijacking_schema() -> String {
         ("pg_try_advisory_xact_lock", "int, int", "boolean"),
         ("hashtext", "pg_catalog.text", "int"),
         ("pg_notify", "pg_catalog.text, pg_catalog.text", "void"),
+        // the JSON rule (asyncflow.json_ok, inlined)
+        ("jsonb_path_exists", "pg_catalog.jsonb, pg_catalog.jsonpath", "boolean"),
     ];
     for (name, args, returns) in functions {
         sql += &format!(
@@ -575,7 +578,7 @@ async fn create_task_reaches_nothing_of_the_callers_search_path() {
     let full: String = c
         .query_one(
             "select asyncflow.create_task('video', '{\"a\": 1}'::pg_catalog.jsonb, 30, \
-             '2030-01-01 00:00:00+00'::timestamptz, 'probe', null, 'u1')",
+             '2030-01-01 00:00:00+00'::pg_catalog.timestamptz, 'probe', null, 'u1')",
             &[],
         )
         .await
@@ -583,6 +586,16 @@ async fn create_task_reaches_nothing_of_the_callers_search_path() {
         .get(0);
     let null_context: String =
         c.query_one("select asyncflow.create_task('video', 'null'::pg_catalog.jsonb)", &[]).await.unwrap().get(0);
+    // the clock's range (asyncflow.now_ok, inlined) on the direct path
+    let clocked: String = c
+        .query_one(
+            "select asyncflow.create_task('video', '{\"n\": [1e300]}'::pg_catalog.jsonb, \
+             p_now => '2030-01-01 00:00:00+00'::pg_catalog.timestamptz)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
     // a queue key's check (length, >=, <=) on the direct path
     let with_key: String =
         c.query_one("select asyncflow.create_task('video', queue_key => 'site-a')", &[]).await.unwrap().get(0);
@@ -604,6 +617,10 @@ async fn create_task_reaches_nothing_of_the_callers_search_path() {
     );
     assert_eq!(task(&c, &null_context).await["context"], json!({}));
     assert_eq!(task(&c, &with_key).await["queue_key"], "site-a");
+    assert_eq!(
+        at(&task(&c, &clocked).await, "created_at"),
+        "2030-01-01T00:00:00Z".parse::<chrono::DateTime<chrono::Utc>>().unwrap()
+    );
     for id in [&plain, &keyed] {
         assert_eq!(task(&c, id).await["status"], "pending", "{id}");
     }

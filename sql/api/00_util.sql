@@ -100,6 +100,78 @@ exception when others then
 end
 $$;
 
+-- The clock a caller passes (p_now) is checked as run_at is: every public function that takes
+-- a p_now calls check_now, which returns the time the call runs at (now() when p_now is null)
+-- or raises AF006 'p_now: ...' for infinity and for times outside 0002-01-01 .. 9998-01-01 (UTC).
+-- The top is a year below run_at's: asyncflow sets times up to a year and a day after now (a
+-- lease, a later's delay, a back-off, a run's deadline, a start_run's run_at), and those must
+-- stay readable too (see is_timestamptz). now_ok is the test alone, written for create_task's
+-- direct path (under the caller's search_path: every name qualified, so the planner inlines it
+-- without anything of the caller's).
+create or replace function asyncflow.now_ok(p_now timestamptz) returns boolean
+language sql immutable parallel safe as $$
+  select p_now is null
+    or (p_now operator(pg_catalog.>=) '0002-01-01 00:00:00+00'::pg_catalog.timestamptz
+      and p_now operator(pg_catalog.<=) '9998-01-01 00:00:00+00'::pg_catalog.timestamptz)
+$$;
+
+create or replace function asyncflow.check_now(p_now timestamptz) returns timestamptz
+language plpgsql stable as $$
+begin
+  if not asyncflow.now_ok(p_now) then
+    perform asyncflow.raise_error('AF006', format(
+      'p_now: the clock must be a timestamp from 0002-01-01 to 9998-01-01 (UTC), got %s', p_now));
+  end if;
+  return coalesce(p_now, now());
+end
+$$;
+
+-- The rule for the JSON a task holds (a context, a result; a run's input, a node's result):
+-- every reader of asyncflow's data must be able to parse it, and serde_json (the server, the
+-- worker, the client) parses numbers into f64 and at most 127 levels of nesting. So, checked
+-- where JSON comes in (create_task, create_tasks, reports, finishes of held claims, start_run,
+-- complete_node), and refused with AF006 '<field>: ...':
+-- - a number whose absolute value is above 1e308. PostgreSQL keeps any number exactly (1e400;
+--   1.7976931348623157e308, f64's largest, as a 309-digit integer that f64 then overflows on
+--   reading it back); every number up to 1e308 reads back as a finite f64, and that f64 writes
+--   back within the range (the f64 nearest 1e308 writes as 1e+308), so a worker that hands on
+--   what it read is not refused;
+-- - nesting deeper than 64 levels of arrays and objects ({} is 1 level, {"a": [1]} 2): what
+--   asyncflow wraps around a value (a task's fields, a page of tasks, a run's records, a workflow
+--   node's context) stays far below 127.
+-- Both are jsonpath scans (C): the depth one stops at level 64, the number one visits every
+-- value (.abs() of anything but a number is an error, which a filter takes as false).
+-- json_ok is the test alone (null passes), written for create_task's direct path like now_ok;
+-- json_problem says what is wrong (null when nothing is); check_json raises.
+create or replace function asyncflow.json_ok(p_value jsonb) returns boolean
+language sql immutable parallel safe as $$
+  select p_value is null or not (
+    pg_catalog.jsonb_path_exists(p_value,
+      'strict $.**{64} ? (@.type() == "object" || @.type() == "array")'::pg_catalog.jsonpath)
+    or pg_catalog.jsonb_path_exists(p_value, 'strict $.** ? (@.abs() > 1e308)'::pg_catalog.jsonpath))
+$$;
+
+create or replace function asyncflow.json_problem(p_value jsonb) returns text
+language sql immutable parallel safe as $$
+  select case
+    when asyncflow.json_ok(p_value) then null
+    when jsonb_path_exists(p_value, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")')
+      then 'nests deeper than 64 levels of arrays and objects (the limit of asyncflow''s JSON)'
+    else format('holds the number %s: numbers must lie between -1e308 and 1e308 (the limit of asyncflow''s JSON)',
+      (select case when length(n) <= 40 then n else format('%s… (%s characters)', left(n, 20), length(n)) end
+       from (select jsonb_path_query_first(p_value, 'strict $.** ? (@.abs() > 1e308)')::text as n) x))
+  end
+$$;
+
+create or replace function asyncflow.check_json(p_value jsonb, p_field text) returns void
+language plpgsql immutable as $$
+begin
+  if not asyncflow.json_ok(p_value) then
+    perform asyncflow.raise_error('AF006', format('%s: %s', p_field, asyncflow.json_problem(p_value)));
+  end if;
+end
+$$;
+
 -- Raises AF007 unless the task exists.
 create or replace function asyncflow.check_task_exists(p_task_type text, p_shard integer, p_id bigint, p_task_id text) returns void
 language plpgsql stable as $$

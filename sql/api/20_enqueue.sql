@@ -47,6 +47,10 @@ begin
           || exists(@.keyvalue() ? (@.key != "context" && @.key != "priority" && @.key != "run_at"
               && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id"
               && @.key != "queue_key")))', silent => true), true)
+    -- the JSON rule (asyncflow.json_ok) for every context, in strict mode: lax would unwrap
+    -- arrays and count their levels wrong (an element without a context is false here)
+    or coalesce(jsonb_path_exists(p_tasks, 'strict $[*] ? (exists(@.context.**{64} ? (@.type() == "object"
+          || @.type() == "array")) || exists(@.context.** ? (@.abs() > 1e308)))', silent => true), true)
   then
     select n, left(problem, 5) as code, substr(problem, 6) as why into v_bad from (
       select n, case
@@ -65,6 +69,9 @@ begin
         when pg_column_size(e -> 'context') > v_max_bytes
           then 'AF005' || format('context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
             pg_column_size(e -> 'context'), v_max_bytes)
+        -- '.<field>: ...' names the field after the element: tasks[3].context: ...
+        when not asyncflow.json_ok(e -> 'context')
+          then 'AF006' || format('.context: %s', asyncflow.json_problem(e -> 'context'))
         when jsonb_typeof(e -> 'run_at') not in ('string', 'null') or (jsonb_typeof(e -> 'run_at') = 'string'
           and not asyncflow.is_timestamptz(e ->> 'run_at'))
           then 'AF006' || format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', e -> 'run_at')
@@ -80,8 +87,10 @@ begin
       from jsonb_array_elements(p_tasks) with ordinality x(e, n)
     ) checked where problem is not null order by n limit 1;
     if found then
-      perform asyncflow.raise_error(v_bad.code,
-        case when p_single then v_bad.why else format('tasks[%s]: %s', v_bad.n - 1, v_bad.why) end);
+      perform asyncflow.raise_error(v_bad.code, case
+        when p_single then ltrim(v_bad.why, '.')
+        when v_bad.why like '.%' then format('tasks[%s]%s', v_bad.n - 1, v_bad.why)
+        else format('tasks[%s]: %s', v_bad.n - 1, v_bad.why) end);
     end if;
   end if;
 
@@ -172,6 +181,7 @@ CREATE OR REPLACE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p
 declare
   v_n bigint;
 begin
+  perform asyncflow.check_now(p_now);
   if jsonb_typeof(tasks) = 'array' and jsonb_path_exists(tasks, 'strict $[*] ? (@.type() != "object")') then
     select x.n into v_n from jsonb_array_elements(tasks) with ordinality x(e, n)
     where jsonb_typeof(x.e) <> 'object' order by x.n limit 1;
@@ -225,7 +235,10 @@ begin
       and (stage is null or stage operator(pg_catalog.~) '^[A-Za-z0-9_.:/-]{1,64}$'::pg_catalog.text)
       and coalesce(pg_catalog.length(user_id) operator(pg_catalog.<=) 255, true)
       and (queue_key is null or (pg_catalog.length(queue_key) operator(pg_catalog.>=) 1
-        and pg_catalog.length(queue_key) operator(pg_catalog.<=) 255)) then
+        and pg_catalog.length(queue_key) operator(pg_catalog.<=) 255))
+      -- inlined SQL, every name in them qualified: the JSON rule and the clock's range
+      and asyncflow.json_ok(context)
+      and asyncflow.now_ok(p_now) then
       v_id := pg_catalog.nextval(v_seq);
       insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
         max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
@@ -257,7 +270,7 @@ create or replace function asyncflow.create_task_general(task_type text, context
 declare
   v_task jsonb;
   v_type asyncflow.task_types;
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_pos integer;
   v_id bigint;
   v_max_bytes integer;
@@ -279,6 +292,8 @@ begin
       perform asyncflow.raise_error('AF005', format(
         'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
         pg_column_size(context), v_max_bytes));
+    elsif not asyncflow.json_ok(context) then
+      perform asyncflow.check_json(context, 'context');
     elsif run_at is not null and not run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00' then
       -- years 2 to 9998: the task's times stay years 1 to 9999 in any time zone, which
       -- JSON readers of RFC 3339 can read (a year before 1 is written "... BC", which they cannot)

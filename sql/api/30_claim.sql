@@ -11,6 +11,7 @@ begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
   end if;
+  perform asyncflow.check_now(p_now);
   perform 1 from asyncflow.task_types where task_type = p_task_type;
   if not found then
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));

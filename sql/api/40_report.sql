@@ -9,7 +9,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   p_task_id alias for $1;
   v_key record;
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_was asyncflow.task_status;
   v_claim_seq integer;
 begin
@@ -60,7 +60,7 @@ CREATE OR REPLACE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp wi
 declare
   p_task_id alias for $1;
   v_key record;
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_ref text;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
@@ -179,7 +179,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp
 set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $$
 #variable_conflict use_column
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_names text[];
   v_types text[];
 begin
@@ -259,6 +259,9 @@ begin
         then format('context is too large: %s bytes, the limit is %s', pg_column_size(x.context), v_max_bytes)
       when pg_column_size(x.result) > v_max_bytes
         then format('result is too large: %s bytes, the limit is %s', pg_column_size(x.result), v_max_bytes)
+      -- the JSON rule; '.<field>: ...' names the field after the report: reports[3].context: ...
+      when not asyncflow.json_ok(x.context) then format('.context: %s', asyncflow.json_problem(x.context))
+      when not asyncflow.json_ok(x.result) then format('.result: %s', asyncflow.json_problem(x.result))
       when x.outcome = 'later' and (x.delay is null or x.delay = 'NaN' or x.delay not between 0 and 31536000)
         then format('delay must be a number of seconds between 0 and 31536000, got %s', coalesce(x.delay::text, 'null'))
     end as problem
@@ -266,7 +269,9 @@ begin
       with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, n)
   ) checked where problem is not null order by n limit 1;
   if found then
-    perform asyncflow.raise_error('AF006', format('reports[%s]: %s', v_bad.n - 1, v_bad.problem));
+    perform asyncflow.raise_error('AF006', case when v_bad.problem like '.%'
+      then format('reports[%s]%s', v_bad.n - 1, v_bad.problem)
+      else format('reports[%s]: %s', v_bad.n - 1, v_bad.problem) end);
   end if;
 end
 $$;

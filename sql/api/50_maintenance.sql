@@ -11,7 +11,7 @@ returns table (task_id text, task_type text, status asyncflow.task_status)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_ids text[];
   v_types text[];
   v_statuses asyncflow.task_status[];
@@ -58,7 +58,7 @@ CREATE OR REPLACE FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestam
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_max_rows bigint;
   v_end integer;
   v_rows bigint;
@@ -102,7 +102,7 @@ CREATE OR REPLACE FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now t
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_pos asyncflow.positions;
   v_shard integer;
   v_begin integer;
@@ -152,7 +152,7 @@ CREATE OR REPLACE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_shard integer;
   v_leaf text;
   v_lock_timeout text := current_setting('lock_timeout');

@@ -431,6 +431,8 @@ begin
   if p_status is null or p_status not in ('active', 'draft') then
     perform asyncflow.raise_error('AF006', format('status must be active or draft, got %s', coalesce(quote_literal(p_status), 'null')));
   end if;
+  -- what is stored must read back (a description holding 1e400 would break GET of the pipeline)
+  perform asyncflow.check_json(p_definition, 'definition');
   v_plan := asyncflow.compile_pipeline(p_name, p_definition);
   perform pg_advisory_xact_lock(16714, hashtext(p_name));
   -- the engine hears of the tasks of these functions (see wf_watch_type)

@@ -5,6 +5,8 @@
 -- start_run: starts a run of the pipeline's active version (or of p_version, unless retired)
 -- with this input; its outcome is POSTed to notify_url (with notify_key) when it ends.
 -- With run_at in the future the run waits until then (the checker begins it). Returns the run id.
+-- The input obeys the JSON rule (asyncflow.json_ok) here, where it comes in; the inputs the engine
+-- makes for sub-pipeline runs from it are not checked again.
 create or replace function asyncflow.start_run(
   pipeline text,
   input jsonb default '{}',
@@ -14,8 +16,13 @@ create or replace function asyncflow.start_run(
   version integer default null,
   p_now timestamptz default null
 ) returns text
-language sql security definer set search_path = pg_catalog, pg_temp as $$
-  select asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, coalesce($7, now()))
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := asyncflow.check_now($7);
+begin
+  perform asyncflow.check_json($2, 'input');
+  return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now);
+end
 $$;
 
 create or replace function asyncflow.run_json(r asyncflow.runs) returns jsonb
@@ -121,6 +128,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
   v_run asyncflow.runs;
+  v_now timestamptz := asyncflow.check_now(p_now);
 begin
   for v_try in 1..3 loop
     begin
@@ -128,7 +136,7 @@ begin
       if v_run.status not in ('scheduled', 'running') then
         return false;
       end if;
-      perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', coalesce(p_now, now()));
+      perform asyncflow.wf_finish_run(v_run.run_id, 'cancelled', null, 'cancelled by hand', v_now);
       return true;
     exception when deadlock_detected then
       -- in REPEATABLE READ or SERIALIZABLE a try after a concurrent change cannot succeed
@@ -150,8 +158,8 @@ create or replace function asyncflow.retry_run(run_id text, p_now timestamptz de
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
-  v_now timestamptz := coalesce(p_now, now());
   v_new text;
 begin
   if v_run.status not in ('failed', 'timed_out', 'cancelled') or v_run.retried_by is not null then
@@ -184,8 +192,8 @@ CREATE OR REPLACE FUNCTION asyncflow.retry_node(run_id text, node text, p_now ti
     AS $_$
 #variable_conflict use_column
 declare
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
-  v_now timestamptz := coalesce(p_now, now());
   v_event asyncflow.run_events;
   v_other asyncflow.run_events;
 begin
@@ -237,8 +245,8 @@ create or replace function asyncflow.complete_node(run_id text, node text, resul
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs := asyncflow.wf_run_for_update($1);
-  v_now timestamptz := coalesce(p_now, now());
   v_event asyncflow.run_events;
   v_max_bytes integer;
 begin
@@ -255,6 +263,7 @@ begin
   if pg_column_size($3) > v_max_bytes then
     perform asyncflow.raise_error('AF005', format('result is too large: %s bytes, the limit is %s', pg_column_size($3), v_max_bytes));
   end if;
+  perform asyncflow.check_json($3, 'result');
   if $4 is null then
     perform asyncflow.wf_complete_event(v_event.event_id, coalesce($3, v_event.result, '{}'::jsonb), v_now);
   else
@@ -284,7 +293,7 @@ create or replace function asyncflow.check_runs(p_now timestamptz default null, 
 returns table(action text, id text, detail text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_run asyncflow.runs;
   v_event asyncflow.run_events;
   v_seg asyncflow.run_segments;
@@ -430,7 +439,7 @@ returns table (callback_id text, run_id text, kind text, url text, payload jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
 begin
   return query
   with due as (
@@ -457,7 +466,7 @@ create or replace function asyncflow.record_callback(p_callback_id text, p_attem
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_cb asyncflow.callbacks;
 begin
   update asyncflow.callbacks c set
@@ -501,7 +510,7 @@ CREATE OR REPLACE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_day date;
   v_days date[];
   v_table text;
@@ -571,13 +580,17 @@ $$;
 -- `--exit-when-idle` worker that runs the maintenance services waits while it is true, so that a
 -- scale-from-zero worker does not leave a finished run's callback undelivered.
 create or replace function asyncflow.maintenance_due(p_now timestamptz default null) returns boolean
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-  select exists (select 1 from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= coalesce(p_now, now()))
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := asyncflow.check_now(p_now);
+begin
+  return exists (select 1 from asyncflow.runs r where r.status = 'scheduled' and r.run_at <= v_now)
     or exists (select 1 from asyncflow.callbacks b where b.status = 'pending'
-               and (b.next_attempt_at <= coalesce(p_now, now()) or b.owner is not null))
+               and (b.next_attempt_at <= v_now or b.owner is not null))
     or exists (select 1 from asyncflow.run_events e where e.status in ('pending', 'running', 'external')
-               and e.deadline < coalesce(p_now, now()))
+               and e.deadline < v_now)
     or exists (select 1 from asyncflow.run_segments s where s.status in ('pending', 'running')
-               and s.deadline < coalesce(p_now, now()))
-    or exists (select 1 from asyncflow.runs r where r.status = 'running' and r.deadline < coalesce(p_now, now()))
+               and s.deadline < v_now)
+    or exists (select 1 from asyncflow.runs r where r.status = 'running' and r.deadline < v_now);
+end
 $$;

@@ -18,7 +18,7 @@ set enable_mergejoin = off set jit = off set plan_cache_mode = force_generic_pla
 declare
   v_task_type constant text := {{task_type}};
   v_type asyncflow.task_types;
-  v_now timestamptz := coalesce(p_now, now());
+  v_now timestamptz := asyncflow.check_now(p_now);
   v_limit integer;
   v_running bigint;
   v_begin integer;

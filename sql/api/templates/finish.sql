@@ -64,12 +64,14 @@ begin
     select x.n, x.shard, x.id, x.claim_seq, x.outcome, x.result, x.stage,
       nullif(x.context, 'null'::jsonb) as context,
       -- the reply can be written here: report_tasks' checks of a success or an advance
+      -- (and the JSON rule, asyncflow.json_ok: a reply that breaks it is reported, and refused)
       case x.outcome
-        when 'succeed' then coalesce(pg_column_size(x.result) <= v_max_bytes, true)
+        when 'succeed' then coalesce(pg_column_size(x.result) <= v_max_bytes, true) and asyncflow.json_ok(x.result)
         when 'advance' then coalesce(x.stage ~ '^[A-Za-z0-9_.:/-]{1,64}$', false)
           and coalesce(jsonb_typeof(x.context) in ('object', 'null'), true)
           and coalesce(pg_column_size(x.context) <= v_max_bytes, true)
           and coalesce(pg_column_size(x.result) <= v_max_bytes, true)
+          and asyncflow.json_ok(x.context) and asyncflow.json_ok(x.result)
         else false end as ok,
       -- the call's time, within what has passed since the claim, in whole milliseconds
       -- (the log entry's cost_ms; secs below is made from it, not floored again: 1.001 * 1000

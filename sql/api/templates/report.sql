@@ -16,7 +16,7 @@ set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan 
 #variable_conflict use_column
 declare
   v_task_type constant text := {{task_type}};
-  v_now constant timestamptz := coalesce(p_now, now());
+  v_now constant timestamptz := asyncflow.check_now(p_now);
 begin
   perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
     p_errors, p_retries, p_delays);
