@@ -1,9 +1,9 @@
 -- Small helpers every other file uses: errors, ids, time and JSON checks, backoff, wake-ups.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
-CREATE OR REPLACE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
+create or replace function asyncflow.raise_error(p_code text, p_message text) returns void
+    language plpgsql
+    as $$
 begin
   -- cut (shorten): the message may repeat a caller's value of any size
   raise exception using errcode = p_code, message = asyncflow.shorten(p_message);

@@ -5,9 +5,9 @@
 -- stage, idempotency_key, user_id, queue_key), checked and then inserted in one statement. Returns
 -- their ids in input order; an idempotency key already taken gives that key's task id. With
 -- p_single (create_task's one task) an error does not name the element.
-CREATE OR REPLACE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
-    LANGUAGE plpgsql
-    AS $_$
+create or replace function asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) returns text[]
+    language plpgsql
+    as $_$
 declare
   v_type asyncflow.task_types;
   v_now timestamptz := coalesce(p_now, now());
@@ -174,10 +174,10 @@ begin
 end
 $_$;
 
-CREATE OR REPLACE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
+create or replace function asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone default null::timestamp with time zone) returns setof text
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $_$
 declare
   v_n bigint;
 begin
@@ -192,9 +192,9 @@ begin
 end
 $_$;
 
-create or replace function asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
-    LANGUAGE plpgsql SECURITY DEFINER
-    AS $_$
+create or replace function asyncflow.create_task(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text) returns text
+    language plpgsql security definer
+    as $_$
 declare
   -- only keyword and pg_catalog types: a variable's type is looked up when the body is compiled,
   -- under the search_path of the first caller in the session
@@ -263,10 +263,10 @@ begin
 end
 $_$;
 
-create or replace function asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
+create or replace function asyncflow.create_task_general(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text) returns text
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $_$
 declare
   v_task jsonb;
   v_type asyncflow.task_types;

@@ -53,10 +53,10 @@ $$;
 -- and say so (advance_begin_pos returns begin_pos as it is, roll_shard null), so the pass tries
 -- again next time instead of holding the maintenance loop, and every other type, behind one
 -- application's open transaction.
-CREATE OR REPLACE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
+create or replace function asyncflow.retry_task(task_id text, p_now timestamp with time zone default null::timestamp with time zone) returns boolean
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $_$
 declare
   p_task_id alias for $1;
   v_key record;

@@ -53,10 +53,10 @@ begin
 end
 $$;
 
-CREATE OR REPLACE FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+create or replace function asyncflow.roll_shard(p_task_type text, p_now timestamp with time zone default null::timestamp with time zone) returns integer
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $$
 declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_max_rows bigint;
@@ -97,10 +97,10 @@ language sql stable as $$
       or exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'running')
 $$;
 
-CREATE OR REPLACE FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+create or replace function asyncflow.advance_begin_pos(p_task_type text, p_now timestamp with time zone default null::timestamp with time zone) returns integer
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $$
 declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_pos asyncflow.positions;
@@ -147,10 +147,10 @@ begin
 end
 $$;
 
-CREATE OR REPLACE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+create or replace function asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone default null::timestamp with time zone) returns setof integer
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $$
 declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_shard integer;

@@ -1,18 +1,18 @@
 -- Workflow pipelines: definitions compiled to plans, versions and their status.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
-CREATE OR REPLACE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
+create or replace function asyncflow.pipeline_error(p_message text) returns void
+    language plpgsql
+    as $$
 begin
   -- cut (shorten): the message may repeat a name from the definition, of any size
   raise exception using errcode = 'AF010', message = asyncflow.shorten(p_message);
 end
 $$;
 
-CREATE OR REPLACE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    AS $_$
+create or replace function asyncflow.compile_pipeline(p_name text, p_definition jsonb) returns jsonb
+    language plpgsql stable
+    as $_$
 declare
   v_node jsonb;
   v_edge jsonb;
@@ -454,10 +454,10 @@ begin
 end
 $$;
 
-CREATE OR REPLACE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
+create or replace function asyncflow.set_pipeline_status(name text, version integer, status text) returns asyncflow.pipelines
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $_$
 declare
   p_name alias for $1;
   p_version alias for $2;
@@ -559,7 +559,7 @@ language sql immutable parallel safe as $$ select 300 $$;
 -- skippable would let task nodes that always run (after a join of all of a router's branches)
 -- carry the chain on, and refuse valid pipelines of about 300 such task nodes with AF010 for
 -- steps that can never run in one call.
-CREATE OR REPLACE FUNCTION asyncflow.plan_steps(p_plan jsonb, out plan jsonb, out path text[])
+create or replace function asyncflow.plan_steps(p_plan jsonb, out plan jsonb, out path text[])
 language plpgsql stable as $$
 declare
   v_names text[] := array(select jsonb_array_elements_text(p_plan -> 'order'));

@@ -40,9 +40,9 @@ begin
 end
 $$;
 
-CREATE OR REPLACE FUNCTION asyncflow.wf_run_error(p_code text, p_message text) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
+create or replace function asyncflow.wf_run_error(p_code text, p_message text) returns void
+    language plpgsql
+    as $$
 begin
   -- cut (shorten): the message may repeat a caller's value of any size
   raise exception using errcode = p_code, message = asyncflow.shorten(p_message);
@@ -321,9 +321,9 @@ begin
 end
 $$;
 
-CREATE OR REPLACE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
+create or replace function asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) returns void
+    language plpgsql
+    as $$
 declare
   v_plan jsonb := asyncflow.wf_plan(p_run);
   v_def jsonb := v_plan -> 'nodes' -> p_node;

@@ -186,10 +186,10 @@ $$;
 -- the run fails again and nothing more is started in it: the loop stops once the run is not
 -- running, so the retried node never gets a live task in a failed run. Returns true when the run
 -- is running again, false when it failed again while its nodes restarted.
-CREATE OR REPLACE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
+create or replace function asyncflow.retry_node(run_id text, node text, p_now timestamp with time zone default null::timestamp with time zone) returns boolean
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $_$
 #variable_conflict use_column
 declare
   v_now timestamptz := asyncflow.check_now(p_now);
@@ -461,10 +461,10 @@ $$;
 -- once, recorded with why, instead of being retried until give_up_at (a day). A callback node
 -- succeeds or fails with its delivery. Returns the callback's status, or null when the attempt
 -- is stale.
-create or replace function asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+create or replace function asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean default false, p_now timestamp with time zone default null::timestamp with time zone) returns text
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $$
 declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_cb asyncflow.callbacks;
@@ -505,10 +505,10 @@ $$;
 -- with a run still open stays until it ends, and is not locked. Locks: the five
 -- tables first (runs waited for up to 1 s, each next one up to 100 ms), then the day's
 -- partitions; a busy day waits for the next pass. Returns the dropped days.
-CREATE OR REPLACE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+create or replace function asyncflow.drop_expired_runs(p_now timestamp with time zone default null::timestamp with time zone) returns setof date
+    language plpgsql security definer
+    set search_path to 'pg_catalog', 'pg_temp'
+    as $$
 declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_day date;
