@@ -912,3 +912,35 @@ async fn the_stage_call_carries_the_tasks_queue_key() {
     };
     assert_eq!(serde_json::to_value(&call).unwrap()["queue_key"], "site-a");
 }
+
+/// A command that prints, whose reader has gone (`asyncflow task list | head -1`), ends quietly
+/// (SIGPIPE, as `cat` does) instead of panicking in println! (exit 101). Log lines written to a
+/// file carry no colour codes.
+#[tokio::test]
+async fn a_printing_command_whose_reader_is_gone_ends_without_a_panic() {
+    let db = TestDb::new().await;
+    db.raw()
+        .await
+        .batch_execute(
+            "select asyncflow.register_task_type('piped', '{}'); \
+             select asyncflow.create_tasks('piped', (select jsonb_agg('{}'::jsonb) from generate_series(1, 200)));",
+        )
+        .await
+        .unwrap();
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader); // the reader is gone before anything is written
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+        .args(["task", "list", "--type", "piped"])
+        .env("DATABASE_URL", &db.url)
+        .env("ASYNCFLOW_LOG", "asyncflow=info")
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // ended by SIGPIPE, at its first write: not a panic (101), not an error of its own (1)
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(output.status.signal(), Some(nix::sys::signal::Signal::SIGPIPE as i32), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no colour codes in a redirected log: {stderr}");
+}

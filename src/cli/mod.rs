@@ -121,6 +121,18 @@ pub struct ServeArgs {
     pub body_timeout: Duration,
 }
 
+/// For the commands that print and end: a reader that goes away (`asyncflow task list | head -1`)
+/// ends the process quietly by SIGPIPE, as it ends `cat`, instead of a panic in `println!`.
+/// Never for the long-running commands, whose sockets must see EPIPE as an error, not die of it.
+fn quiet_on_closed_output() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: restoring the default disposition of SIGPIPE installs no handler of ours, and it
+    // happens before this process starts any work that could write to a pipe or socket.
+    if let Err(e) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
+        tracing::debug!(error = %e, "SIGPIPE left ignored");
+    }
+}
+
 /// A token fired by the first SIGINT or SIGTERM; a second signal exits the process at once
 /// (exit status 130), leaving held tasks to the rescuer when their leases run out.
 pub fn shutdown_on_signal() -> CancellationToken {
@@ -156,6 +168,17 @@ pub fn shutdown_on_signal() -> CancellationToken {
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
+    if matches!(
+        cli.command,
+        Command::Task { .. }
+            | Command::Type { .. }
+            | Command::Pipeline { .. }
+            | Command::Run { .. }
+            | Command::Status
+            | Command::Migrate
+    ) {
+        quiet_on_closed_output();
+    }
     if let Command::Worker(args) = &cli.command {
         if let Some(server) = &args.target.server {
             // A worker on a server needs no database here (and starts no embedded one).
