@@ -156,7 +156,8 @@ pub struct ReportRequest {
     pub claim_seq: i32,
     /// advance: the next stage (required).
     pub stage: Option<String>,
-    /// advance, later: the new context (absent keeps the current one).
+    /// advance, later: the new context, a JSON object (absent keeps the current one).
+    #[schema(value_type = Option<Object>)]
     pub context: Option<Value>,
     /// succeed: the result (default null).
     pub result: Option<Value>,

@@ -146,8 +146,9 @@ pub(crate) fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTask {
-    /// Context for the first stage (default `{}`).
+    /// Context for the first stage, a JSON object (default `{}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub context: Option<Value>,
     /// Seconds ahead, 0..=31,104,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,8 +231,9 @@ pub enum ReportKind {
     Advance {
         /// Next stage.
         stage: String,
-        /// Context for it (None keeps the current one).
+        /// Context for it, a JSON object (None keeps the current one).
         #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
         context: Option<Value>,
     },
     /// Finished with a result.
@@ -250,8 +252,9 @@ pub enum ReportKind {
     Later {
         /// Seconds to wait.
         delay: f64,
-        /// New context (None keeps the current one).
+        /// New context, a JSON object (None keeps the current one).
         #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
         context: Option<Value>,
     },
     /// Handed back unfinished (shutdown): ready again at once, the try given back.
@@ -334,6 +337,6 @@ pub struct QueueLimit {
     /// the key's own limit, so that the type's `queue_concurrency` applies again. Required: a
     /// body that leaves it out is refused rather than read as a removal.
     #[serde(deserialize_with = "nullable")]
-    #[schema(nullable)]
+    #[schema(nullable, required = true)]
     pub concurrency: Option<i32>,
 }

@@ -380,3 +380,42 @@ async fn the_bodies_the_server_answers_have_the_documented_properties() {
     check("GET", "/readyz", s, &b);
     assert_eq!(checked, 26);
 }
+
+/// Three answers the document once left out, each now documented for its route: a `before`
+/// cursor that names no run (400 invalid_argument, as a bad status or limit; it was a 404), a
+/// retry of a task that works for a workflow node (409 wrong_state: retry the node), and
+/// `/v1/worker/held` for an unknown type (404 unknown_task_type, as `/v1/worker/hold`).
+#[tokio::test]
+async fn the_statuses_of_an_unknown_cursor_a_node_task_retry_and_an_unknown_held_type_are_documented() {
+    let doc = generated();
+    let db = TestDb::new().await;
+    let app = router(db.pool.clone(), &http_config(&[TOKEN], 64 * 1024));
+    let t = Some(TOKEN);
+    let documented = |method: &str, path: &str, status: StatusCode| {
+        doc["paths"][path][method]["responses"][status.as_str()]["content"]["application/json"]["schema"]["$ref"]
+            == "#/components/schemas/Error"
+    };
+
+    let (s, b) = call(&app, "GET", "/v1/runs?before=r20300101-00000000000000000000000000000000", None, t).await;
+    assert_eq!((s, b["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_argument")), "{b}");
+    assert!(b["message"].as_str().unwrap().starts_with("before: unknown run"), "{b}");
+    assert!(documented("get", "/v1/runs", s));
+
+    let (s, _) = call(&app, "PUT", "/v1/task-types/wf", Some(json!({})), t).await;
+    assert_eq!(s, StatusCode::OK);
+    let definition = json!({"nodes": [{"name": "start", "type": "start"}, {"name": "a", "type": "task", "function": "wf"},
+        {"name": "end", "type": "end"}], "edges": [["start", "a"], ["a", "end"]]});
+    let (s, b) = call(&app, "PUT", "/v1/pipelines/p", Some(definition), t).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b) = call(&app, "POST", "/v1/runs", Some(json!({"pipeline": "p"})), t).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let (_, b) = call(&app, "GET", "/v1/tasks?type=wf", None, t).await;
+    let task = b["tasks"][0]["id"].as_str().expect("the run's task").to_string();
+    let (s, b) = call(&app, "POST", &format!("/v1/tasks/{task}/retry"), None, t).await;
+    assert_eq!((s, b["code"].as_str()), (StatusCode::CONFLICT, Some("wrong_state")), "{b}");
+    assert!(documented("post", "/v1/tasks/{id}/retry", s));
+
+    let (s, b) = call(&app, "POST", "/v1/worker/held", Some(json!({"type": "nope", "worker_id": "w1"})), t).await;
+    assert_eq!((s, b["code"].as_str()), (StatusCode::NOT_FOUND, Some("unknown_task_type")), "{b}");
+    assert!(documented("post", "/v1/worker/held", s));
+}

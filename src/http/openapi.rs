@@ -19,7 +19,9 @@
 
 use axum::routing::get;
 use axum::{Json, Router};
+use utoipa::openapi::schema::{AdditionalProperties, AllOf, Object, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::{ApiError, AppState};
@@ -91,7 +93,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::workflows::retry_node,
         super::workflows::complete_node,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &StrictBodies),
     security(("bearer" = [])),
     tags(
         (name = "tasks", description = "Create, read, list, cancel and retry tasks"),
@@ -135,6 +137,65 @@ impl Modify for BearerAuth {
             .get_or_insert_with(Default::default)
             .add_security_scheme("bearer", SecurityScheme::Http(scheme));
     }
+}
+
+/// Makes the request schemas mean to a JSON Schema 2020-12 validator what serde reads.
+///
+/// utoipa writes a struct with a `#[serde(flatten)]` field as `allOf: [flattened, own fields]`.
+/// With `deny_unknown_fields`, the flattened part carries `additionalProperties: false`, which
+/// sees only that part's own `properties`: it refuses the other part's fields, so the `allOf`
+/// matches no body at all (`CreateTaskRequest` refused `{"type": "video"}`). Such an `allOf` of
+/// plain objects is written here as the one flat object serde reads: the parts' properties and
+/// required fields together, closed when any part was.
+///
+/// `Report` cannot be flattened (its outcome part is a `oneOf`); a report of a batch is read
+/// strictly (`protocol::read_report`: a field its outcome does not take is refused), which
+/// 2020-12 says with `unevaluatedProperties: false`: it sees the fields that the matching
+/// outcome and the common part evaluated. utoipa has no field for that keyword; the schema's
+/// extensions are written into the object as they are.
+struct StrictBodies;
+
+impl Modify for StrictBodies {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        let named = components.schemas.clone();
+        for (name, schema) in components.schemas.iter_mut() {
+            let RefOr::T(Schema::AllOf(all)) = schema else {
+                continue;
+            };
+            if let Some(flat) = flat_object(&named, all) {
+                *schema = RefOr::T(Schema::Object(flat));
+            } else if name == "Report" {
+                all.extensions
+                    .get_or_insert_with(Default::default)
+                    .insert("unevaluatedProperties".to_string(), serde_json::Value::Bool(false));
+            }
+        }
+    }
+}
+
+/// The one object an `allOf` of objects (inline or named) describes; None when a part is
+/// anything else.
+fn flat_object(named: &std::collections::BTreeMap<String, RefOr<Schema>>, all: &AllOf) -> Option<Object> {
+    let mut flat = Object::with_type(Type::Object);
+    flat.description = all.description.clone();
+    for part in &all.items {
+        let part = match part {
+            RefOr::Ref(r) => named.get(r.ref_location.strip_prefix("#/components/schemas/")?)?,
+            inline => inline,
+        };
+        let RefOr::T(Schema::Object(part)) = part else {
+            return None;
+        };
+        flat.properties.extend(part.properties.clone());
+        flat.required.extend(part.required.iter().cloned());
+        if matches!(part.additional_properties.as_deref(), Some(AdditionalProperties::FreeForm(false))) {
+            flat.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+        }
+    }
+    Some(flat)
 }
 
 // ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----

@@ -25,7 +25,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/tasks/:id/retry", post(retry))
 }
 
-/// A task to create: its type, and the optional fields of [`NewTask`].
+/// A task to create: its type, and the optional fields of one task (`NewTask`).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[schema(as = CreateTaskRequest)]
 #[serde(deny_unknown_fields)]
@@ -181,13 +181,16 @@ async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> ApiRes
     Ok(Json(json!({"id": id, "cancelled": done})))
 }
 
-/// Queues a failed or cancelled task again (`retried` is false for any other status).
+/// Queues a failed or cancelled task again (`retried` is false for any other status). A task of a
+/// workflow run is retried through its node instead (409).
 #[utoipa::path(post, path = "/v1/tasks/{id}/retry", operation_id = "retry_task", tag = "tasks",
     params(("id" = String, Path, description = "Task id")),
     responses(
         (status = 200, description = "Whether it was queued again", body = TaskRetried),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 404, description = "No such task (or not a task id)", body = ApiError),
+        (status = 409, description = "The task works for a workflow node (wrong_state): retry the node \
+            (`POST /v1/runs/{id}/nodes/{node}/retry`), which resumes its run", body = ApiError),
     ))]
 async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let done = api::retry_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;

@@ -180,6 +180,7 @@ async fn next_due(
         (status = 200, description = "The tasks the worker holds, possibly none", body = HeldTasks),
         (status = 400, description = "Malformed body, invalid type name or worker id", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
     ))]
 async fn held(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Json<HeldTasks>> {

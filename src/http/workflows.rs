@@ -165,7 +165,8 @@ struct RunQuery {
     params(RunQuery),
     responses(
         (status = 200, description = "A page of runs", body = RunPage),
-        (status = 400, description = "Unknown parameter, bad status or limit", body = ApiError),
+        (status = 400, description = "Unknown parameter, bad status or limit, or a `before` that names no run \
+            (invalid_argument)", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
     ))]
 async fn list_runs(
@@ -176,7 +177,17 @@ async fn list_runs(
     let limit = q.limit.unwrap_or(100);
     let runs =
         api::list_runs(&conn(&state).await?, q.pipeline.as_deref(), q.status.as_deref(), limit, q.before.as_deref())
-            .await?;
+            .await
+            .map_err(|e| match e {
+                // the SQL API's AF012 for a cursor that names no run: an argument of this request
+                // is wrong (as a bad status or limit is), not the resource /v1/runs
+                crate::Error::UnknownRun(message) => ApiError {
+                    status: StatusCode::BAD_REQUEST,
+                    code: "invalid_argument",
+                    message: format!("before: {message}"),
+                },
+                e => e.into(),
+            })?;
     let next = if runs.len() as i32 == limit { runs.last().map(|r| r["run_id"].clone()) } else { None };
     Ok(Json(json!({"runs": runs, "next": next})))
 }
@@ -242,7 +253,6 @@ async fn retry_node(State(state): State<AppState>, Path((id, node)): Path<(Strin
 struct CompleteBody {
     /// The node's result, any JSON value, `null` included (left out: its function's result).
     #[serde(default, deserialize_with = "crate::task::present")]
-    #[schema(value_type = Option<Object>)]
     result: Option<Value>,
     /// Fail the node, and the run, with this error instead.
     #[serde(default)]
