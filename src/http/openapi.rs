@@ -9,6 +9,10 @@
 //! - Every route under `/v1` is in the document except the compatibility endpoints of the
 //!   original flowsvr (src/http/compat/), which the document's description names instead.
 //! - Every 4xx and 5xx answer has the body schema `Error` (`{code, message}`, see error.rs).
+//! - Every operation with a path parameter documents a 400 (`PathParameterErrors`).
+//! - Request schemas mean to a JSON Schema 2020-12 validator what serde reads (`StrictBodies`):
+//!   `tests/openapi_schemas.rs` validates them, and `tests/openapi_fuzz.rs` sends requests
+//!   generated from the document and checks that every answer is documented.
 //! - The worker protocol's bodies are the wire types of [`crate::protocol`], which the handlers
 //!   serialize and the worker's client reads: the document describes what is really sent.
 //! - Other handlers that build their answer with `json!` are described by the doc-only types
@@ -19,9 +23,10 @@
 
 use axum::routing::get;
 use axum::{Json, Router};
+use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::schema::{AdditionalProperties, AllOf, Object, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::RefOr;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::{ApiError, AppState};
@@ -93,7 +98,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::workflows::retry_node,
         super::workflows::complete_node,
     ),
-    modifiers(&BearerAuth, &StrictBodies),
+    modifiers(&BearerAuth, &StrictBodies, &PathParameterErrors),
     security(("bearer" = [])),
     tags(
         (name = "tasks", description = "Create, read, list, cancel and retry tasks"),
@@ -171,6 +176,35 @@ impl Modify for StrictBodies {
                 all.extensions
                     .get_or_insert_with(Default::default)
                     .insert("unevaluatedProperties".to_string(), serde_json::Value::Bool(false));
+            }
+        }
+    }
+}
+
+/// Every operation with a path parameter may answer 400 for it, whatever the route: axum's
+/// path extractor refuses a segment that is not UTF-8 once percent-decoded (and a `version` that
+/// is not a 32-bit integer), and PostgreSQL a NUL character in the text it is given. Added here
+/// to each such operation that does not document a 400 of its own, so that no route can leave it
+/// out (tests/openapi_fuzz.rs sends such parameters to every route).
+struct PathParameterErrors;
+
+impl Modify for PathParameterErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for op in operations.into_iter().flatten() {
+                let in_path = op.parameters.iter().flatten().any(|p| p.parameter_in == ParameterIn::Path);
+                if in_path && !op.responses.responses.contains_key("400") {
+                    let error = ContentBuilder::new().schema(Some(Ref::from_schema_name("Error"))).build();
+                    let response = ResponseBuilder::new()
+                        .description(
+                            "A path parameter that is not UTF-8 once percent-decoded, holds a NUL character, or \
+                             (a version) is not an integer",
+                        )
+                        .content("application/json", error)
+                        .build();
+                    op.responses.responses.insert("400".to_string(), RefOr::T(response));
+                }
             }
         }
     }

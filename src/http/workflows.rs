@@ -62,6 +62,8 @@ struct PipelineQuery {
     params(("name" = String, Path, description = "Pipeline name"), PipelineQuery),
     responses(
         (status = 200, description = "The version", body = Object),
+        (status = 400, description = "Unknown parameter, a version that is not an integer, or a malformed name",
+            body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 404, description = "No such pipeline or version", body = ApiError),
     ))]
@@ -83,7 +85,8 @@ async fn get_pipeline(
     request_body(content = Object, description = "The definition: {nodes, edges, timeout, retries, description}"),
     responses(
         (status = 200, description = "The stored (or found) version", body = Object),
-        (status = 400, description = "Invalid definition, naming the node or edge", body = ApiError),
+        (status = 400, description = "Invalid definition (naming the node or edge), unknown parameter, bad status \
+            or a malformed name", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
     ))]
