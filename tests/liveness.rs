@@ -15,6 +15,20 @@ use common::{wait_until, TestDb};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+/// Runs `worker` until `stop` fires, once its types are registered.
+async fn run_registered(
+    db: &TestDb,
+    worker: Worker,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<asyncflow::Result<asyncflow::worker::WorkerSummary>> {
+    let running = tokio::spawn(worker.run(stop.clone()));
+    wait_until(Duration::from_secs(10), "type registered", || async {
+        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
+    })
+    .await;
+    running
+}
+
 /// Seconds left of a running task's lease (None when it is not running).
 async fn lease_left(c: &tokio_postgres::Client, id: &str) -> Option<f64> {
     c.query_one(
@@ -46,11 +60,7 @@ async fn a_two_second_lease_stays_well_ahead_of_the_clock_on_the_default_heartbe
         None,
         TaskTypeUpdate { max_processing_time: Some(2), schedule_interval: Some(0.2), ..Default::default() },
     );
-    let running = tokio::spawn(worker.run(stop.clone()));
-    wait_until(Duration::from_secs(10), "type registered", || async {
-        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
-    })
-    .await;
+    let running = run_registered(&db, worker, &stop).await;
     let id = api::create_task(&db.conn().await, "slow", &NewTask::default()).await.unwrap();
     let rescuer = asyncflow::maintenance::Rescuer::new(db.pool.clone(), Duration::from_millis(100), 100);
     let c = db.raw().await;
@@ -92,11 +102,7 @@ async fn a_shutdown_hands_back_a_short_lease_task_instead_of_letting_it_be_rescu
         None,
         TaskTypeUpdate { max_processing_time: Some(2), schedule_interval: Some(0.2), ..Default::default() },
     );
-    let running = tokio::spawn(worker.run(stop.clone()));
-    wait_until(Duration::from_secs(10), "type registered", || async {
-        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
-    })
-    .await;
+    let running = run_registered(&db, worker, &stop).await;
     let id = api::create_task(&db.conn().await, "slow", &NewTask::default()).await.unwrap();
     wait_until(Duration::from_secs(10), "claimed", || async {
         api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap().status == TaskStatus::Running
@@ -154,11 +160,7 @@ async fn sleeper_worker(
         TaskTypeUpdate { schedule_interval: Some(0.2), ..Default::default() },
         "test",
     );
-    let running = tokio::spawn(worker.run(stop.clone()));
-    wait_until(Duration::from_secs(10), "type registered", || async {
-        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
-    })
-    .await;
+    let running = run_registered(&db, worker, &stop).await;
     (pid_file, running, stop)
 }
 
@@ -229,11 +231,7 @@ async fn a_rust_handler_is_told_when_its_task_is_cancelled() {
         None,
         TaskTypeUpdate { schedule_interval: Some(0.2), ..Default::default() },
     );
-    let running = tokio::spawn(worker.run(stop.clone()));
-    wait_until(Duration::from_secs(10), "type registered", || async {
-        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
-    })
-    .await;
+    let running = run_registered(&db, worker, &stop).await;
     let id = api::create_task(&db.conn().await, "watched", &NewTask::default()).await.unwrap();
     wait_until(Duration::from_secs(10), "running", || async {
         api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap().status == TaskStatus::Running
@@ -385,11 +383,7 @@ async fn a_node_timeout_counts_the_call_not_the_wait_in_the_queue() {
         None,
         TaskTypeUpdate { concurrency: Some(Some(1)), schedule_interval: Some(0.2), ..Default::default() },
     );
-    let running = tokio::spawn(worker.run(stop.clone()));
-    wait_until(Duration::from_secs(10), "type registered", || async {
-        !api::list_task_types(&db.conn().await).await.unwrap().is_empty()
-    })
-    .await;
+    let running = run_registered(&db, worker, &stop).await;
     let definition = json!({"nodes": [{"name": "start", "type": "start"},
         {"name": "work", "type": "task", "function": "step", "timeout": 3, "timeout_retries": 1},
         {"name": "end", "type": "end"}], "edges": [["start", "work"], ["work", "end"]]});
