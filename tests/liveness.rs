@@ -938,3 +938,36 @@ async fn a_printing_command_whose_reader_is_gone_ends_without_a_panic() {
     assert_eq!(output.status.signal(), Some(nix::sys::signal::Signal::SIGPIPE as i32), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "no colour codes in a redirected log: {stderr}");
 }
+
+/// A call that fails, and a task that fails for good, each leave a line in the worker's log at
+/// INFO, naming the task and the error. (Nothing was logged at INFO.)
+#[tokio::test]
+async fn failed_calls_and_failed_tasks_are_logged_at_info() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    // a task's tries are fixed when it is created: the first has none left after one failure,
+    // the second has five
+    c.batch_execute(
+        "select asyncflow.register_task_type('flaky', '{\"max_retry_num\": 0}'); \
+         select asyncflow.create_task('flaky', '{\"fail_times\": 99}'); \
+         select asyncflow.register_task_type('flaky', '{\"max_retry_num\": 5, \"max_retry_interval\": -1}'); \
+         select asyncflow.create_task('flaky', '{\"fail_times\": 1}');",
+    )
+    .await
+    .unwrap();
+    let functions = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+        .args(["worker", "--functions"])
+        .arg(&functions)
+        .args(["--types", "flaky", "--no-maintenance", "--exit-when-idle"])
+        .env("DATABASE_URL", &db.url)
+        .env("ASYNCFLOW_LOG", "asyncflow=info")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{log}");
+    let failed = log.lines().find(|l| l.contains("task failed for good")).unwrap_or_else(|| panic!("{log}"));
+    assert!(failed.contains("flaky-1-1") && failed.contains("flaky failure 1 of 99"), "{failed}");
+    let retried = log.lines().find(|l| l.contains("will be tried again")).unwrap_or_else(|| panic!("{log}"));
+    assert!(retried.contains("flaky-1-2") && retried.contains("flaky failure 1 of 1"), "{retried}");
+}

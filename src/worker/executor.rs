@@ -114,16 +114,27 @@ pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i
         ReportKind::Release => &shared.stats.released,
         ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
     };
+    // what an operator wants to see in the log at INFO: a call that failed, and what became of it
+    let failure = match &kind {
+        ReportKind::Fail { error, .. } => Some(crate::error::shorten(error)),
+        _ => None,
+    };
     let result = shared.reporter.send(vec![report(task_id, claim_seq, kind)]).await;
     match result.into_iter().next().flatten() {
         Some(r) if r.accepted => {
             if r.status == Some(TaskStatus::Failed) {
                 shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                let error = failure.as_deref().unwrap_or("its reply was refused");
+                tracing::info!(task = %task_id, error, "task failed for good (no tries left, or not to be retried)");
             } else if r.failed_instead {
                 // the reply was refused and the reporter failed the task instead (a retry)
                 shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(task = %task_id, "the call's reply was refused; the task will be tried again");
             } else {
                 counter.fetch_add(1, Ordering::Relaxed);
+                if let Some(error) = &failure {
+                    tracing::info!(task = %task_id, error = %error, "call failed; the task will be tried again");
+                }
             }
         }
         Some(r) => {
