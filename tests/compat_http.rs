@@ -236,7 +236,10 @@ async fn set_task_advances_succeeds_and_fails_with_backoff_and_finished_tasks_ne
     let t = api.task(&id).await;
     assert_eq!((t["status"].clone(), t["crt_retry_num"].clone()), (json!(1), json!(1)));
     let ot = t["order_time"].as_i64().unwrap();
-    assert!((before + 26..=now() + 31).contains(&ot), "order_time = now + 30 s back-off (less up to a tenth), got {ot} (now {before})");
+    assert!(
+        (before + 26..=now() + 31).contains(&ot),
+        "order_time = now + 30 s back-off (less up to a tenth), got {ot} (now {before})"
+    );
     let log: Value = serde_json::from_str(t["schedule_log"].as_str().unwrap()).unwrap();
     assert_eq!(log["LastData"]["ErrMsg"], "boom", "{log}");
     assert_eq!(log["HistoryDatas"].as_array().unwrap().len(), 1);

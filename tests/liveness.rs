@@ -256,8 +256,7 @@ async fn cancelling_a_run_kills_its_running_nodes_process_within_a_second() {
         {"name": "nap", "type": "task", "function": "sleeper"}, {"name": "end", "type": "end"}],
         "edges": [["start", "nap"], ["nap", "end"]]});
     c.execute("select asyncflow.put_pipeline('naps', $1)", &[&definition]).await.unwrap();
-    let run_id: String =
-        c.query_one("select asyncflow.start_run('naps', '{}'::jsonb)", &[]).await.unwrap().get(0);
+    let run_id: String = c.query_one("select asyncflow.start_run('naps', '{}'::jsonb)", &[]).await.unwrap().get(0);
     let pid = started_pid(&pid_file).await;
     let cancelled_at = std::time::Instant::now();
     let cancelled: bool = c.query_one("select asyncflow.cancel_run($1)", &[&run_id]).await.unwrap().get(0);
@@ -334,10 +333,7 @@ async fn a_ready_task_behind_twenty_thousand_delayed_queue_keys_is_claimed_at_on
     )
     .await
     .unwrap();
-    let claimed = c
-        .query("select task_id from asyncflow.claim_tasks('crawl', 'w1', 10)", &[])
-        .await
-        .unwrap();
+    let claimed = c.query("select task_id from asyncflow.claim_tasks('crawl', 'w1', 10)", &[]).await.unwrap();
     assert_eq!(claimed.len(), 1, "the first claim takes the ready task");
 
     // and a worker started now runs a second one at once
@@ -435,8 +431,11 @@ async fn a_pinned_sub_pipeline_version_keeps_running_after_a_new_version_retires
     c.execute("select asyncflow.put_pipeline('child', $1)", &[&child_v1]).await.unwrap();
     c.execute("select asyncflow.put_pipeline('parent', $1)", &[&parent]).await.unwrap();
     c.execute("select asyncflow.put_pipeline('child', $1)", &[&child_v2]).await.unwrap();
-    let status: String =
-        c.query_one("select status from asyncflow.pipelines where name = 'child' and version = 1", &[]).await.unwrap().get(0);
+    let status: String = c
+        .query_one("select status from asyncflow.pipelines where name = 'child' and version = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(status, "retired");
     let run_id: String = c.query_one("select asyncflow.start_run('parent', '{}'::jsonb)", &[]).await.unwrap().get(0);
     let run: serde_json::Value = c.query_one("select asyncflow.get_run($1)", &[&run_id]).await.unwrap().get(0);
@@ -510,7 +509,10 @@ async fn a_callback_node_is_sent_when_the_run_fails_before_reaching_it() {
     let run: serde_json::Value = c.query_one("select asyncflow.get_run($1)", &[&run_id]).await.unwrap().get(0);
     assert_eq!(run["status"], "failed", "{run}");
     let rows = c
-        .query("select kind, url, payload, status from asyncflow.callbacks where run_id = $1 and kind = 'node'", &[&run_id])
+        .query(
+            "select kind, url, payload, status from asyncflow.callbacks where run_id = $1 and kind = 'node'",
+            &[&run_id],
+        )
         .await
         .unwrap();
     assert_eq!(rows.len(), 1, "the callback node's POST is queued once");
@@ -543,7 +545,9 @@ async fn http_sink() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>,
                     if let Some(head_end) = text.find("\r\n\r\n") {
                         let length = text[..head_end]
                             .lines()
-                            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                            .find_map(|l| {
+                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                            })
                             .and_then(|v| v.parse::<usize>().ok())
                             .unwrap_or(0);
                         if seen.len() >= head_end + 4 + length {
@@ -835,11 +839,8 @@ async fn the_queue_lag_of_a_high_priority_task_counts_from_its_creation() {
         .unwrap()
         .get(0);
     assert!((0.4..5.0).contains(&lag), "lag {lag} s");
-    let key_lag: f64 = c
-        .query_one("select oldest_ready_age from asyncflow.queue_keys('urgent')", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let key_lag: f64 =
+        c.query_one("select oldest_ready_age from asyncflow.queue_keys('urgent')", &[]).await.unwrap().get(0);
     assert!((0.4..5.0).contains(&key_lag), "queue key lag {key_lag} s");
 }
 

@@ -282,8 +282,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, db_config.pool_size.max(args.concurrency.min(64) + 4))?;
             let maintainer = args.maintainer(&pool, &url);
-            let summary =
-                crate::worker::folder::run(pool, &url, &options, config, maintainer, shutdown).await?;
+            let summary = crate::worker::folder::run(pool, &url, &options, config, maintainer, shutdown).await?;
             println!("{}", serde_json::to_string(&summary).unwrap_or_default());
         }
         Command::Maintain(args) => maintain::run(&url, args).await?,

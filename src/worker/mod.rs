@@ -382,11 +382,9 @@ impl Worker {
                 return Ok(WorkerSummary { stopped_by: Some(StopReason::Shutdown), ..WorkerSummary::default() });
             }
         };
-        let registered = registered.map_err(|(i, e)| {
-            match (e.is_client_error(), self.functions.values().nth(i)) {
-                (true, Some(reg)) => Error::Config(format!("{}: settings: {e}", reg.origin)),
-                _ => e,
-            }
+        let registered = registered.map_err(|(i, e)| match (e.is_client_error(), self.functions.values().nth(i)) {
+            (true, Some(reg)) => Error::Config(format!("{}: settings: {e}", reg.origin)),
+            _ => e,
         })?;
         let types: Vec<_> = self
             .functions
@@ -543,8 +541,7 @@ async fn wait_until_idle(shared: &Shared, types: &[TypeName], maintenance: bool)
             continue;
         }
         asked = Some(tokio::time::Instant::now());
-        let ready = shared.backend.any_ready(types).await
-            || (maintenance && shared.backend.maintenance_due().await);
+        let ready = shared.backend.any_ready(types).await || (maintenance && shared.backend.maintenance_due().await);
         if !ready && shared.active.load(Ordering::SeqCst) == 0 && shared.activity.load(Ordering::SeqCst) == before {
             return;
         }
