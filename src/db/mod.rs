@@ -46,10 +46,27 @@ pub async fn connect(url: &str) -> Result<(tokio_postgres::Client, tokio::task::
     Ok((client, driver))
 }
 
+/// Whether a database error means the connection (or the server) went away or could not be
+/// made, rather than that a statement failed: the connection closed, an I/O error under it, or
+/// the server's own class 08 (connection exception) and 57P01..57P03 (shutdown, restart, not yet
+/// accepting). Such a failure may pass: a request may be tried again, a start-up may wait.
+pub fn connection_failed(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+        }
+        None => crate::error::find_cause::<std::io::Error>(e).is_some(),
+    }
+}
+
 /// Waits until the database at `url` accepts a connection, retrying with back-off (0.2 s doubling
-/// to 10 s) and saying so in the log, while the failure is one that may pass (the server down,
-/// starting or restarting: no answer, class 08, 57P03). Any other failure (a wrong password, a
-/// missing database) is returned at once. False when `shutdown` fired first.
+/// to 10 s) and saying so in the log, while the failure is one that may pass
+/// ([`connection_failed`]: the server down, starting or restarting). Any other failure (a wrong
+/// password, a missing database) is returned at once. False when `shutdown` fired first.
 pub async fn wait_for_database(url: &str, shutdown: &tokio_util::sync::CancellationToken) -> Result<bool> {
     let mut pause = Duration::from_millis(200);
     let started = std::time::Instant::now();
@@ -68,13 +85,7 @@ pub async fn wait_for_database(url: &str, shutdown: &tokio_util::sync::Cancellat
             }
             Err(e) => e,
         };
-        let passing = match &error {
-            Error::Database(e) => match e.as_db_error() {
-                None => true,
-                Some(db) => db.code().code().starts_with("08") || db.code().code() == "57P03",
-            },
-            _ => false,
-        };
+        let passing = matches!(&error, Error::Database(e) if connection_failed(e));
         if !passing {
             return Err(error);
         }

@@ -88,7 +88,9 @@ impl From<Error> for ApiError {
             Error::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run"),
             Error::WrongState(_) => (StatusCode::CONFLICT, "wrong_state"),
             Error::Pool(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Error::Database(db) if connection_lost(db) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            // the connection went away under the request: a client may try again (503), where a
+            // 500 reads as final
+            Error::Database(db) if crate::db::connection_failed(db) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let message = if status.is_server_error() {
@@ -99,28 +101,6 @@ impl From<Error> for ApiError {
         };
         ApiError { status, code, message }
     }
-}
-
-/// Whether a database error means the connection (or the server) went away rather than that the
-/// request failed: the connection closed, an I/O error under it, or the server's own class 08
-/// (connection exception) and 57P01..57P03 (shutdown, restart, not yet accepting). A client may
-/// try such a request again (503), where a 500 reads as final.
-fn connection_lost(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    if let Some(db) = e.as_db_error() {
-        let code = db.code().code();
-        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(inner) = source {
-        if inner.is::<std::io::Error>() {
-            return true;
-        }
-        source = inner.source();
-    }
-    false
 }
 
 impl IntoResponse for ApiError {
