@@ -522,47 +522,6 @@ async fn a_callback_node_is_sent_when_the_run_fails_before_reaching_it() {
     assert_eq!(rows[0].get::<_, String>("status"), "pending");
 }
 
-/// Answers every HTTP request on a loopback port with 204 and counts them, until dropped.
-async fn http_sink() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>, tokio::task::JoinHandle<()>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = hits.clone();
-    let server = tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let count = count.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let mut seen = Vec::new();
-                loop {
-                    let Ok(n) = socket.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&seen).to_string();
-                    if let Some(head_end) = text.find("\r\n\r\n") {
-                        let length = text[..head_end]
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
-                            })
-                            .and_then(|v| v.parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if seen.len() >= head_end + 4 + length {
-                            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                            let _ = socket.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n").await;
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (url, hits, server)
-}
-
 /// An `--exit-when-idle` worker that runs maintenance does not leave while a finished run's
 /// callback is still to be delivered. (It left 0.26 s after its start, the callback pending with
 /// 0 attempts.)
@@ -570,7 +529,9 @@ async fn http_sink() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>,
 async fn an_idle_worker_that_runs_maintenance_delivers_a_due_callback_before_leaving() {
     let db = TestDb::new().await;
     let c = db.raw().await;
-    let (url, hits, server) = http_sink().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let hook = common::workflow::receiver(listener, 204).await;
     let definition = json!({"nodes": [{"name": "start", "type": "start"}, {"name": "end", "type": "end"}],
         "edges": [["start", "end"]]});
     c.execute("select asyncflow.put_pipeline('instant', $1)", &[&definition]).await.unwrap();
@@ -619,8 +580,8 @@ async fn an_idle_worker_that_runs_maintenance_delivers_a_due_callback_before_lea
     maintenance_stop.cancel();
     let _ = maintenance.await;
     assert_eq!(status, "delivered");
-    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
-    server.abort();
+    assert_eq!(hook.seen.lock().unwrap().len(), 1);
+    let _ = hook.stop.send(());
 }
 
 /// `serve` answers 503 (try again), not 500 (final), when the database connection drops in the
