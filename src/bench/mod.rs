@@ -74,9 +74,10 @@ pub struct BenchArgs {
     /// Rows in the expired shard that retention drops.
     #[arg(long, default_value_t = 1_000_000)]
     pub drop_rows: i64,
-    /// Queue keys the fair burn-down's tasks are spread over.
-    #[arg(long, default_value_t = 1000)]
-    pub queue_keys: usize,
+    /// Queue keys the fair burn-downs' tasks are spread over: one burn-down per count
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,100,100000")]
+    pub queue_keys: Vec<usize>,
     /// Tasks per second inserted during the wake-latency phase.
     #[arg(long, default_value_t = 50.0)]
     pub wake_rate: f64,
@@ -197,12 +198,13 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
         || args.concurrency > 10_000
         || args.bulk_connections == 0
         || args.bulk_connections > 64
-        || args.queue_keys == 0
-        || args.queue_keys > 1_000_000
+        || args.queue_keys.is_empty()
+        || args.queue_keys.len() > 10
+        || args.queue_keys.iter().any(|&k| k == 0 || k > 1_000_000)
     {
         return Err(Error::Config(
             "--tasks, --connections must be positive, --concurrency 1..=10000, --bulk-connections 1..=64, \
-             --queue-keys 1..=1000000"
+             --queue-keys 1 to 10 counts of 1..=1000000"
                 .into(),
         ));
     }
@@ -371,18 +373,32 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         );
     }
     if wants(args, "fair") {
-        progress.phase("burn-down: 1-stage, fair queues");
-        load::queue_keyed(pool, "bench_fair", args.tasks, args.queue_keys).await?;
-        let timed = load::burn_down(pool, url, "bench_fair", args.tasks, 1, args.concurrency).await?;
-        // beside the plain 1-stage burn-down when it ran (what turns of key cost), else UPDATE
-        let fig = Figure::new(
-            "fair",
-            &format!("burn-down: 1-stage, fair_queues, {} keys", args.queue_keys.min(args.tasks)),
-            timed.rate,
-            "tasks/s",
-        );
-        let fig = if burn1.is_some() { fig.ratio(burn1, "1-stage burn-down") } else { fig.ratio(update, "UPDATE") };
-        figures.push(fig.cpu(timed.cpu));
+        for (i, &keys) in args.queue_keys.iter().enumerate() {
+            let keys = keys.min(args.tasks);
+            let name = format!("burn-down: 1-stage, fair queues, {keys} keys");
+            if i == 0 {
+                progress.phase(&name);
+            } else {
+                progress.phase_note(&name);
+            }
+            load::queue_keyed(pool, "bench_fair", args.tasks, keys).await?;
+            let timed = load::burn_down(pool, url, "bench_fair", args.tasks, 1, args.concurrency).await?;
+            aging::clear(pool, "bench_fair").await?;
+            // beside the plain 1-stage burn-down when it ran (what turns of key cost), else UPDATE
+            let fig = Figure::new(
+                &format!("fair_{keys}"),
+                &format!("burn-down: 1-stage, fair_queues, {keys} keys"),
+                timed.rate,
+                "tasks/s",
+            );
+            let fig = match burn1 {
+                Some(plain) => {
+                    fig.ratio(burn1, "1-stage burn-down").bar(">= 0.5 x 1-stage burn-down", Some(timed.rate >= 0.5 * plain))
+                }
+                None => fig.ratio(update, "UPDATE"),
+            };
+            figures.push(fig.cpu(timed.cpu));
+        }
     }
     if wants(args, "wake") {
         progress.phase("wake latency");

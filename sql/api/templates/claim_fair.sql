@@ -48,6 +48,9 @@ declare
   v_seg_heads timestamptz[];
   v_seg_n integer;
   v_seg_over boolean;
+  v_loose boolean;
+  v_scan integer;
+  v_rows bigint;
   v_walked integer;
   v_budget integer;
   v_claimed asyncflow.claimed_task[]; --@claim
@@ -114,23 +117,58 @@ begin
   <<passes>>
   loop
   while v_got < v_limit and v_probes < v_budget loop
-    v_walk := least(greatest(2 * (v_limit - v_got), 32), v_budget - v_probes);
+    v_walk := least(v_limit - v_got + 16, v_budget - v_probes);
     v_keys := '{}';
     v_heads := '{}';
     -- the next v_walk keys of the round: after v_from, and when the first segment ends within
     -- them, on from the first key (the second segment), so that one statement below takes its
     -- turns over all of them
+    v_loose := false;
     loop
       v_want := v_walk - cardinality(v_keys);
+      exit when v_want <= 0;
       if v_due_keys is not null then
         -- the second pass: the next of the keys with due tasks, as the walk below would give them
         select array_agg(u.k order by u.k), array_agg(u.head order by u.k) into v_seg_keys, v_seg_heads
         from (select d.k, d.head from unnest(v_due_keys, v_due_heads) d(k, head)
               where (v_from is null or d.k > v_from) and (not v_wrapped or d.k <= v_after)
               order by d.k limit v_want) u;
+        v_seg_n := coalesce(cardinality(v_seg_keys), 0);
+        v_seg_over := v_seg_n < v_want;
+      elsif not v_loose then
+        -- one bounded range scan of the key index after v_from (in the second segment up to
+        -- v_after), its rows grouped by key, each key with its oldest task's order_time: the
+        -- walk when keys have a task or a few each
+        v_scan := 2 * v_want + 16;
+        select array_agg(g.k order by g.k), array_agg(g.head order by g.k), coalesce(sum(g.n), 0)
+        into v_seg_keys, v_seg_heads, v_rows
+        from (select x.k, min(x.order_time) as head, count(*) as n
+              from ((select coalesce(t.queue_key, '') as k, t.order_time from asyncflow.{{tasks}} t
+                     where not v_wrapped and t.shard >= v_begin and t.status = 'pending'
+                       and coalesce(t.queue_key, '') >= coalesce(v_from, '')
+                       and (v_from is null or coalesce(t.queue_key, '') <> v_from)
+                     order by coalesce(t.queue_key, ''), t.order_time limit v_scan)
+                    union all
+                    (select coalesce(t.queue_key, '') as k, t.order_time from asyncflow.{{tasks}} t
+                     where v_wrapped and t.shard >= v_begin and t.status = 'pending'
+                       and coalesce(t.queue_key, '') >= coalesce(v_from, '')
+                       and coalesce(t.queue_key, '') <= v_after
+                       and (v_from is null or coalesce(t.queue_key, '') <> v_from)
+                     order by coalesce(t.queue_key, ''), t.order_time limit v_scan)) x
+              group by x.k) g;
+        v_seg_n := coalesce(cardinality(v_seg_keys), 0);
+        if v_seg_n > v_want then
+          v_seg_keys := v_seg_keys[1:v_want];
+          v_seg_heads := v_seg_heads[1:v_want];
+          v_seg_n := v_want;
+        end if;
+        -- the scan saw the whole segment when it stopped short of its bound; when it did not and
+        -- found too few keys (keys with backlogs), a loose scan goes on from its last key
+        v_seg_over := v_rows < v_scan and v_seg_n < v_want;
+        v_loose := v_rows >= v_scan and v_seg_n < v_want;
       else
-      -- the next keys after v_from (null: from the first) with a pending task, each with its
-      -- oldest one's order_time; in the second segment up to v_after
+      -- a loose scan: the next keys after v_from with a pending task, one index descent each,
+      -- each with its oldest one's order_time; in the second segment up to v_after
       with recursive walk(k, head, n) as (
         (select coalesce(t.queue_key, ''), t.order_time, 1 from asyncflow.{{tasks}} t
          where v_from is null and t.shard >= v_begin and t.status = 'pending'
@@ -150,17 +188,26 @@ begin
       )
       select array_agg(w.k order by w.n), array_agg(w.head order by w.n) into v_seg_keys, v_seg_heads
       from walk w where not v_wrapped or w.k <= v_after;
-      end if;
       v_seg_n := coalesce(cardinality(v_seg_keys), 0);
+      v_seg_over := v_seg_n < v_want;
+      v_loose := false;
+      end if;
       if v_seg_n > 0 then
         v_keys := v_keys || v_seg_keys;
         v_heads := v_heads || v_seg_heads;
         v_from := v_seg_keys[v_seg_n];
       end if;
-      v_seg_over := v_seg_n < v_want or coalesce(v_wrapped and v_from >= v_after, false);
-      exit when not v_seg_over or v_wrapped or v_after is null;
-      v_wrapped := true;
-      v_from := null;
+      v_seg_over := v_seg_over or coalesce(v_wrapped and v_from >= v_after, false);
+      if v_seg_over then
+        exit when v_wrapped or v_after is null;
+        -- the first segment is over: on from the first key
+        v_wrapped := true;
+        v_from := null;
+        v_seg_over := false;
+        v_loose := false;
+      elsif not v_loose then
+        exit;
+      end if;
     end loop;
     v_walked := cardinality(v_keys);
     v_probes := v_probes + v_walked;
