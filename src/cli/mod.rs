@@ -179,6 +179,11 @@ pub async fn run(cli: Cli) -> Result<()> {
     ) {
         quiet_on_closed_output();
     }
+    if matches!(cli.command, Command::Worker(_) | Command::Serve(_) | Command::Maintain(_)) {
+        // the entry point of a container without an init: collect the orphans (the embedded
+        // server's commands are left out: they wait for their own children)
+        crate::reaper::start_if_pid1();
+    }
     if let Command::Worker(args) = &cli.command {
         if let Some(server) = &args.target.server {
             // A worker on a server needs no database here (and starts no embedded one).
