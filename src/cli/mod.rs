@@ -36,6 +36,9 @@ pub struct Cli {
     /// Connections in the pool.
     #[arg(long, env = "ASYNCFLOW_POOL_SIZE", default_value_t = POOL_SIZE_DEFAULT, global = true)]
     pub pool_size: usize,
+    /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
+    #[arg(long, env = "ASYNCFLOW_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    pub log_format: crate::logging::LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
