@@ -10,13 +10,12 @@
 # no init (--init, tini) is needed.
 
 # --- build --------------------------------------------------------------------------------------
-FROM rust:1-slim-bookworm AS builder
+FROM rust:1-bookworm AS builder
 WORKDIR /src
 COPY . .
 # the binary, and the Rust example function (its function.toml builds it at the worker's start
 # in a source tree; the image ships it built instead)
-RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    cargo build --release --locked --bin asyncflow -p asyncflow \
+RUN cargo build --release --locked --bin asyncflow -p asyncflow \
  && cargo build --release --locked -p wordcount-rs
 
 # --- run ----------------------------------------------------------------------------------------
