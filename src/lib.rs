@@ -37,6 +37,8 @@
 //!   handed, and the task engine's rescuer, shard and retention services.
 //! - [`workflow`]: versioned DAG pipelines run on top of tasks (engine in SQL): pipeline files,
 //!   and the checker, run retention and callbacks as maintenance services.
+//! - [`logging`]: the log's format (text or JSON) and filter.
+//! - [`reaper`]: a process running as PID 1 collects its functions' orphans.
 //! - [`cli`]: the command-line front ends; [`demo`]: the README's main command;
 //!   [`bench`](mod@bench): the throughput benchmark.
 //!
@@ -65,8 +67,10 @@ pub mod error;
 pub mod function;
 pub mod http;
 pub mod ids;
+pub mod logging;
 pub mod maintenance;
 pub mod protocol;
+pub mod reaper;
 pub mod run;
 pub mod task;
 pub mod task_type;

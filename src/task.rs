@@ -276,6 +276,23 @@ pub struct Report {
     pub kind: ReportKind,
 }
 
+/// A task the rescuer took back: its lease ran out without a report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RescuedTask {
+    /// Task id.
+    pub task_id: String,
+    /// Task type.
+    pub task_type: String,
+    /// Its status now: pending (tried again) or failed (out of tries).
+    pub status: TaskStatus,
+    /// The stage of the try that was rescued.
+    pub stage: String,
+    /// That try's number.
+    pub attempt: i32,
+    /// What was recorded as its error (`lease expired: ...`).
+    pub error: String,
+}
+
 /// How a report was received.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReportResult {

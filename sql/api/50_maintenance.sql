@@ -5,9 +5,11 @@
 -- now + backoff with one more failed try, or to failed when out of tries. Their claim_seq stays,
 -- but their status is not running, so the vanished worker's late report is refused; the next claim
 -- increments claim_seq. Locks: the rescued rows (SKIP LOCKED: a row being reported right now is
--- left for the next pass). At most p_limit tasks per call.
+-- left for the next pass). At most p_limit tasks per call. Returns each rescued task with its new
+-- status and the stage, attempt and error of the try that was rescued (for the rescuer's log).
 create or replace function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000)
-returns table (task_id text, task_type text, status asyncflow.task_status)
+returns table (task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer,
+  error text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
@@ -15,6 +17,9 @@ declare
   v_ids text[];
   v_types text[];
   v_statuses asyncflow.task_status[];
+  v_stages text[];
+  v_attempts integer[];
+  v_errors text[];
 begin
   with expired as (
     select task_type, shard, id from asyncflow.tasks
@@ -36,10 +41,12 @@ begin
       owner = null, lease_until = null, updated_at = v_now
     from expired e
     where t.task_type = e.task_type and t.shard = e.shard and t.id = e.id
-    returning asyncflow.format_task_id(t.task_type, t.shard, t.id) as task_id, t.task_type, t.status
+    returning asyncflow.format_task_id(t.task_type, t.shard, t.id) as task_id, t.task_type, t.status,
+      t.stage, t.attempt, t.last_error
   )
-  select array_agg(c.task_id), array_agg(c.task_type), array_agg(c.status)
-  into v_ids, v_types, v_statuses
+  select array_agg(c.task_id), array_agg(c.task_type), array_agg(c.status), array_agg(c.stage),
+    array_agg(c.attempt), array_agg(c.last_error)
+  into v_ids, v_types, v_statuses, v_stages, v_attempts, v_errors
   from changed c;
 
   insert into asyncflow.type_counters as k (task_type, slot, rescued, failed)
@@ -49,7 +56,7 @@ begin
 
   perform asyncflow.wake(d.type_name)
   from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
-  return query select * from unnest(v_ids, v_types, v_statuses);
+  return query select * from unnest(v_ids, v_types, v_statuses, v_stages, v_attempts, v_errors);
 end
 $$;
 

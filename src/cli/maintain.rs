@@ -55,12 +55,8 @@ pub fn services(
 
 /// Callback delivery settings with this secret (an empty one counts as none) and these targets.
 pub(super) fn callback_config(secret: Option<String>, targets: Targets) -> CallbackConfig {
+    // without a secret, the sender warns at its first callback
     let secret = secret.filter(|s| !s.is_empty());
-    if secret.is_none() {
-        tracing::warn!(
-            "no callback secret (--callback-secret / ASYNCFLOW_CALLBACK_SECRET): workflow callbacks go unsigned"
-        );
-    }
     CallbackConfig { secret, targets, ..Default::default() }
 }
 

@@ -36,6 +36,9 @@ pub struct Cli {
     /// Connections in the pool.
     #[arg(long, env = "ASYNCFLOW_POOL_SIZE", default_value_t = POOL_SIZE_DEFAULT, global = true)]
     pub pool_size: usize,
+    /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
+    #[arg(long, env = "ASYNCFLOW_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    pub log_format: crate::logging::LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -178,6 +181,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             | Command::Migrate
     ) {
         quiet_on_closed_output();
+    }
+    if matches!(cli.command, Command::Worker(_) | Command::Serve(_) | Command::Maintain(_)) {
+        // the entry point of a container without an init: collect the orphans (the embedded
+        // server's commands are left out: they wait for their own children)
+        crate::reaper::start_if_pid1();
     }
     if let Command::Worker(args) = &cli.command {
         if let Some(server) = &args.target.server {

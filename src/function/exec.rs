@@ -161,7 +161,8 @@ impl ExecInner {
                 Ok(())
             });
         }
-        let mut child = match cmd.spawn() {
+        // registered as awaited, so that a worker running as PID 1 never reaps it itself
+        let (mut child, _awaited) = match crate::reaper::spawn(&mut cmd) {
             Ok(c) => c,
             Err(e) => return StageReply::fail(format!("cannot start {program}: {e}")),
         };

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,12 +107,12 @@ impl FunctionSpec {
     pub async fn build(&self) -> Result<()> {
         let Some((program, args)) = self.build.as_ref().and_then(|b| b.split_first()) else { return Ok(()) };
         tracing::info!(file = %self.file.display(), "building function: {}", self.build.as_ref().map(|b| b.join(" ")).unwrap_or_default());
-        let out = tokio::process::Command::new(program)
-            .args(args)
-            .current_dir(&self.dir)
-            .output()
-            .await
-            .map_err(|e| bad(&self.file, "build", &format!("cannot run {program}: {e}")))?;
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args).current_dir(&self.dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let cannot_run = |e: std::io::Error| bad(&self.file, "build", &format!("cannot run {program}: {e}"));
+        // registered as awaited, so that a worker running as PID 1 never reaps it itself
+        let (child, _awaited) = crate::reaper::spawn(&mut cmd).map_err(cannot_run)?;
+        let out = child.wait_with_output().await.map_err(cannot_run)?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let tail: Vec<&str> = err.lines().rev().take(10).collect();

@@ -10,6 +10,7 @@ use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
 use crate::error::Result;
 use crate::function::BoxFuture;
+use crate::task::TaskStatus;
 
 /// Rescues expired leases.
 pub struct Rescuer {
@@ -41,7 +42,19 @@ impl Service for Rescuer {
             loop {
                 let rescued = api::rescue_expired(&client, now, self.batch).await?;
                 let full = rescued.len() as i32 == self.batch;
-                detail.extend(rescued.into_iter().map(|(id, _, status)| format!("{id} -> {status:?}")));
+                for task in rescued {
+                    // one line per task, with the fields of the worker's lines for a failed call
+                    let (task_id, task_type, stage, attempt, error) =
+                        (&task.task_id, &task.task_type, &task.stage, task.attempt, &task.error);
+                    if task.status == TaskStatus::Failed {
+                        tracing::info!(task = %task_id, task_type, stage, attempt, error, outcome = "given_up",
+                            "lease expired: task failed for good (no tries left)");
+                    } else {
+                        tracing::info!(task = %task_id, task_type, stage, attempt, error, outcome = "rescued",
+                            "lease expired: the task will be tried again");
+                    }
+                    detail.push(format!("{} -> {:?}", task.task_id, task.status));
+                }
                 if !full {
                     break;
                 }

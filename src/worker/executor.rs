@@ -32,6 +32,7 @@ pub(super) async fn run(
 ) {
     let (task_id, claim_seq, lease_until) = (task.task_id.clone(), task.claim_seq, task.lease_until);
     let task_type = task.task_type.clone();
+    let call_log = CallLog::from(&task);
     let key = task_id.to_string();
     let lost = match &hold {
         Some((hold, index)) => hold.lost_token(*index),
@@ -97,7 +98,7 @@ pub(super) async fn run(
         (None, kind) => (kind, permit, Answer::Report),
     };
     match (kind, answer) {
-        (Some(kind), Answer::Report) => report_reply(&shared, &task_id, claim_seq, kind).await,
+        (Some(kind), Answer::Report) => report_reply(&shared, &task_id, claim_seq, &call_log, kind).await,
         (Some(_), Answer::Lost) => tracing::debug!(task = %key, "held claim failed: the call's reply is dropped"),
         (None, _) => {}
     }
@@ -105,8 +106,22 @@ pub(super) async fn run(
     shared.calls_ended(&task_type, 1);
 }
 
+/// What the log says of a call besides its task id: the fields of the lines for a failed call.
+#[derive(Debug, Clone)]
+pub(super) struct CallLog {
+    task_type: String,
+    stage: String,
+    attempt: i32,
+}
+
+impl From<&ClaimedTask> for CallLog {
+    fn from(task: &ClaimedTask) -> Self {
+        CallLog { task_type: task.task_type.clone(), stage: task.stage.clone(), attempt: task.attempt }
+    }
+}
+
 /// Reports a reply through the reporter and counts what became of it.
-pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i32, kind: ReportKind) {
+pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i32, call: &CallLog, kind: ReportKind) {
     let counter = match &kind {
         ReportKind::Advance { .. } => &shared.stats.advanced,
         ReportKind::Succeed { .. } => &shared.stats.succeeded,
@@ -116,24 +131,33 @@ pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i
     };
     // what an operator wants to see in the log at INFO: a call that failed, and what became of it
     let failure = match &kind {
-        ReportKind::Fail { error, .. } => Some(crate::error::shorten(error)),
+        ReportKind::Fail { error, retry } => Some((crate::error::shorten(error), *retry)),
         _ => None,
     };
     let result = shared.reporter.send(vec![report(task_id, claim_seq, kind)]).await;
+    let (task_type, stage, attempt) = (&call.task_type, &call.stage, call.attempt);
     match result.into_iter().next().flatten() {
         Some(r) if r.accepted => {
             if r.status == Some(TaskStatus::Failed) {
                 shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-                let error = failure.as_deref().unwrap_or("its reply was refused");
-                tracing::info!(task = %task_id, error, "task failed for good (no tries left, or not to be retried)");
+                let (error, outcome) = match &failure {
+                    // the function said not to try again
+                    Some((error, false)) => (error.as_str(), "failed"),
+                    Some((error, true)) => (error.as_str(), "given_up"),
+                    None => ("its reply was refused", "given_up"),
+                };
+                tracing::info!(task = %task_id, task_type, stage, attempt, error, outcome,
+                    "task failed for good (no tries left, or not to be retried)");
             } else if r.failed_instead {
                 // the reply was refused and the reporter failed the task instead (a retry)
                 shared.stats.retried.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(task = %task_id, "the call's reply was refused; the task will be tried again");
+                tracing::info!(task = %task_id, task_type, stage, attempt, error = "its reply was refused",
+                    outcome = "retried", "the call's reply was refused; the task will be tried again");
             } else {
                 counter.fetch_add(1, Ordering::Relaxed);
-                if let Some(error) = &failure {
-                    tracing::info!(task = %task_id, error = %error, "call failed; the task will be tried again");
+                if let Some((error, _)) = &failure {
+                    tracing::info!(task = %task_id, task_type, stage, attempt, error = %error, outcome = "retried",
+                        "call failed; the task will be tried again");
                 }
             }
         }

@@ -23,6 +23,7 @@ use deadpool_postgres::Object;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
+use super::executor::CallLog;
 use super::Shared;
 use crate::db::api;
 use crate::error::{Error, Result};
@@ -223,7 +224,8 @@ pub(super) async fn claim(
         outcome: watch::channel(None).0,
         lost: tasks.iter().map(|_| CancellationToken::new()).collect(),
     });
-    let fences: Vec<(TaskId, i32)> = tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq)).collect();
+    let fences: Vec<(TaskId, i32, CallLog)> =
+        tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq, CallLog::from(t))).collect();
     let window = tasks.iter().map(lease_quarter).min().unwrap_or(shared.hold_window).min(shared.hold_window);
     shared.tracker.spawn(finish(shared.clone(), conn, hold.clone(), task_type.clone(), fences, window, permit));
     Ok((tasks, Some(hold)))
@@ -241,7 +243,7 @@ async fn finish(
     conn: TxConn,
     hold: Arc<Hold>,
     task_type: TypeName,
-    fences: Vec<(TaskId, i32)>,
+    fences: Vec<(TaskId, i32, CallLog)>,
     window: Duration,
     permit: OwnedSemaphorePermit,
 ) {
@@ -255,7 +257,7 @@ async fn finish(
     let tasks: Vec<(&TaskId, i32, Option<&ReportKind>, Option<f64>)> = fences
         .iter()
         .zip(&taken)
-        .map(|((id, seq), reply)| (id, *seq, reply.as_ref().map(|r| &r.0), reply.as_ref().map(|r| r.1)))
+        .map(|((id, seq, _), reply)| (id, *seq, reply.as_ref().map(|r| &r.0), reply.as_ref().map(|r| r.1)))
         .collect();
     let outcome = match api::finish_held(conn.client(), &task_type, &shared.worker_id, &tasks).await {
         // the connection goes back to the pool at once: the reports below may need one
@@ -286,7 +288,7 @@ async fn finish(
     // is not this worker's: its call, if still running, is abandoned.
     if let Outcome::Ended(exceptions) = &outcome {
         let mut refused = 0;
-        for ((id, _), token) in fences.iter().zip(lost) {
+        for ((id, _, _), token) in fences.iter().zip(lost) {
             if exceptions.get(id.as_str()).is_some_and(|r| !r.accepted) {
                 token.cancel();
                 refused += 1;
@@ -304,13 +306,13 @@ async fn finish(
     // instead (a result too large, a bad next stage) is reported as usual, and says why.
     let (mut succeeded, mut advanced) = (0u64, 0u64);
     let mut to_report = Vec::new();
-    for ((id, seq), reply) in fences.iter().zip(taken) {
+    for ((id, seq, call), reply) in fences.iter().zip(taken) {
         let Some((reply, _)) = reply else { continue };
         match &*outcome {
             Outcome::Ended(exceptions) => match exceptions.get(id.as_str()) {
                 None if matches!(reply, ReportKind::Succeed { .. }) => succeeded += 1,
                 None => advanced += 1,
-                Some(r) if r.accepted => to_report.push((id, *seq, reply)),
+                Some(r) if r.accepted => to_report.push((id, *seq, call, reply)),
                 Some(_) => {
                     shared.stats.refused.fetch_add(1, Ordering::Relaxed);
                 }
@@ -327,8 +329,9 @@ async fn finish(
     drop(slots);
     shared.calls_ended(task_type.as_str(), freed);
     if !kept.is_empty() {
-        let reports =
-            to_report.into_iter().map(|(id, seq, reply)| super::executor::report_reply(&shared, id, seq, reply));
+        let reports = to_report
+            .into_iter()
+            .map(|(id, seq, call, reply)| super::executor::report_reply(&shared, id, seq, call, reply));
         futures_util::future::join_all(reports).await;
         let freed = kept.len();
         drop(kept);

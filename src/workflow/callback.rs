@@ -78,6 +78,9 @@ pub struct CallbackSender {
     /// The HTTP client, or why it could not be built (reported by every pass).
     http: std::result::Result<reqwest::Client, String>,
     owner: String,
+    /// Whether the warning about unsigned callbacks was logged (once, at the first callback
+    /// sent without a secret: a deployment without workflow callbacks never sees it).
+    warned_unsigned: std::sync::atomic::AtomicBool,
 }
 
 impl CallbackSender {
@@ -92,7 +95,7 @@ impl CallbackSender {
         let http = builder.build().map_err(|e| format!("callback HTTP client: {}", with_causes(&e)));
         tracing::info!(allow = %config.targets, "callback targets (--callback-allow)");
         let owner = format!("callbacks-{}", crate::WorkerId::generate());
-        CallbackSender { pool, config, http, owner }
+        CallbackSender { pool, config, http, owner, warned_unsigned: Default::default() }
     }
 
     /// One POST, and how it went (`cost_ms` left to the caller).
@@ -170,6 +173,14 @@ impl Service for CallbackSender {
                     api::claim_callbacks(&client, &self.owner, self.config.batch, lease, now).await?
                 };
                 let full = due.len() as i32 >= self.config.batch;
+                if !due.is_empty()
+                    && self.config.secret.is_none()
+                    && !self.warned_unsigned.swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        "no callback secret (--callback-secret / ASYNCFLOW_CALLBACK_SECRET): workflow callbacks go unsigned"
+                    );
+                }
                 let outcomes: Vec<(CallbackDelivery, CallbackOutcome)> = futures_util::stream::iter(due)
                     .map(|d| async move {
                         let started = Instant::now();
@@ -183,9 +194,17 @@ impl Service for CallbackSender {
                 let client = self.pool.get().await?;
                 for (d, outcome) in outcomes {
                     let state = api::record_callback(&client, &d.callback_id, d.attempt, &outcome, now).await?;
-                    if let Some(e) = &outcome.error {
-                        tracing::info!(callback = %d.callback_id, attempt = d.attempt, error = %e,
-                            give_up = outcome.give_up, "callback not delivered");
+                    if let Some(error) = &outcome.error {
+                        // the callback's status now: failed (given up), pending (tried again), or
+                        // none (another sender recorded it first)
+                        let outcome = match state.as_deref() {
+                            Some("failed") => "given_up",
+                            Some(_) => "retried",
+                            None => "stale",
+                        };
+                        tracing::info!(callback = %d.callback_id, run = %d.run_id, kind = %d.kind,
+                            attempt = d.attempt, error = %crate::error::shorten(error), outcome,
+                            "callback not delivered");
                     }
                     detail.push(format!(
                         "{} attempt {}: {}",

@@ -19,8 +19,8 @@ use super::GenericClient;
 use crate::error::{Error, Result};
 use crate::ids::{TaskId, TypeName, WorkerId};
 use crate::task::{
-    ClaimedTask, HeldTask, NewTask, QueueDepth, QueueKeyDepth, QueueLimit, Report, ReportKind, ReportResult, Task,
-    TaskStatus,
+    ClaimedTask, HeldTask, NewTask, QueueDepth, QueueKeyDepth, QueueLimit, Report, ReportKind, ReportResult,
+    RescuedTask, Task, TaskStatus,
 };
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
@@ -350,22 +350,30 @@ pub async fn next_due<C: GenericClient>(c: &C, task_type: &str) -> Result<Option
     get(&row, "due")
 }
 
-/// `asyncflow.rescue_expired`: (task id, type, new status) of each task whose lease ran out.
+/// `asyncflow.rescue_expired`: each task whose lease ran out, its new status and the try rescued.
 pub async fn rescue_expired<C: GenericClient>(
     c: &C,
     now: Option<DateTime<Utc>>,
     limit: i32,
-) -> Result<Vec<(String, String, TaskStatus)>> {
+) -> Result<Vec<RescuedTask>> {
     let rows = query(
         c,
-        "select task_id, task_type, status::text as status from asyncflow.rescue_expired($1, $2)",
+        "select task_id, task_type, status::text as status, stage, attempt, error \
+         from asyncflow.rescue_expired($1, $2)",
         &[&now, &limit],
     )
     .await?;
     rows.iter()
         .map(|r| {
             let st = status(get(r, "status")?)?.ok_or_else(|| Error::Unexpected("rescue without status".into()))?;
-            Ok((get(r, "task_id")?, get(r, "task_type")?, st))
+            Ok(RescuedTask {
+                task_id: get(r, "task_id")?,
+                task_type: get(r, "task_type")?,
+                status: st,
+                stage: get(r, "stage")?,
+                attempt: get(r, "attempt")?,
+                error: get::<Option<String>>(r, "error")?.unwrap_or_default(),
+            })
         })
         .collect()
 }
