@@ -15,7 +15,6 @@
 -- every identifier is quoted, and the type name has passed check_type_name. A template may hold
 -- two variants: a line ending in --@claim is kept only in the 'claim' variant, one ending in
 -- --@hold only in the 'hold' variant (claim_fair.sql is both a type's claim and its hold).
-drop function if exists asyncflow.render_template(text, text);
 create or replace function asyncflow.render_template(p_name text, p_task_type text, p_variant text default 'claim')
 returns text
 language plpgsql stable set search_path = pg_catalog, pg_temp as $$

@@ -392,9 +392,9 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
                 "tasks/s",
             );
             let fig = match burn1 {
-                Some(plain) => {
-                    fig.ratio(burn1, "1-stage burn-down").bar(">= 0.5 x 1-stage burn-down", Some(timed.rate >= 0.5 * plain))
-                }
+                Some(plain) => fig
+                    .ratio(burn1, "1-stage burn-down")
+                    .bar(">= 0.5 x 1-stage burn-down", Some(timed.rate >= 0.5 * plain)),
                 None => fig.ratio(update, "UPDATE"),
             };
             figures.push(fig.cpu(timed.cpu));

@@ -139,8 +139,9 @@ begin
         -- one bounded range scan of the key index after v_from (in the second segment up to
         -- v_after), its rows grouped by key, each key with its oldest task's order_time: the
         -- walk when keys have a task or a few each
-        v_scan := 2 * v_want + 16;
-        select array_agg(g.k order by g.k), array_agg(g.head order by g.k), coalesce(sum(g.n), 0)
+        v_scan := v_want + 16;
+        -- (grouped in key order from the ordered scans: the aggregates take them in that order)
+        select array_agg(g.k), array_agg(g.head), coalesce(sum(g.n), 0)
         into v_seg_keys, v_seg_heads, v_rows
         from (select x.k, min(x.order_time) as head, count(*) as n
               from ((select coalesce(t.queue_key, '') as k, t.order_time from asyncflow.{{tasks}} t
@@ -155,7 +156,7 @@ begin
                        and coalesce(t.queue_key, '') <= v_after
                        and (v_from is null or coalesce(t.queue_key, '') <> v_from)
                      order by coalesce(t.queue_key, ''), t.order_time limit v_scan)) x
-              group by x.k) g;
+              group by x.k order by x.k) g;
         v_seg_n := coalesce(cardinality(v_seg_keys), 0);
         if v_seg_n > v_want then
           v_seg_keys := v_seg_keys[1:v_want];
@@ -225,10 +226,15 @@ begin
                           v_type.queue_concurrency) as cap) c
         where w.head <= v_now
       ), picked as (
-        select p.shard, p.id, cand.k, cand.ord, p.turn from cand
+        select p.*, cand.k, cand.ord from cand
         cross join lateral (
-          select x.shard, x.id, row_number() over (order by x.order_time) as turn from (
-            select t.shard, t.id, t.order_time from asyncflow.{{tasks}} t
+          -- turn: the task's place within its key, in the order of the scan below (oldest first;
+          -- numbered as the rows come, without sorting them again)
+          select x.*, row_number() over () as turn from (
+            -- the columns the hold hands out come along: it writes nothing, and reads no row twice
+            select t.shard, t.id, t.order_time, t.stage, t.context, t.priority, t.attempt, t.claim_seq,
+              t.user_id, t.queue_key
+            from asyncflow.{{tasks}} t
             where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
               and t.order_time <= v_now
               and t.id <> all(v_held_ids) --@hold
@@ -247,10 +253,10 @@ begin
           t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key)::asyncflow.claimed_task --@claim
           as task, picked.k, picked.ord, picked.turn, t.id --@claim
         -- locked, not updated: the values the claim will have when the finish writes it --@hold
-        select row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, --@hold
-          t.priority, t.attempt + 1, t.claim_seq + 1, t.user_id, v_lease_until, v_now, t.queue_key, true --@hold
-          )::asyncflow.held_task as task, picked.k, picked.ord, picked.turn, t.id --@hold
-        from picked join asyncflow.{{tasks}} t on t.shard = picked.shard and t.id = picked.id --@hold
+        select row(asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, --@hold
+          p.priority, p.attempt + 1, p.claim_seq + 1, p.user_id, v_lease_until, v_now, p.queue_key, true --@hold
+          )::asyncflow.held_task as task, p.k, p.ord, p.turn, p.id --@hold
+        from picked p --@hold
       )
       select array_agg(c.task order by c.turn, c.ord), array_agg(c.k order by c.turn, c.ord), array_agg(c.id)
       into v_claimed, v_claimed_keys, v_claimed_ids
