@@ -169,7 +169,7 @@ CREATE FUNCTION asyncflow.get_pipeline(name text, version integer DEFAULT NULL::
 CREATE FUNCTION asyncflow.get_run(run_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 36 lines, sha256 8dfb672f677a78d2
+    AS -- body: 38 lines, sha256 ad44eb5408728c2b
 
 CREATE FUNCTION asyncflow.get_task(task_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -208,6 +208,10 @@ CREATE FUNCTION asyncflow.is_timestamptz(p_text text) RETURNS boolean
 CREATE FUNCTION asyncflow.json_ok(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 4 lines, sha256 f9617803407dfd2a
+
+CREATE FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS -- body: 24 lines, sha256 39960e1eaab66899
 
 CREATE FUNCTION asyncflow.json_problem(p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -391,7 +395,7 @@ COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline ru
 
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 5 lines, sha256 d704962ff7529f55
+    AS -- body: 5 lines, sha256 e94d8f88cb962fe4
 
 CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
     LANGUAGE plpgsql SECURITY DEFINER
@@ -456,7 +460,7 @@ PARTITION BY LIST (task_type);
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 9 lines, sha256 98bd24d0d1ae188d
+    AS -- body: 9 lines, sha256 899a7ec28369e4c3
 
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -514,6 +518,10 @@ CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 30 lines, sha256 77cc0926c65bebee
+
+CREATE FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 2 lines, sha256 23f6bf35ca63c1e3
 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -1069,6 +1077,8 @@ REVOKE ALL ON FUNCTION asyncflow.is_timestamptz(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.json_ok(p_value jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.json_problem(p_value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.list_pipelines() FROM PUBLIC;
@@ -1171,6 +1181,8 @@ REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__resumed() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wake(p_task_type text) FROM PUBLIC;
 

@@ -125,6 +125,15 @@ pub struct Task {
     pub updated_at: DateTime<Utc>,
     /// When it ended.
     pub finished_at: Option<DateTime<Utc>>,
+    /// Only on a row written past the API whose JSON no reader could parse (a number beyond
+    /// ±1e308, nesting beyond 64 levels): which fields, and why. Those fields read as null (the
+    /// schedule log as empty) and their text is in `raw`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_error: Option<String>,
+    /// The text of each field named in `decode_error`, by field name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub raw: Option<serde_json::Map<String, Value>>,
 }
 
 /// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`

@@ -38,6 +38,8 @@ declare
   v_since integer := 0;
   v_got integer := 0;
   v_probes integer := 0;
+  v_unreadable integer;
+  v_failed integer := 0;
   -- keys with due tasks, found from the ready index after a walk that found none
   v_due_keys text[];
   v_due_heads timestamptz[];
@@ -131,9 +133,9 @@ begin
                                  where r.shard >= v_begin and coalesce(r.queue_key, '') = w.k
                                    and r.status = 'running') < c.cap)
       ), picked as (
-        select p.shard, p.id, cand.k, cand.ord from cand
+        select p.shard, p.id, p.unreadable, cand.k, cand.ord from cand
         cross join lateral (
-          select t.shard, t.id from asyncflow.{{tasks}} t
+          select t.shard, t.id, asyncflow.unreadable('context', t.context) as unreadable from asyncflow.{{tasks}} t
           where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
             and t.order_time <= v_now
           order by t.order_time limit 1
@@ -142,18 +144,28 @@ begin
         limit v_limit - v_got
       ), claimed as (
         update asyncflow.{{tasks}} t set
-          status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
-          claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
+          -- a context no worker could read fails the task for good here, as in claim_plain.sql
+          status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status,
+          owner = case when picked.unreadable is null then p_owner end, attempt = t.attempt + 1,
+          claim_seq = t.claim_seq + 1, claimed_at = v_now,
+          lease_until = case when picked.unreadable is null
+            then v_now + make_interval(secs => v_type.max_processing_time) end,
+          last_error = coalesce(picked.unreadable, t.last_error),
+          finished_at = case when picked.unreadable is null then t.finished_at else v_now end,
           updated_at = v_now
         from picked
         where t.shard = picked.shard and t.id = picked.id
         returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context,
           t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key)::asyncflow.claimed_task
           as task,
-          picked.k, picked.ord
+          picked.k, picked.ord, picked.unreadable
       )
-      select array_agg(c.task order by c.ord), array_agg(c.k order by c.ord) into v_claimed, v_claimed_keys
+      select array_agg(c.task order by c.ord) filter (where c.unreadable is null),
+        array_agg(c.k order by c.ord) filter (where c.unreadable is null),
+        count(*) filter (where c.unreadable is not null)
+      into v_claimed, v_claimed_keys, v_unreadable
       from claimed c;
+      v_failed := v_failed + v_unreadable;
       v_n := coalesce(cardinality(v_claimed), 0);
       if v_n > 0 then
         return query select * from unnest(v_claimed);
@@ -207,10 +219,10 @@ begin
     values (v_task_type, v_at, v_now)
     on conflict (task_type) do update set after_key = excluded.after_key, updated_at = excluded.updated_at;
   end if;
-  if v_got > 0 then
-    insert into asyncflow.type_counters as k (task_type, slot, claimed)
-    values (v_task_type, pg_backend_pid() % 16, v_got)
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed;
+  if v_got > 0 or v_failed > 0 then
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed)
+    values (v_task_type, pg_backend_pid() % 16, v_got, v_failed)
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed, failed = k.failed + excluded.failed;
   end if;
 end
 $body$;
