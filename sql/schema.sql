@@ -11,7 +11,7 @@ CREATE TYPE asyncflow.claimed_task AS (
 	context jsonb,
 	priority integer,
 	attempt integer,
-	claim_seq integer,
+	claim_seq bigint,
 	user_id text,
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
@@ -25,7 +25,7 @@ CREATE TYPE asyncflow.held_task AS (
 	context jsonb,
 	priority integer,
 	attempt integer,
-	claim_seq integer,
+	claim_seq bigint,
 	user_id text,
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
@@ -67,7 +67,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 29 lines, sha256 a357deb31413f56b
+    AS -- body: 29 lines, sha256 795a1c14c5e1766a
 
 CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -81,7 +81,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
     LANGUAGE plpgsql STABLE
     AS -- body: 7 lines, sha256 df582deed47e1321
 
-CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
+CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
     AS -- body: 58 lines, sha256 0693cccd4b0d2f17
 
@@ -141,7 +141,7 @@ CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timest
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 28 lines, sha256 fde751ee38129c28
+    AS -- body: 28 lines, sha256 b6e69a91ed1168d2
 
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
@@ -184,7 +184,7 @@ CREATE FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_at inte
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS -- body: 23 lines, sha256 f567d9caa684244e
 
-CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TABLE(task_id text, claim_seq integer, stage text, attempt integer, lease_until timestamp with time zone)
+CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TABLE(task_id text, claim_seq bigint, stage text, attempt integer, lease_until timestamp with time zone)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 11 lines, sha256 1174748af564e350
@@ -236,6 +236,10 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 12 lines, sha256 400e9cacea83bf2b
+
+CREATE FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS -- body: 1 lines, sha256 99f59c1088e8124c
 
 CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -313,7 +317,7 @@ CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text) RETURNS
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 16 lines, sha256 ef5ab6796dbf555f
 
-CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
+CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
@@ -325,7 +329,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 46 lines, sha256 9d94350c95ad09f4
+    AS -- body: 46 lines, sha256 cf8b000fe5a6ad30
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -439,7 +443,7 @@ CREATE TABLE asyncflow.tasks (
     retry_count integer DEFAULT 0 NOT NULL,
     max_retry_num integer NOT NULL,
     max_retry_interval integer NOT NULL,
-    claim_seq integer DEFAULT 0 NOT NULL,
+    claim_seq bigint DEFAULT 0 NOT NULL,
     owner text,
     claimed_at timestamp with time zone,
     lease_until timestamp with time zone,
@@ -1011,7 +1015,7 @@ REVOKE ALL ON FUNCTION asyncflow.check_new_type_name(p_task_type text) FROM PUBL
 
 REVOKE ALL ON FUNCTION asyncflow.check_now(p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_runs(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
@@ -1092,6 +1096,8 @@ GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.
 
 REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;
 
@@ -1124,8 +1130,8 @@ GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings json
 
 REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) TO asyncflow_worker;
+REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) TO asyncflow_worker;

@@ -218,6 +218,19 @@ begin
 end
 $$;
 
+-- The fencing token of a claim, from the task's last one: the greater of that + 1 and the
+-- clock (now(), the transaction's start, never a caller's p_now) in microseconds since 1970.
+-- Claims commit asynchronously, so a crash can lose a claim and the token it gave; the next
+-- claim of the task, by the same worker id too, then comes later by the clock and gets a token
+-- the lost claim never had, and a report from the lost claim is refused. Tokens stay strictly
+-- increasing per task whatever the clock does; uniqueness across a crash assumes the server's
+-- clock does not step back by more than the restart took. The microseconds stay below 2^53 until
+-- the year 2255, so the token is exact in JSON readers that parse numbers as doubles.
+create or replace function asyncflow.next_claim_seq(p_claim_seq bigint) returns bigint
+language sql stable parallel safe as $$
+  select greatest(p_claim_seq + 1, (pg_catalog.date_part('epoch', pg_catalog.now()) * 1000000)::bigint)
+$$;
+
 -- Raises AF007 unless the task exists.
 create or replace function asyncflow.check_task_exists(p_task_type text, p_shard integer, p_id bigint, p_task_id text) returns void
 language plpgsql stable as $$

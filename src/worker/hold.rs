@@ -223,7 +223,7 @@ pub(super) async fn claim(
         outcome: watch::channel(None).0,
         lost: tasks.iter().map(|_| CancellationToken::new()).collect(),
     });
-    let fences: Vec<(TaskId, i32)> = tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq)).collect();
+    let fences: Vec<(TaskId, i64)> = tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq)).collect();
     let window = tasks.iter().map(lease_quarter).min().unwrap_or(shared.hold_window).min(shared.hold_window);
     shared.tracker.spawn(finish(shared.clone(), conn, hold.clone(), task_type.clone(), fences, window, permit));
     Ok((tasks, Some(hold)))
@@ -241,7 +241,7 @@ async fn finish(
     conn: TxConn,
     hold: Arc<Hold>,
     task_type: TypeName,
-    fences: Vec<(TaskId, i32)>,
+    fences: Vec<(TaskId, i64)>,
     window: Duration,
     permit: OwnedSemaphorePermit,
 ) {
@@ -252,7 +252,7 @@ async fn finish(
         (std::mem::take(&mut state.taken), std::mem::take(&mut state.slots))
     };
     let lost = &hold.lost;
-    let tasks: Vec<(&TaskId, i32, Option<&ReportKind>, Option<f64>)> = fences
+    let tasks: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>)> = fences
         .iter()
         .zip(&taken)
         .map(|((id, seq), reply)| (id, *seq, reply.as_ref().map(|r| &r.0), reply.as_ref().map(|r| r.1)))

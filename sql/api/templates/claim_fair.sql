@@ -147,7 +147,7 @@ begin
           -- a context no worker could read fails the task for good here, as in claim_plain.sql
           status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status,
           owner = case when picked.unreadable is null then p_owner end, attempt = t.attempt + 1,
-          claim_seq = t.claim_seq + 1, claimed_at = v_now,
+          claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now,
           lease_until = case when picked.unreadable is null
             then v_now + make_interval(secs => v_type.max_processing_time) end,
           last_error = coalesce(picked.unreadable, t.last_error),

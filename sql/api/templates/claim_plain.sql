@@ -1,7 +1,7 @@
 -- type_claim__<type>(owner, limit, now) of a type without fair_queues: up to `limit` (at most
 -- the type's schedule_limit, and under its concurrency limit) ready tasks in order_time order,
--- FOR UPDATE SKIP LOCKED, each stamped running with its owner, a lease and claim_seq + 1 (the
--- fencing token its reports must carry); a task whose context no worker could read fails instead
+-- FOR UPDATE SKIP LOCKED, each stamped running with its owner, a lease and a new claim_seq (the
+-- fencing token its reports must carry: asyncflow.next_claim_seq); a task whose context no worker could read fails instead
 -- (asyncflow.unreadable), and the rest of the batch is claimed. Rendered per type by asyncflow.create_type_functions:
 -- {{claim}} is the function's name, {{tasks}} the type's table, {{task_type}} its name as a
 -- literal.
@@ -52,7 +52,7 @@ begin
       -- a context no worker could read (asyncflow.unreadable) fails the task for good here
       status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status,
       owner = case when picked.unreadable is null then p_owner end, attempt = t.attempt + 1,
-      claim_seq = t.claim_seq + 1, claimed_at = v_now,
+      claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now,
       lease_until = case when picked.unreadable is null then v_now + make_interval(secs => v_type.max_processing_time) end,
       last_error = coalesce(picked.unreadable, t.last_error),
       finished_at = case when picked.unreadable is null then t.finished_at else v_now end,

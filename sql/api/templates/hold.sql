@@ -59,7 +59,7 @@ begin
   ), failed as (
     -- a context no worker could read fails the task for good, in the hold's transaction (as
     -- type_claim__ does); the finish, never told of it, leaves it failed
-    update asyncflow.{{tasks}} t set status = 'failed', attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
+    update asyncflow.{{tasks}} t set status = 'failed', attempt = t.attempt + 1, claim_seq = asyncflow.next_claim_seq(t.claim_seq),
       claimed_at = v_now, last_error = p.unreadable, finished_at = v_now, updated_at = v_now
     from picked p
     where p.unreadable is not null and t.shard = p.shard and t.id = p.id
@@ -70,7 +70,7 @@ begin
     on conflict (task_type, slot) do update set failed = k.failed + excluded.failed
   )
   select asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, p.priority,
-    p.attempt + 1, p.claim_seq + 1, p.user_id, v_lease_until, v_now, p.queue_key, true
+    p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, true
   from picked p where p.unreadable is null
   order by p.order_time;
 end
