@@ -105,7 +105,7 @@ CREATE FUNCTION asyncflow.check_type_name(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer DEFAULT 60, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(callback_id text, run_id text, kind text, url text, payload jsonb, attempt integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 15 lines, sha256 c44cf53a37a76ade
+    AS -- body: 18 lines, sha256 35479207f35bc2fd
 
 CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF asyncflow.claimed_task
     LANGUAGE plpgsql SECURITY DEFINER

@@ -181,6 +181,14 @@ async fn get(app: &axum::Router, uri: &str) -> (StatusCode, Value) {
     (status, serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)})))
 }
 
+/// Pipeline "p": start, one task of type "wf", end.
+async fn one_task_pipeline(c: &tokio_postgres::Client) {
+    register(c, "wf", json!({})).await;
+    let nodes = json!([{"name": "start", "type": "start"}, {"name": "work", "type": "task", "function": "wf"},
+        {"name": "end", "type": "end"}]);
+    pipeline(c, "p", json!({"nodes": nodes, "edges": [["start", "work"], ["work", "end"]]})).await;
+}
+
 #[tokio::test]
 async fn reads_show_an_unreadable_row_with_its_decode_error() {
     let db = TestDb::new().await;
@@ -207,14 +215,7 @@ async fn reads_show_an_unreadable_row_with_its_decode_error() {
     assert!(list[3].decode_error.is_none() && list[3].raw.is_none());
 
     // runs: an input written past the API
-    register(&c, "wf", json!({})).await;
-    pipeline(
-        &c,
-        "p",
-        json!({"nodes": [{"name": "start", "type": "start"}, {"name": "work", "type": "task", "function": "wf"},
-            {"name": "end", "type": "end"}], "edges": [["start", "work"], ["work", "end"]]}),
-    )
-    .await;
+    one_task_pipeline(&c).await;
     let run_id = start(&c, "p", json!({}), None, None).await;
     c.execute("update asyncflow.runs set input = $1::text::jsonb where run_id = $2", &[&value, &run_id]).await.unwrap();
 
@@ -234,4 +235,38 @@ async fn reads_show_an_unreadable_row_with_its_decode_error() {
         assert!(run["decode_error"].as_str().unwrap_or_default().starts_with("input cannot be read"), "{uri}: {run}");
         assert!(run["raw"]["input"].as_str().unwrap_or_default().contains(r#""x": 1000000000"#), "{uri}: {run}");
     }
+}
+
+/// A callback whose payload carries a run's result written past the API is still claimed (the
+/// whole batch with it), and delivered with its decode_error.
+#[tokio::test]
+async fn callbacks_with_an_unreadable_payload_are_claimed_with_their_decode_error() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    one_task_pipeline(&c).await;
+    let runs = [
+        start(&c, "p", json!({}), Some("http://127.0.0.1:9/hook"), None).await,
+        start(&c, "p", json!({}), Some("http://127.0.0.1:9/hook"), None).await,
+    ];
+    for run in &runs {
+        assert!(api::cancel_run(&db.conn().await, run).await.unwrap(), "{run}");
+    }
+    let (value, why) = unreadable().remove(0);
+    let n = c
+        .execute(
+            "update asyncflow.callbacks set payload = payload || jsonb_build_object('result', $1::text::jsonb) \
+             where run_id = $2",
+            &[&value, &runs[0]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let claimed = api::claim_callbacks(&db.conn().await, "m", 10, 60, None).await.unwrap();
+    assert_eq!(claimed.len(), 2, "both, the bad one beside the good");
+    let bad = claimed.iter().find(|d| d.run_id == runs[0]).unwrap();
+    let error = bad.payload["decode_error"].as_str().unwrap_or_default();
+    assert!(error.starts_with(&format!("result cannot be read: {why}")), "{}", bad.payload);
+    assert_eq!(bad.payload["result"], Value::Null);
+    let good = claimed.iter().find(|d| d.run_id == runs[1]).unwrap();
+    assert!(good.payload.get("decode_error").is_none(), "{}", good.payload);
 }

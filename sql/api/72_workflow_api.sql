@@ -454,7 +454,10 @@ begin
   update asyncflow.callbacks c set attempts = c.attempts + 1, owner = p_owner,
     next_attempt_at = v_now + make_interval(secs => greatest(p_lease, 1)), updated_at = v_now
   from due where c.day = due.day and c.callback_id = due.callback_id
-  returning c.callback_id, c.run_id, c.kind, c.url, c.payload, c.attempts;
+  -- a payload made from a run's input or result written past the API goes out through json_out
+  -- (00_util.sql), as readers do: the callback is delivered with decode_error, and the batch
+  -- still reads
+  returning c.callback_id, c.run_id, c.kind, c.url, asyncflow.json_out(c.payload, '{input,inputs,result}'), c.attempts;
 end
 $$;
 
