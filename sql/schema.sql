@@ -59,6 +59,41 @@ CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     AS -- body: 4 lines, sha256 87d5e9c9807648ee
 
+CREATE TABLE asyncflow.task_types (
+    task_type text NOT NULL,
+    schedule_limit integer DEFAULT 100 NOT NULL,
+    schedule_interval double precision DEFAULT 5 NOT NULL,
+    max_processing_time integer DEFAULT 300 NOT NULL,
+    max_retry_num integer DEFAULT 3 NOT NULL,
+    max_retry_interval integer DEFAULT 60 NOT NULL,
+    shard_max_rows bigint DEFAULT 5000000 NOT NULL,
+    retention integer DEFAULT 604800 NOT NULL,
+    concurrency integer,
+    paused boolean DEFAULT false NOT NULL,
+    initial_stage text DEFAULT 'start'::text NOT NULL,
+    id_seq regclass NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    fair_queues boolean DEFAULT false NOT NULL,
+    queue_concurrency integer,
+    CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
+    CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
+    CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
+    CONSTRAINT task_types_max_retry_interval_check CHECK (((max_retry_interval >= '-31536000'::integer) AND (max_retry_interval <= 31536000))),
+    CONSTRAINT task_types_max_retry_num_check CHECK (((max_retry_num >= 0) AND (max_retry_num <= 1000))),
+    CONSTRAINT task_types_name_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
+    CONSTRAINT task_types_queue_concurrency_check CHECK (((queue_concurrency >= 1) AND (queue_concurrency <= 1000000))),
+    CONSTRAINT task_types_retention_check CHECK (((retention >= 0) AND (retention <= 315360000))),
+    CONSTRAINT task_types_schedule_interval_check CHECK (((schedule_interval >= (0.01)::double precision) AND (schedule_interval <= (86400)::double precision))),
+    CONSTRAINT task_types_schedule_limit_check CHECK (((schedule_limit >= 1) AND (schedule_limit <= 10000))),
+    CONSTRAINT task_types_shard_max_rows_check CHECK (((shard_max_rows >= 10) AND (shard_max_rows <= '1000000000000'::bigint)))
+);
+
+CREATE FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 5 lines, sha256 76be2fa35b45fd82
+
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -141,7 +176,7 @@ CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timest
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 28 lines, sha256 b6e69a91ed1168d2
+    AS -- body: 32 lines, sha256 113b78591ea49f88
 
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
@@ -188,6 +223,11 @@ CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TAB
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 11 lines, sha256 1174748af564e350
+
+CREATE FUNCTION asyncflow.hold_timeout() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 5 lines, sha256 d072f6f7dd2a71dd
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
@@ -312,10 +352,10 @@ CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFA
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 58 lines, sha256 ce3e922e195e7a84
 
-CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text) RETURNS text
+CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text DEFAULT 'claim'::text) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 16 lines, sha256 ef5ab6796dbf555f
+    AS -- body: 23 lines, sha256 4e30ca1a5b687953
 
 CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -469,36 +509,6 @@ CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     AS -- body: 5 lines, sha256 49a2a31e9f2b758e
-
-CREATE TABLE asyncflow.task_types (
-    task_type text NOT NULL,
-    schedule_limit integer DEFAULT 100 NOT NULL,
-    schedule_interval double precision DEFAULT 5 NOT NULL,
-    max_processing_time integer DEFAULT 300 NOT NULL,
-    max_retry_num integer DEFAULT 3 NOT NULL,
-    max_retry_interval integer DEFAULT 60 NOT NULL,
-    shard_max_rows bigint DEFAULT 5000000 NOT NULL,
-    retention integer DEFAULT 604800 NOT NULL,
-    concurrency integer,
-    paused boolean DEFAULT false NOT NULL,
-    initial_stage text DEFAULT 'start'::text NOT NULL,
-    id_seq regclass NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    fair_queues boolean DEFAULT false NOT NULL,
-    queue_concurrency integer,
-    CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
-    CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
-    CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
-    CONSTRAINT task_types_max_retry_interval_check CHECK (((max_retry_interval >= '-31536000'::integer) AND (max_retry_interval <= 31536000))),
-    CONSTRAINT task_types_max_retry_num_check CHECK (((max_retry_num >= 0) AND (max_retry_num <= 1000))),
-    CONSTRAINT task_types_name_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
-    CONSTRAINT task_types_queue_concurrency_check CHECK (((queue_concurrency >= 1) AND (queue_concurrency <= 1000000))),
-    CONSTRAINT task_types_retention_check CHECK (((retention >= 0) AND (retention <= 315360000))),
-    CONSTRAINT task_types_schedule_interval_check CHECK (((schedule_interval >= (0.01)::double precision) AND (schedule_interval <= (86400)::double precision))),
-    CONSTRAINT task_types_schedule_limit_check CHECK (((schedule_limit >= 1) AND (schedule_limit <= 10000))),
-    CONSTRAINT task_types_shard_max_rows_check CHECK (((shard_max_rows >= 10) AND (shard_max_rows <= '1000000000000'::bigint)))
-);
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -1003,6 +1013,8 @@ REVOKE ALL ON FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now times
 
 REVOKE ALL ON FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) TO asyncflow_client;
 
@@ -1071,6 +1083,8 @@ REVOKE ALL ON FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_
 REVOKE ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) TO asyncflow_worker;
 
+REVOKE ALL ON FUNCTION asyncflow.hold_timeout() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.is_integral(p_value jsonb) FROM PUBLIC;
@@ -1128,7 +1142,7 @@ REVOKE ALL ON FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) FROM PUB
 REVOKE ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) TO asyncflow_worker;

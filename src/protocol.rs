@@ -211,6 +211,23 @@ pub struct HeldTasks {
     pub tasks: Vec<HeldTask>,
 }
 
+/// One line of `GET /v1/worker/cancels` (newline-delimited JSON): a running call to stop, or,
+/// with both fields absent, a keep-alive (the first line says the stream is live).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CancelNotice {
+    /// The task taken away from its worker (cancelled, or its run or node ended without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The fencing token of the claim whose call is to stop; a later claim's call goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_seq: Option<i64>,
+}
+
+/// How long `GET /v1/worker/cancels` streams before it ends (seconds) by default.
+pub const CANCELS_WAIT_DEFAULT: u64 = 60;
+/// The longest a `GET /v1/worker/cancels` stream may be asked to last (seconds).
+pub const CANCELS_WAIT_MAX: u64 = 3600;
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

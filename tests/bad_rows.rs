@@ -87,10 +87,11 @@ async fn claims_and_held_claims_fail_an_unreadable_task_and_hand_out_the_rest() 
     let db = TestDb::new().await;
     let c = db.raw().await;
     let w = worker("w");
-    for (ty, settings) in [("plain", json!({})), ("fair", json!({"fair_queues": true})), ("held", json!({}))] {
+    let fair = json!({"fair_queues": true});
+    for (ty, settings) in [("plain", json!({})), ("fair", fair.clone()), ("held", json!({})), ("held_fair", fair)] {
         register(&c, ty, settings).await;
         let (good, bad) = seed(&c, &db.pool, ty).await;
-        let claimed: Vec<TaskId> = if ty == "held" {
+        let claimed: Vec<TaskId> = if ty.starts_with("held") {
             let mut conn = db.pool.get().await.unwrap();
             let tx = conn.transaction().await.unwrap();
             let held = api::hold_tasks(&tx, &TypeName::new(ty).unwrap(), &w, 100).await.unwrap();
@@ -110,7 +111,7 @@ async fn claims_and_held_claims_fail_an_unreadable_task_and_hand_out_the_rest() 
         claimed_sorted.sort_by_key(|id| id.number());
         assert_eq!(claimed_sorted, good, "{ty}: the good tasks, and only they");
         assert_failed_for_reason(&db.pool, &bad).await;
-        let expect_running = if ty == "held" { 0 } else { good.len() as i64 };
+        let expect_running = if ty.starts_with("held") { 0 } else { good.len() as i64 };
         assert_eq!(running(&c, ty).await, expect_running, "{ty}: nothing running but what was handed out");
         let failed: i64 = c
             .query_one("select sum(failed)::bigint from asyncflow.type_counters where task_type = $1", &[&ty])

@@ -578,3 +578,49 @@ async fn an_idle_worker_with_held_keys_backs_off_instead_of_claiming_on_and_on()
     // few while starting; waking each other, they made hundreds
     assert!(calls.iter().all(|&n| n <= 15), "claims per type in 4 s: {calls:?}");
 }
+
+/// The keys and `held` flags of a held claim of `ty` (`type_hold__<ty>`), in its order; the
+/// hold's transaction is rolled back.
+async fn hold_keys(db: &TestDb, ty: &str, limit: i32) -> Vec<(String, bool)> {
+    let mut c = db.conn().await;
+    let tx = c.transaction().await.unwrap();
+    let sql = format!("select queue_key, held from asyncflow.type_hold__{ty}('holder', $1)");
+    let rows = tx.query(sql.as_str(), &[&limit]).await.unwrap();
+    let held = rows.iter().map(|r| (r.get::<_, Option<String>>(0).unwrap_or_default(), r.get(1))).collect();
+    tx.rollback().await.unwrap();
+    held
+}
+
+/// A type with fair_queues and no per-key limit is claimed as a hold (row locks, no row written
+/// until the calls end), by the same turns as its claim: from the key after the cursor, round
+/// the end of the keys and back, each key's oldest first; a key with a backlog fills the rest of
+/// the batch in the same statement. With a per-key limit (which counts running tasks) the hold
+/// claims instead and says so.
+#[tokio::test]
+async fn a_fair_type_without_key_limits_is_claimed_as_a_hold_by_the_same_turns() {
+    let db = TestDb::new().await;
+    register(&db, "turns", fair(100, None)).await;
+    let c = db.conn().await;
+    for (key, n) in [("a", 2), ("b", 6), ("c", 1)] {
+        api::create_tasks(&c, "turns", &keyed(key, n)).await.unwrap();
+    }
+    let keys = |held: &[(String, bool)]| held.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    let held = hold_keys(&db, "turns", 7).await;
+    assert!(held.iter().all(|(_, h)| *h), "{held:?}");
+    assert_eq!(keys(&held), ["a", "b", "c", "a", "b", "b", "b"]);
+    // nothing was written: the tasks are still pending, the cursor where it was
+    let depth = api::queue_keys(&c, "turns", None, 10).await.unwrap();
+    let ready: i64 = depth.iter().map(|q| q.ready).sum();
+    let running: i64 = depth.iter().map(|q| q.running).sum();
+    assert_eq!((ready, running), (9, 0));
+    // a claim moves the cursor past "a": the next turns start at "b" and wrap to "a"
+    let first = claim(&db, "turns", 1).await;
+    assert_eq!(keys_of(&db, &first).await, ["a"]);
+    let held = hold_keys(&db, "turns", 5).await;
+    assert_eq!(keys(&held), ["b", "c", "a", "b", "b"]);
+    // a limit per key counts running tasks: claimed, not held
+    register(&db, "turns", fair(100, Some(1))).await;
+    let held = hold_keys(&db, "turns", 5).await;
+    assert!(held.iter().all(|(_, h)| !*h), "{held:?}");
+    assert_eq!(keys(&held), ["b", "c"], "a has its one running task");
+}

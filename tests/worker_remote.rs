@@ -399,3 +399,102 @@ async fn tasks_claimed_by_a_hold_whose_answer_was_lost_are_handed_back_and_run()
         .sum();
     assert!(released >= 1, "the lost claims were released, not left to expire");
 }
+
+/// Whether process `pid` has ended (gone, or a zombie waiting to be reaped).
+fn process_ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// A cancel reaches a worker on a server at once, through the server's cancel stream
+/// (`GET /v1/worker/cancels`), not at its next heartbeat: with the default 300 s lease the
+/// heartbeat would come after 100 s.
+#[tokio::test]
+async fn cancelling_a_task_stops_its_call_on_a_worker_on_a_server_within_a_second() {
+    let db = TestDb::new().await;
+    let port = free_port();
+    let _server = Server::start(&db, port).await;
+    let dir = folder("sleeper", "command = [\"./run\"]\n", "echo $$ > pid\nexec sleep 200");
+    let pid_file = dir.0.join("sleeper").join("pid");
+    register(&db, "sleeper", TaskTypeUpdate { schedule_interval: Some(0.2), ..Default::default() }).await;
+    let server = format!("http://127.0.0.1:{port}");
+    let child = worker(&server, &dir.0, "remote-cancel", &["--exit-when-idle"]);
+    let id = api::create_task(&db.conn().await, "sleeper", &NewTask::default()).await.unwrap();
+    let mut pid = 0;
+    wait_until(Duration::from_secs(20), "the function started", || {
+        let read = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok());
+        if let Some(p) = read {
+            pid = p;
+        }
+        async move { read.is_some() }
+    })
+    .await;
+    // the worker opens its cancel stream as it starts; give it a moment past the first claim
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!process_ended(pid));
+    let cancelled_at = Instant::now();
+    assert!(api::cancel_task(&db.conn().await, id.as_str()).await.unwrap());
+    while !process_ended(pid) {
+        assert!(cancelled_at.elapsed() < Duration::from_secs(10), "the call ran on after its task was cancelled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = cancelled_at.elapsed();
+    eprintln!("from cancel_task to the process's end on a worker on a server: {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    let (status, _out, err) = wait_child(child, Duration::from_secs(30)).await;
+    assert!(status.success(), "exit status {status:?}: {err}");
+    assert!(err.contains("task cancelled: stopping its call"), "{err}");
+    let t = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.status, TaskStatus::Cancelled);
+}
+
+/// The cancel stream: `{}` first, then the cancels of the types asked for only, as
+/// newline-delimited JSON; bad arguments are a 400.
+#[tokio::test]
+async fn the_cancel_stream_sends_the_cancels_of_its_types() {
+    let db = TestDb::new().await;
+    let port = free_port();
+    let _server = Server::start(&db, port).await;
+    register(&db, "watched", TaskTypeUpdate::default()).await;
+    register(&db, "other", TaskTypeUpdate::default()).await;
+    let c = db.conn().await;
+    let watched = api::create_task(&c, "watched", &NewTask::default()).await.unwrap();
+    let other = api::create_task(&c, "other", &NewTask::default()).await.unwrap();
+    let mut seqs = Vec::new();
+    for ty in ["watched", "other"] {
+        let owner = asyncflow::WorkerId::new("w").unwrap();
+        let claimed = api::claim_tasks(&c, ty, &owner, 1, None).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        seqs.push(claimed[0].claim_seq);
+    }
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}/v1/worker/cancels");
+    for bad in ["types=", "types=no%20such", "types=watched&wait=0", "types=watched&wait=3601", "wait=5"] {
+        let r = http.get(format!("{base}?{bad}")).bearer_auth(TOKEN).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+    let mut stream = http.get(format!("{base}?types=watched&wait=5")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "application/x-ndjson");
+    let first = stream.chunk().await.unwrap().unwrap();
+    assert_eq!(&first[..], b"{}\n", "the first line says the stream is live");
+    assert!(api::cancel_task(&c, other.as_str()).await.unwrap());
+    assert!(api::cancel_task(&c, watched.as_str()).await.unwrap());
+    let mut text = String::new();
+    while !text.contains('\n') {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), stream.chunk()).await.unwrap().unwrap().unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(line, json!({"task_id": watched.as_str(), "claim_seq": seqs[0]}), "only the watched type's cancel");
+    // the stream ends by itself after `wait`
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(chunk) = stream.chunk().await.unwrap() {
+            assert!(!String::from_utf8_lossy(&chunk).contains(other.as_str()), "another type's cancel");
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream did not end after its wait");
+}

@@ -2,7 +2,8 @@
 -- asyncflow.function_templates by `asyncflow migrate`):
 --
 --   type_claim__<type>    claim_plain.sql, or claim_fair.sql for a type with fair_queues
---   type_hold__<type>     hold.sql     a held claim (row locks until the calls reply)
+--   type_hold__<type>     hold.sql     a held claim (row locks until the calls reply), or
+--                         claim_fair.sql's hold variant for a type with fair_queues
 --   type_finish__<type>   finish.sql   ends a hold
 --   type_report__<type>   report.sql   reports as typed arrays
 --
@@ -11,17 +12,28 @@
 
 -- The text of template p_name for type p_task_type: {{task_type}} becomes the type's name as a
 -- literal, {{tasks}} its table, {{claim}}, {{hold}}, {{finish}} and {{report}} its functions;
--- every identifier is quoted, and the type name has passed check_type_name.
-create or replace function asyncflow.render_template(p_name text, p_task_type text) returns text
+-- every identifier is quoted, and the type name has passed check_type_name. A template may hold
+-- two variants: a line ending in --@claim is kept only in the 'claim' variant, one ending in
+-- --@hold only in the 'hold' variant (claim_fair.sql is both a type's claim and its hold).
+drop function if exists asyncflow.render_template(text, text);
+create or replace function asyncflow.render_template(p_name text, p_task_type text, p_variant text default 'claim')
+returns text
 language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
   v_body text;
 begin
   perform asyncflow.check_type_name(p_task_type);
+  if p_variant is null or p_variant not in ('claim', 'hold') then
+    raise exception 'template variant must be claim or hold, not %', coalesce(p_variant, 'null');
+  end if;
   select body into v_body from asyncflow.function_templates where name = p_name;
   if not found then
     raise exception 'function template % is missing: run asyncflow migrate', p_name;
   end if;
+  -- the other variant's lines go, and the markers of this one
+  v_body := regexp_replace(v_body, '^[^\n]*--@' || case when p_variant = 'claim' then 'hold' else 'claim' end
+    || '[ \t]*\n', '', 'gn');
+  v_body := regexp_replace(v_body, '[ \t]*--@' || p_variant || '[ \t]*$', '', 'gn');
   return replace(replace(replace(replace(replace(replace(v_body,
     '{{task_type}}', format('%L', p_task_type)),
     '{{tasks}}', format('%I', 'tasks_' || p_task_type)),
@@ -47,7 +59,11 @@ begin
   end if;
   execute asyncflow.render_template(case when v_fair then 'claim_fair' else 'claim_plain' end, p_task_type);
   execute asyncflow.render_template('report', p_task_type);
-  execute asyncflow.render_template('hold', p_task_type);
+  if v_fair then
+    execute asyncflow.render_template('claim_fair', p_task_type, 'hold');
+  else
+    execute asyncflow.render_template('hold', p_task_type);
+  end if;
   execute asyncflow.render_template('finish', p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer, timestamptz) from public',
     'type_claim__' || p_task_type);

@@ -22,6 +22,31 @@ begin
 end
 $$;
 
+-- can_hold: whether a type's tasks may be claimed as a hold (row locks, not updated, until the
+-- calls end; see templates/hold.sql). Not when its claims count running tasks (the type's
+-- concurrency, or with fair_queues a queue_concurrency or a key's own limit), which a held task
+-- is not yet, and not when a pipeline watches its table (the workflow trigger follows running
+-- tasks).
+create or replace function asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) returns boolean
+language sql stable set search_path = pg_catalog, pg_temp as $$
+  select p_type.concurrency is null
+    and not (p_type.fair_queues and (p_type.queue_concurrency is not null
+             or exists (select 1 from asyncflow.queue_limits l where l.task_type = p_type.task_type)))
+    and not exists (select 1 from pg_catalog.pg_trigger g
+                    where g.tgrelid = p_tasks and g.tgname = 'tg_tasks__workflow')
+$$;
+
+-- hold_timeout: a worker that stops answering (and so never ends its hold) loses its locks
+-- after 60 s idle in the hold's transaction; a shorter limit set on the server stays.
+create or replace function asyncflow.hold_timeout() returns void
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+  if current_setting('idle_in_transaction_session_timeout') = '0' then
+    perform set_config('idle_in_transaction_session_timeout', '60s', true);
+  end if;
+end
+$$;
+
 -- next_due: when the type's next pending task is due; null when it has none that a claim would
 -- take: the type is paused, or (with fair_queues) every pending task is in a held queue key
 -- (a limit of 0, see set_queue_limit).

@@ -264,7 +264,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, db_config.pool_size)?;
-            crate::http::serve(pool, config, shutdown).await?;
+            crate::http::serve(pool, &url, config, shutdown).await?;
         }
         Command::Bench(args) => {
             crate::bench::run(&url, &args).await?;

@@ -12,6 +12,7 @@
 //!                                        protocol for old workers (compat/)
 //! ```
 
+mod cancels;
 mod compat;
 mod dashboard;
 mod error;
@@ -97,21 +98,37 @@ pub struct AppState {
     max_body: usize,
     body_timeout: Duration,
     metrics: Arc<metrics::Metrics>,
+    /// The cancels heard on the database's `asyncflow_cancel` channel, for
+    /// `GET /v1/worker/cancels`; None without a LISTEN connection (its streams end at once).
+    cancels: Option<tokio::sync::broadcast::Sender<String>>,
 }
 
-/// The router with every route, auth and body limit.
+/// The router with every route, auth and body limit, without a LISTEN connection behind
+/// `GET /v1/worker/cancels` (see [`router_with_cancels`]).
 pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
+    router_with_cancels(pool, config, None)
+}
+
+/// The router with every route; `cancels` carries the notifications of the `asyncflow_cancel`
+/// channel (`db::listen`) to the workers' cancel streams.
+pub fn router_with_cancels(
+    pool: DbPool,
+    config: &HttpConfig,
+    cancels: Option<tokio::sync::broadcast::Sender<String>>,
+) -> Router {
     let state = AppState {
         pool,
         tokens: Arc::new(config.tokens.clone()),
         max_body: config.max_body,
         body_timeout: config.body_timeout,
         metrics: Arc::default(),
+        cancels,
     };
     let api = Router::new()
         .merge(tasks::routes())
         .merge(task_types::routes())
         .merge(worker_protocol::routes())
+        .merge(cancels::routes())
         .merge(workflows::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
@@ -131,11 +148,15 @@ pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
 }
 
 /// Serves until `shutdown` fires, then finishes the requests in flight.
-pub async fn serve(pool: DbPool, config: HttpConfig, shutdown: CancellationToken) -> Result<()> {
+/// Serves the API on `config.listen` until `shutdown`; `url` is the database's, for the LISTEN
+/// connection that feeds the workers' cancel streams.
+pub async fn serve(pool: DbPool, url: &str, config: HttpConfig, shutdown: CancellationToken) -> Result<()> {
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, auth = !config.tokens.is_empty(), "serving the HTTP API");
-    server::run(listener, router(pool, &config), config.header_timeout, shutdown).await?;
+    let channels = crate::db::listen::spawn(url.to_string(), shutdown.child_token());
+    let app = router_with_cancels(pool, &config, Some(channels.cancels));
+    server::run(listener, app, config.header_timeout, shutdown).await?;
     Ok(())
 }
 

@@ -46,8 +46,8 @@ use crate::db::{api, DbPool};
 use crate::error::{with_causes, Error, Result, Transport, TransportError};
 use crate::ids::{TypeName, WorkerId};
 use crate::protocol::{
-    Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ReportBatchRequest, ReportResults, HOLD_LIMIT_MAX,
-    REPORTS_PER_CALL_MAX,
+    CancelNotice, Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ReportBatchRequest, ReportResults,
+    HOLD_LIMIT_MAX, REPORTS_PER_CALL_MAX,
 };
 use crate::task::{ClaimedTask, Report, ReportKind, ReportResult};
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
@@ -62,6 +62,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// idle connections after its --header-timeout, 30 s by default; nginx's upstream keep-alive
 /// in the README's example is 20 s).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long one cancel stream lasts (the server ends it), and how much longer the request may
+/// take before the worker gives it up.
+const CANCELS_WAIT: Duration = Duration::from_secs(60);
+const CANCELS_SLACK: Duration = Duration::from_secs(20);
+/// The longest line a cancel stream may send.
+const CANCEL_LINE_MAX: usize = 64 * 1024;
 /// How long the worker keeps trying to register its types at start before giving up.
 const STARTUP_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -275,6 +281,84 @@ impl RemoteClient {
                 skew_ms: AtomicI64::new(0),
             }),
         })
+    }
+
+    /// Follows the server's cancel stream (`GET /v1/worker/cancels`) for `types` until `stop`,
+    /// passing each cancel on to `cancels` as the database's `asyncflow_cancel` payload
+    /// (`<task id> <claim_seq>`), so the calls stop as a database worker's do. A stream that
+    /// ends is opened again at once, one that fails after a pause; cancels sent meanwhile are
+    /// found by the heartbeats.
+    pub(super) async fn follow_cancels(
+        self,
+        types: Vec<String>,
+        cancels: tokio::sync::broadcast::Sender<String>,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let url = format!("{}/v1/worker/cancels", self.inner.base);
+        let query = [("types", types.join(",")), ("wait", CANCELS_WAIT.as_secs().to_string())];
+        let mut failures: u32 = 0;
+        loop {
+            let followed = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = self.follow_cancel_stream(&url, &query, &cancels) => r,
+            };
+            let pause = match followed {
+                Ok(()) => {
+                    failures = 0;
+                    Duration::ZERO
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    if failures == 1 {
+                        tracing::debug!(error = %e, "cancel stream lost; the heartbeats find cancels meanwhile");
+                    }
+                    Duration::from_millis((250u64 << failures.min(6)).min(10_000))
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One cancel stream, to its end: Ok when the server ended it (or ended it at once: a
+    /// server without a LISTEN connection), an error when it failed.
+    async fn follow_cancel_stream(
+        &self,
+        url: &str,
+        query: &[(&str, String)],
+        cancels: &tokio::sync::broadcast::Sender<String>,
+    ) -> std::result::Result<(), String> {
+        let mut request = self.inner.http.get(url).query(query).timeout(CANCELS_WAIT + CANCELS_SLACK);
+        if let Some(token) = &self.inner.token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = request.send().await.map_err(|e| with_causes(&e))?;
+        if !response.status().is_success() {
+            return Err(format!("GET {url}: {}", response.status()));
+        }
+        let started = Instant::now();
+        let mut pending: Vec<u8> = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| with_causes(&e))? {
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let text: Vec<u8> = pending.drain(..=end).collect();
+                let notice: CancelNotice = serde_json::from_slice(&text)
+                    .map_err(|e| format!("GET {url}: a line that is not a cancel notice: {e}"))?;
+                if let (Some(task_id), Some(claim_seq)) = (notice.task_id, notice.claim_seq) {
+                    let _ = cancels.send(format!("{task_id} {claim_seq}"));
+                }
+            }
+            if pending.len() > CANCEL_LINE_MAX {
+                return Err(format!("GET {url}: a line longer than {CANCEL_LINE_MAX} bytes"));
+            }
+        }
+        // a stream the server ended at once (no LISTEN behind it) is not opened again at once
+        if started.elapsed() < Duration::from_secs(1) {
+            return Err(format!("GET {url}: the server ended the stream at once"));
+        }
+        Ok(())
     }
 
     /// The server's base URL.

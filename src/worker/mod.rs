@@ -440,12 +440,19 @@ impl Worker {
             shared.budget_spent.cancel();
         }
 
-        if let Some(channels) = &listener {
-            tokio::spawn(executor::stop_cancelled_calls(
-                shared.clone(),
-                channels.cancels.subscribe(),
-                listener_stop.clone(),
-            ));
+        // cancels of running calls: the database's NOTIFY, or a server's cancel stream
+        let cancels = match (&listener, &self.backend) {
+            (Some(channels), _) => Some(channels.cancels.subscribe()),
+            (None, Backend::Server(client)) => {
+                let (sender, receiver) = broadcast::channel(1024);
+                let names = types.iter().map(|(name, _, _)| name.to_string()).collect();
+                tokio::spawn(client.clone().follow_cancels(names, sender, listener_stop.clone()));
+                Some(receiver)
+            }
+            (None, Backend::Database(_)) => None,
+        };
+        if let Some(cancels) = cancels {
+            tokio::spawn(executor::stop_cancelled_calls(shared.clone(), cancels, listener_stop.clone()));
         }
         let heartbeat_stop = CancellationToken::new();
         let heartbeater =

@@ -1,24 +1,38 @@
 -- type_claim__<type>(owner, limit, now) of a type with fair_queues: its tasks are taken by turns
 -- of queue_key. Keys go in text order from the one after where the type's last claim stopped
--- (asyncflow.queue_cursors), one task per key per round, round after round until the batch is
--- full or a round finds nothing. Keys are taken a batch at a time in two statements: a loose scan
--- of "tasks_<type>$key_ready" walks the next keys with a pending task, each with its oldest
--- task's order_time (one index descent per key and live shard); then one statement claims, in
--- key order, the oldest ready task of each walked key that is due and has room (its own limit
--- from queue_limits, else queue_concurrency, against a count of its running tasks), FOR UPDATE
--- SKIP LOCKED, until the batch is full. A claim walks at most max(4 × its batch + 16, 1000)
--- keys: keys with only delayed, locked or capped tasks are walked and passed; the cursor keeps
--- the place for the next claim. Rendered per type by asyncflow.create_type_functions, like
--- claim_plain.sql.
-create or replace function asyncflow.{{claim}}(p_owner text, p_limit integer, p_now timestamptz default null)
-returns setof asyncflow.claimed_task
+-- (asyncflow.queue_cursors), round after round until the batch is full or a round finds nothing.
+-- Keys are taken a batch at a time in two statements: a loose scan of
+-- "tasks_<type>$key_ready" walks the next keys with a pending task, each with its oldest task's
+-- order_time (one index descent per key and live shard); then one statement claims the walked
+-- keys' oldest ready tasks that are due and have room (a key's own limit from queue_limits,
+-- else queue_concurrency, against a count of its running tasks), FOR UPDATE SKIP LOCKED, in
+-- turns: every key's first, then every key's second, and so on, until the batch is full. Each
+-- key gives at most its share of what is left to claim (rounded up), so a few keys with
+-- backlogs fill a batch in one statement while many keys give one task each. A claim walks at
+-- most max(4 × its batch + 16, 1000) keys: keys with only delayed, locked or capped tasks are
+-- walked and passed; the cursor keeps the place for the next claim.
+--
+-- The same text, rendered as the hold variant (lines marked --@hold kept, --@claim dropped), is
+-- the type's type_hold__<type>: the same picks locked and not updated, as hold.sql does for a
+-- type without fair_queues. A type whose claims count running tasks (concurrency,
+-- queue_concurrency, a key's own limit) or that a pipeline watches is not held: the hold
+-- claims instead and says so (held = false). The held claim writes the cursor only when no other
+-- hold of the type has it locked: an open hold keeps the row's lock until its calls end.
+-- Rendered per type by asyncflow.create_type_functions, like claim_plain.sql.
+create or replace function asyncflow.{{claim}}(p_owner text, p_limit integer, p_now timestamptz default null) --@claim
+returns setof asyncflow.claimed_task --@claim
+create or replace function asyncflow.{{hold}}(p_owner text, p_limit integer) --@hold
+returns setof asyncflow.held_task --@hold
 language plpgsql security definer set search_path = pg_catalog, pg_temp
 set enable_seqscan = off set enable_bitmapscan = off set enable_sort = off set enable_hashjoin = off
 set enable_mergejoin = off set jit = off set plan_cache_mode = force_generic_plan as $body$
 declare
   v_task_type constant text := {{task_type}};
   v_type asyncflow.task_types;
-  v_now timestamptz := asyncflow.check_now(p_now);
+  v_now timestamptz := asyncflow.check_now(p_now); --@claim
+  v_now constant timestamptz := now(); --@hold
+  v_lease_until timestamptz;
+  v_per_key integer;
   v_limit integer;
   v_running bigint;
   v_begin integer;
@@ -29,10 +43,18 @@ declare
   v_keys text[];
   v_heads timestamptz[];
   v_walk integer;
+  v_want integer;
+  v_seg_keys text[];
+  v_seg_heads timestamptz[];
+  v_seg_n integer;
+  v_seg_over boolean;
   v_walked integer;
   v_budget integer;
-  v_claimed asyncflow.claimed_task[];
+  v_claimed asyncflow.claimed_task[]; --@claim
+  v_claimed asyncflow.held_task[]; --@hold
   v_claimed_keys text[];
+  v_claimed_ids bigint[];
+  v_held_ids bigint[] := '{}'; --@hold
   v_n integer;
   v_wrapped boolean := false;
   v_since integer := 0;
@@ -54,6 +76,12 @@ begin
   if v_type.paused or coalesce(p_limit, 0) <= 0 then
     return;
   end if;
+  if not asyncflow.can_hold(v_type, 'asyncflow.{{tasks}}'::regclass) then --@hold
+    return query select c.*, false from asyncflow.{{claim}}(p_owner, p_limit) c; --@hold
+    return; --@hold
+  end if; --@hold
+  perform asyncflow.hold_timeout(); --@hold
+  v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
   v_limit := least(p_limit, v_type.schedule_limit);
   if v_type.concurrency is not null then
     perform 1 from asyncflow.task_types where task_type = v_task_type for update;
@@ -63,7 +91,7 @@ begin
       return;
     end if;
   end if;
-  perform set_config('synchronous_commit', 'off', true);
+  perform set_config('synchronous_commit', 'off', true); --@claim
 
 
   -- Turns of queue_key, a round at a time: every key with a pending task once, in key order
@@ -89,83 +117,121 @@ begin
   loop
   while v_got < v_limit and v_probes < v_budget loop
     v_walk := least(greatest(2 * (v_limit - v_got), 32), v_budget - v_probes);
-    if v_due_keys is not null then
-      -- the second pass: the next of the keys with due tasks, as the walk below would give them
-      select array_agg(u.k order by u.k), array_agg(u.head order by u.k) into v_keys, v_heads
-      from (select d.k, d.head from unnest(v_due_keys, v_due_heads) d(k, head)
-            where (v_from is null or d.k > v_from) and (not v_wrapped or d.k <= v_after)
-            order by d.k limit v_walk) u;
-    else
-    -- the next keys after v_from (null: from the first) with a pending task, each with its
-    -- oldest one's order_time; in the second segment up to v_after
-    with recursive walk(k, head, n) as (
-      (select coalesce(t.queue_key, ''), t.order_time, 1 from asyncflow.{{tasks}} t
-       where v_from is null and t.shard >= v_begin and t.status = 'pending'
-       order by coalesce(t.queue_key, ''), t.order_time limit 1)
-      union all
-      (select coalesce(t.queue_key, ''), t.order_time, 1 from asyncflow.{{tasks}} t
-       where v_from is not null and t.shard >= v_begin and t.status = 'pending'
-         and coalesce(t.queue_key, '') > v_from
-       order by coalesce(t.queue_key, ''), t.order_time limit 1)
-      union all
-      select x.k, x.head, w.n + 1 from walk w
-      cross join lateral (
-        select coalesce(t.queue_key, '') as k, t.order_time as head from asyncflow.{{tasks}} t
-        where t.shard >= v_begin and t.status = 'pending' and coalesce(t.queue_key, '') > w.k
-        order by coalesce(t.queue_key, ''), t.order_time limit 1) x
-      where w.n < v_walk and (not v_wrapped or w.k < v_after)
-    )
-    select array_agg(w.k order by w.n), array_agg(w.head order by w.n) into v_keys, v_heads
-    from walk w where not v_wrapped or w.k <= v_after;
-    end if;
-    v_walked := coalesce(cardinality(v_keys), 0);
+    v_keys := '{}';
+    v_heads := '{}';
+    -- the next v_walk keys of the round: after v_from, and when the first segment ends within
+    -- them, on from the first key (the second segment), so that one statement below takes its
+    -- turns over all of them
+    loop
+      v_want := v_walk - cardinality(v_keys);
+      if v_due_keys is not null then
+        -- the second pass: the next of the keys with due tasks, as the walk below would give them
+        select array_agg(u.k order by u.k), array_agg(u.head order by u.k) into v_seg_keys, v_seg_heads
+        from (select d.k, d.head from unnest(v_due_keys, v_due_heads) d(k, head)
+              where (v_from is null or d.k > v_from) and (not v_wrapped or d.k <= v_after)
+              order by d.k limit v_want) u;
+      else
+      -- the next keys after v_from (null: from the first) with a pending task, each with its
+      -- oldest one's order_time; in the second segment up to v_after
+      with recursive walk(k, head, n) as (
+        (select coalesce(t.queue_key, ''), t.order_time, 1 from asyncflow.{{tasks}} t
+         where v_from is null and t.shard >= v_begin and t.status = 'pending'
+         order by coalesce(t.queue_key, ''), t.order_time limit 1)
+        union all
+        (select coalesce(t.queue_key, ''), t.order_time, 1 from asyncflow.{{tasks}} t
+         where v_from is not null and t.shard >= v_begin and t.status = 'pending'
+           and coalesce(t.queue_key, '') > v_from
+         order by coalesce(t.queue_key, ''), t.order_time limit 1)
+        union all
+        select x.k, x.head, w.n + 1 from walk w
+        cross join lateral (
+          select coalesce(t.queue_key, '') as k, t.order_time as head from asyncflow.{{tasks}} t
+          where t.shard >= v_begin and t.status = 'pending' and coalesce(t.queue_key, '') > w.k
+          order by coalesce(t.queue_key, ''), t.order_time limit 1) x
+        where w.n < v_want and (not v_wrapped or w.k < v_after)
+      )
+      select array_agg(w.k order by w.n), array_agg(w.head order by w.n) into v_seg_keys, v_seg_heads
+      from walk w where not v_wrapped or w.k <= v_after;
+      end if;
+      v_seg_n := coalesce(cardinality(v_seg_keys), 0);
+      if v_seg_n > 0 then
+        v_keys := v_keys || v_seg_keys;
+        v_heads := v_heads || v_seg_heads;
+        v_from := v_seg_keys[v_seg_n];
+      end if;
+      v_seg_over := v_seg_n < v_want or coalesce(v_wrapped and v_from >= v_after, false);
+      exit when not v_seg_over or v_wrapped or v_after is null;
+      v_wrapped := true;
+      v_from := null;
+    end loop;
+    v_walked := cardinality(v_keys);
     v_probes := v_probes + v_walked;
     if v_walked > 0 then
-      -- the walked keys' oldest ready tasks, one per key that has room, in key order
+      -- the walked keys' oldest ready tasks, by turns, each key at most its share
+      v_per_key := ceil((v_limit - v_got)::numeric / v_walked)::integer;
       with cand as (
-        select w.k, w.ord from unnest(v_keys, v_heads) with ordinality w(k, head, ord)
+        select w.k, w.ord, least(v_per_key, c.cap - (select count(*) from asyncflow.{{tasks}} r
+                                  where c.cap is not null and r.shard >= v_begin
+                                    and coalesce(r.queue_key, '') = w.k and r.status = 'running')) as room
+        from unnest(v_keys, v_heads) with ordinality w(k, head, ord)
         cross join lateral (
           select coalesce((select l.concurrency from asyncflow.queue_limits l
                            where v_limits and l.task_type = v_task_type and l.queue_key = w.k),
                           v_type.queue_concurrency) as cap) c
         where w.head <= v_now
-          and (c.cap is null or (select count(*) from asyncflow.{{tasks}} r
-                                 where r.shard >= v_begin and coalesce(r.queue_key, '') = w.k
-                                   and r.status = 'running') < c.cap)
       ), picked as (
-        select p.shard, p.id, p.unreadable, cand.k, cand.ord from cand
+        select p.shard, p.id, p.unreadable, cand.k, cand.ord, p.turn from cand
         cross join lateral (
-          select t.shard, t.id, asyncflow.unreadable('context', t.context) as unreadable from asyncflow.{{tasks}} t
-          where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
-            and t.order_time <= v_now
-          order by t.order_time limit 1
-          for update skip locked) p
-        order by cand.ord
+          select x.shard, x.id, x.unreadable, row_number() over (order by x.order_time) as turn from (
+            select t.shard, t.id, t.order_time, asyncflow.unreadable('context', t.context) as unreadable
+            from asyncflow.{{tasks}} t
+            where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
+              and t.order_time <= v_now
+              and t.id <> all(v_held_ids) --@hold
+            order by t.order_time limit coalesce(cand.room, v_per_key)
+            for update skip locked) x) p
+        where coalesce(cand.room, v_per_key) > 0
+        order by p.turn, cand.ord
         limit v_limit - v_got
+      ), failed as ( --@hold
+        -- a context no worker could read fails the task for good, in the hold's transaction, as --@hold
+        -- hold.sql does (the finish, never told of it, leaves it failed) --@hold
+        update asyncflow.{{tasks}} t set status = 'failed', attempt = t.attempt + 1, --@hold
+          claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now, last_error = picked.unreadable, --@hold
+          finished_at = v_now, updated_at = v_now --@hold
+        from picked where picked.unreadable is not null and t.shard = picked.shard and t.id = picked.id --@hold
+        returning t.id --@hold
       ), claimed as (
-        update asyncflow.{{tasks}} t set
-          -- a context no worker could read fails the task for good here, as in claim_plain.sql
-          status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status,
-          owner = case when picked.unreadable is null then p_owner end, attempt = t.attempt + 1,
-          claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now,
-          lease_until = case when picked.unreadable is null
-            then v_now + make_interval(secs => v_type.max_processing_time) end,
-          last_error = coalesce(picked.unreadable, t.last_error),
-          finished_at = case when picked.unreadable is null then t.finished_at else v_now end,
-          updated_at = v_now
-        from picked
-        where t.shard = picked.shard and t.id = picked.id
-        returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context,
-          t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key)::asyncflow.claimed_task
-          as task,
-          picked.k, picked.ord, picked.unreadable
+        update asyncflow.{{tasks}} t set --@claim
+          -- a context no worker could read fails the task for good here, as in claim_plain.sql --@claim
+          status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status, --@claim
+          owner = case when picked.unreadable is null then p_owner end, attempt = t.attempt + 1, --@claim
+          claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now, --@claim
+          lease_until = case when picked.unreadable is null then v_lease_until end, --@claim
+          last_error = coalesce(picked.unreadable, t.last_error), --@claim
+          finished_at = case when picked.unreadable is null then t.finished_at else v_now end, --@claim
+          updated_at = v_now --@claim
+        from picked --@claim
+        where t.shard = picked.shard and t.id = picked.id --@claim
+        returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, --@claim
+          t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key)::asyncflow.claimed_task --@claim
+          as task, picked.k, picked.ord, picked.turn, t.id, picked.unreadable --@claim
+        -- locked, not updated: the values the claim will have when the finish writes it --@hold
+        select row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, --@hold
+          t.priority, t.attempt + 1, asyncflow.next_claim_seq(t.claim_seq), t.user_id, v_lease_until, v_now, --@hold
+          t.queue_key, true)::asyncflow.held_task as task, picked.k, picked.ord, picked.turn, t.id, --@hold
+          picked.unreadable --@hold
+        from picked join asyncflow.{{tasks}} t on t.shard = picked.shard and t.id = picked.id --@hold
       )
-      select array_agg(c.task order by c.ord) filter (where c.unreadable is null),
-        array_agg(c.k order by c.ord) filter (where c.unreadable is null),
-        count(*) filter (where c.unreadable is not null)
-      into v_claimed, v_claimed_keys, v_unreadable
+      select array_agg(c.task order by c.turn, c.ord) filter (where c.unreadable is null),
+        array_agg(c.k order by c.turn, c.ord) filter (where c.unreadable is null),
+        array_agg(c.id) filter (where c.unreadable is null), count(*) filter (where c.unreadable is not null)
+      into v_claimed, v_claimed_keys, v_claimed_ids, v_unreadable
       from claimed c;
       v_failed := v_failed + v_unreadable;
+      -- a held task is still pending, and this transaction's own locks do not hide it from the --@hold
+      -- next round's picks --@hold
+      v_held_ids := v_held_ids || coalesce(v_claimed_ids, '{}'); --@hold
       v_n := coalesce(cardinality(v_claimed), 0);
       if v_n > 0 then
         return query select * from unnest(v_claimed);
@@ -176,21 +242,14 @@ begin
         v_at := v_claimed_keys[v_n];  -- the keys walked past it get their turn next time
         exit;
       end if;
-      v_from := v_keys[v_walked];
       v_at := v_from;
     end if;
-    if v_walked < v_walk or (v_wrapped and v_from >= v_after) then
-      -- the segment is over
-      if not v_wrapped and v_after is not null then
-        v_wrapped := true;
-        v_from := null;
-      else
-        -- so is the round
-        exit when v_since = 0;
-        v_since := 0;
-        v_wrapped := false;
-        v_from := v_after;
-      end if;
+    if v_seg_over then
+      -- the round is over: both its segments were walked
+      exit when v_since = 0;
+      v_since := 0;
+      v_wrapped := false;
+      v_from := v_after;
     end if;
   end loop;
   -- A walk that passed its whole budget of keys without claiming anything (keys whose tasks
@@ -215,14 +274,26 @@ begin
   -- a claim that claimed nothing and walked all it could leaves the cursor: an idle type's
   -- polls write nothing
   if v_at is distinct from v_after and (v_got > 0 or v_probes >= v_budget) then
-    insert into asyncflow.queue_cursors as c (task_type, after_key, updated_at)
-    values (v_task_type, v_at, v_now)
-    on conflict (task_type) do update set after_key = excluded.after_key, updated_at = excluded.updated_at;
+    insert into asyncflow.queue_cursors as c (task_type, after_key, updated_at) --@claim
+    values (v_task_type, v_at, v_now) --@claim
+    on conflict (task_type) do update set after_key = excluded.after_key, updated_at = excluded.updated_at; --@claim
+    -- the row stays locked until the hold ends: a hold that finds it locked leaves it --@hold
+    perform 1 from asyncflow.queue_cursors c where c.task_type = v_task_type for update skip locked; --@hold
+    if found then --@hold
+      update asyncflow.queue_cursors c set after_key = v_at, updated_at = v_now where c.task_type = v_task_type; --@hold
+    elsif not exists (select 1 from asyncflow.queue_cursors c where c.task_type = v_task_type) then --@hold
+      insert into asyncflow.queue_cursors (task_type, after_key, updated_at) values (v_task_type, v_at, v_now) --@hold
+      on conflict (task_type) do nothing; --@hold
+    end if; --@hold
   end if;
-  if v_got > 0 or v_failed > 0 then
+  -- claimed tasks are counted here by a claim, at the finish for a hold; failed ones here by both
+  if v_got > 0 or v_failed > 0 then --@claim
+  if v_failed > 0 then --@hold
     insert into asyncflow.type_counters as k (task_type, slot, claimed, failed)
-    values (v_task_type, pg_backend_pid() % 16, v_got, v_failed)
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed, failed = k.failed + excluded.failed;
+    values (v_task_type, pg_backend_pid() % 16, v_got, v_failed) --@claim
+    values (v_task_type, pg_backend_pid() % 16, 0, v_failed) --@hold
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
+      failed = k.failed + excluded.failed;
   end if;
 end
 $body$;

@@ -1,7 +1,7 @@
 -- type_hold__<type>(owner, limit): what type_claim__ would claim, locked instead of updated;
 -- attempt, claim_seq, lease_until and claimed_at are the values the claim will have. A task whose
--- context no worker could read (asyncflow.unreadable) is failed instead, in the same transaction. Must be the
--- first statement of its transaction (now() is the claim's time); the transaction ends with
+-- context no worker could read (asyncflow.unreadable) is failed instead, in the same transaction.
+-- Must be the first statement of its transaction (now() is the claim's time); the transaction ends with
 -- type_finish__<type> (finish.sql) when the calls have replied or a short window has passed.
 --
 -- A claim rewrites each task row to 'running' and a success rewrites it again to 'succeeded':
@@ -9,9 +9,10 @@
 -- its calls end: the calls that succeed while it is open go from 'pending' straight to
 -- 'succeeded'. While a hold is open its tasks read as 'pending' and cancel_task waits for it. If
 -- the worker dies, the transaction rolls back: the tasks are ready again at once and the try is
--- not counted. Types under a concurrency limit (which counts running rows), with fair_queues, or
--- watched by a pipeline (whose trigger follows running tasks) are claimed with type_claim__
--- instead, and say so (held = false).
+-- not counted. Types under a concurrency limit (which counts running rows) or watched by a
+-- pipeline (whose trigger follows running tasks) are claimed with type_claim__ instead, and say
+-- so (held = false): see asyncflow.can_hold. A type with fair_queues has its hold rendered from
+-- claim_fair.sql instead of this file.
 -- Placeholders: {{hold}} this function, {{claim}} the type's claim, {{tasks}}, {{task_type}}.
 create or replace function asyncflow.{{hold}}(p_owner text, p_limit integer)
 returns setof asyncflow.held_task
@@ -34,16 +35,11 @@ begin
   if v_type.paused or coalesce(p_limit, 0) <= 0 then
     return;
   end if;
-  if v_type.concurrency is not null or v_type.fair_queues or exists (select 1 from pg_catalog.pg_trigger
-      where tgrelid = 'asyncflow.{{tasks}}'::regclass and tgname = 'tg_tasks__workflow') then
+  if not asyncflow.can_hold(v_type, 'asyncflow.{{tasks}}'::regclass) then
     return query select c.*, false from asyncflow.{{claim}}(p_owner, p_limit) c;
     return;
   end if;
-  -- a worker that stops answering (and so never ends the hold) loses its locks; a shorter
-  -- limit set on the server stays
-  if current_setting('idle_in_transaction_session_timeout') = '0' then
-    perform set_config('idle_in_transaction_session_timeout', '60s', true);
-  end if;
+  perform asyncflow.hold_timeout();
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
   return query
   with picked as (
