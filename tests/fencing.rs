@@ -48,6 +48,7 @@ fn crash(dir: &Path, server: EmbeddedPostgres) {
 async fn a_claim_lost_in_a_crash_never_hands_its_token_out_again() {
     let dir: PathBuf = std::env::temp_dir().join(format!("asyncflow-fencing-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(dir.with_extension("log"));
     let mut server = start(&dir).await;
     asyncflow::db::migrate::migrate(server.url()).await.expect("migrate");
     let mut c = connect(server.url()).await;
@@ -107,4 +108,5 @@ async fn a_claim_lost_in_a_crash_never_hands_its_token_out_again() {
     drop(c);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(dir.with_extension("log"));
 }
