@@ -11,7 +11,7 @@ CREATE TYPE asyncflow.claimed_task AS (
 	context jsonb,
 	priority integer,
 	attempt integer,
-	claim_seq integer,
+	claim_seq bigint,
 	user_id text,
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
@@ -25,7 +25,7 @@ CREATE TYPE asyncflow.held_task AS (
 	context jsonb,
 	priority integer,
 	attempt integer,
-	claim_seq integer,
+	claim_seq bigint,
 	user_id text,
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
@@ -102,7 +102,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 29 lines, sha256 a357deb31413f56b
+    AS -- body: 29 lines, sha256 795a1c14c5e1766a
 
 CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -116,7 +116,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
     LANGUAGE plpgsql STABLE
     AS -- body: 7 lines, sha256 df582deed47e1321
 
-CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
+CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
     AS -- body: 58 lines, sha256 0693cccd4b0d2f17
 
@@ -140,7 +140,7 @@ CREATE FUNCTION asyncflow.check_type_name(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer DEFAULT 60, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(callback_id text, run_id text, kind text, url text, payload jsonb, attempt integer)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 15 lines, sha256 c44cf53a37a76ade
+    AS -- body: 18 lines, sha256 35479207f35bc2fd
 
 CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF asyncflow.claimed_task
     LANGUAGE plpgsql SECURITY DEFINER
@@ -176,7 +176,7 @@ CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timest
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 32 lines, sha256 3e271c80e434b91f
+    AS -- body: 32 lines, sha256 113b78591ea49f88
 
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
@@ -204,7 +204,7 @@ CREATE FUNCTION asyncflow.get_pipeline(name text, version integer DEFAULT NULL::
 CREATE FUNCTION asyncflow.get_run(run_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 36 lines, sha256 8dfb672f677a78d2
+    AS -- body: 38 lines, sha256 ad44eb5408728c2b
 
 CREATE FUNCTION asyncflow.get_task(task_id text) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -219,7 +219,7 @@ CREATE FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_at inte
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS -- body: 23 lines, sha256 f567d9caa684244e
 
-CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TABLE(task_id text, claim_seq integer, stage text, attempt integer, lease_until timestamp with time zone)
+CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TABLE(task_id text, claim_seq bigint, stage text, attempt integer, lease_until timestamp with time zone)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 11 lines, sha256 1174748af564e350
@@ -249,6 +249,10 @@ CREATE FUNCTION asyncflow.json_ok(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 4 lines, sha256 f9617803407dfd2a
 
+CREATE FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS -- body: 24 lines, sha256 39960e1eaab66899
+
 CREATE FUNCTION asyncflow.json_problem(p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 8 lines, sha256 b4c4311b81aee95f
@@ -272,6 +276,10 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 12 lines, sha256 400e9cacea83bf2b
+
+CREATE FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS -- body: 1 lines, sha256 99f59c1088e8124c
 
 CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -349,7 +357,7 @@ CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_varia
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 4e30ca1a5b687953
 
-CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
+CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
@@ -361,7 +369,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 46 lines, sha256 9d94350c95ad09f4
+    AS -- body: 46 lines, sha256 cf8b000fe5a6ad30
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -431,7 +439,7 @@ COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline ru
 
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 5 lines, sha256 d704962ff7529f55
+    AS -- body: 5 lines, sha256 e94d8f88cb962fe4
 
 CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
     LANGUAGE plpgsql SECURITY DEFINER
@@ -475,7 +483,7 @@ CREATE TABLE asyncflow.tasks (
     retry_count integer DEFAULT 0 NOT NULL,
     max_retry_num integer NOT NULL,
     max_retry_interval integer NOT NULL,
-    claim_seq integer DEFAULT 0 NOT NULL,
+    claim_seq bigint DEFAULT 0 NOT NULL,
     owner text,
     claimed_at timestamp with time zone,
     lease_until timestamp with time zone,
@@ -496,7 +504,7 @@ PARTITION BY LIST (task_type);
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 9 lines, sha256 98bd24d0d1ae188d
+    AS -- body: 9 lines, sha256 899a7ec28369e4c3
 
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -524,6 +532,10 @@ CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 30 lines, sha256 77cc0926c65bebee
+
+CREATE FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 2 lines, sha256 23f6bf35ca63c1e3
 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -1015,7 +1027,7 @@ REVOKE ALL ON FUNCTION asyncflow.check_new_type_name(p_task_type text) FROM PUBL
 
 REVOKE ALL ON FUNCTION asyncflow.check_now(p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_runs(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
@@ -1083,6 +1095,8 @@ REVOKE ALL ON FUNCTION asyncflow.is_timestamptz(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.json_ok(p_value jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.json_problem(p_value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.list_pipelines() FROM PUBLIC;
@@ -1095,6 +1109,8 @@ REVOKE ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow
 GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;
@@ -1128,8 +1144,8 @@ GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings json
 
 REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) TO asyncflow_worker;
+REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) TO asyncflow_worker;
@@ -1185,6 +1201,8 @@ REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__resumed() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wake(p_task_type text) FROM PUBLIC;
 

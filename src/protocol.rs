@@ -153,7 +153,7 @@ pub struct ReportRequest {
     #[schema(value_type = String)]
     pub task_id: TaskId,
     /// The fencing token the hold handed out.
-    pub claim_seq: i32,
+    pub claim_seq: i64,
     /// advance: the next stage (required).
     pub stage: Option<String>,
     /// advance, later: the new context, a JSON object (absent keeps the current one).

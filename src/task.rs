@@ -97,7 +97,7 @@ pub struct Task {
     /// Back-off cap (> 0 progressive, < 0 uniform), seconds.
     pub max_retry_interval: i32,
     /// Fencing counter (claims so far).
-    pub claim_seq: i32,
+    pub claim_seq: i64,
     /// Worker holding it, while running.
     pub owner: Option<String>,
     /// End of the current lease, while running.
@@ -125,6 +125,15 @@ pub struct Task {
     pub updated_at: DateTime<Utc>,
     /// When it ended.
     pub finished_at: Option<DateTime<Utc>>,
+    /// Only on a row written past the API whose JSON no reader could parse (a number beyond
+    /// ±1e308, nesting beyond 64 levels): which fields, and why. Those fields read as null (the
+    /// schedule log as empty) and their text is in `raw`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_error: Option<String>,
+    /// The text of each field named in `decode_error`, by field name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub raw: Option<serde_json::Map<String, Value>>,
 }
 
 /// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`
@@ -195,7 +204,7 @@ pub struct ClaimedTask {
     /// Try of this stage, from 1.
     pub attempt: i32,
     /// Fencing token.
-    pub claim_seq: i32,
+    pub claim_seq: i64,
     /// Client-side owner.
     pub user_id: Option<String>,
     /// End of the lease unless extended.
@@ -214,7 +223,7 @@ pub struct HeldTask {
     #[schema(value_type = String)]
     pub task_id: TaskId,
     /// The fencing token of the worker's claim.
-    pub claim_seq: i32,
+    pub claim_seq: i64,
     /// Stage being run.
     pub stage: String,
     /// Try of the stage.
@@ -270,7 +279,7 @@ pub struct Report {
     #[schema(value_type = String)]
     pub task_id: TaskId,
     /// The claim_seq the task was claimed with.
-    pub claim_seq: i32,
+    pub claim_seq: i64,
     /// What happened.
     #[serde(flatten)]
     pub kind: ReportKind,

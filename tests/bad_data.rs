@@ -171,7 +171,7 @@ async fn reports_refuse_contexts_and_results_a_reader_cannot_parse() {
     let c = db.raw().await;
     register(&c, "edge", json!({})).await;
     c.query("select * from asyncflow.create_tasks('edge', '[{}, {}]')", &[]).await.unwrap();
-    let claimed: Vec<(String, i32)> = c
+    let claimed: Vec<(String, i64)> = c
         .query("select task_id, claim_seq from asyncflow.claim_tasks('edge', 'w', 10)", &[])
         .await
         .unwrap()
@@ -198,13 +198,13 @@ async fn reports_refuse_contexts_and_results_a_reader_cannot_parse() {
         }
         // the typed arrays: report_task_arrays and the type's own function
         for sql in [
-            "select * from asyncflow.report_task_arrays('w', array[$1::text, $2::text], array[$3::integer, \
-             $4::integer], array['succeed', 'succeed'], p_results => array['{}'::jsonb, $5::text::jsonb])",
-            "select * from asyncflow.type_report__edge('w', array[$1::text, $2::text], array[$3::integer, \
-             $4::integer], array['succeed', 'succeed'], null, null, array['{}'::jsonb, $5::text::jsonb], null, null, \
+            "select * from asyncflow.report_task_arrays('w', array[$1::text, $2::text], array[$3::bigint, \
+             $4::bigint], array['succeed', 'succeed'], p_results => array['{}'::jsonb, $5::text::jsonb])",
+            "select * from asyncflow.type_report__edge('w', array[$1::text, $2::text], array[$3::bigint, \
+             $4::bigint], array['succeed', 'succeed'], null, null, array['{}'::jsonb, $5::text::jsonb], null, null, \
              null, null)",
-            "select * from asyncflow.type_report__edge('w', array[$1::text, $2::text], array[$3::integer, \
-             $4::integer], array['advance', 'advance'], array['s', 's'], array['{}'::jsonb, $5::text::jsonb], null, \
+            "select * from asyncflow.type_report__edge('w', array[$1::text, $2::text], array[$3::bigint, \
+             $4::bigint], array['advance', 'advance'], array['s', 's'], array['{}'::jsonb, $5::text::jsonb], null, \
              null, null, null, null)",
         ] {
             let e = c.query(sql, &[&first.0, &second.0, &first.1, &second.1, &bad]).await.unwrap_err();
@@ -242,7 +242,7 @@ async fn a_held_reply_a_reader_cannot_parse_is_claimed_and_its_report_refused() 
     register(&c, "edge", json!({})).await;
     c.query("select * from asyncflow.create_tasks('edge', '[{}, {}]')", &[]).await.unwrap();
     c.batch_execute("begin").await.unwrap();
-    let held: Vec<(String, i32)> = c
+    let held: Vec<(String, i64)> = c
         .query("select task_id, claim_seq from asyncflow.type_hold__edge('w', 10)", &[])
         .await
         .unwrap()
@@ -259,7 +259,7 @@ async fn a_held_reply_a_reader_cannot_parse_is_claimed_and_its_report_refused() 
     let answers: Vec<(i64, bool, String)> = c
         .query(
             "select n, accepted, status::text from asyncflow.type_finish__edge('w', array[$1::integer, \
-             $2::integer], array[$3::bigint, $4::bigint], array[$5::integer, $6::integer], array['succeed', 'advance'], \
+             $2::integer], array[$3::bigint, $4::bigint], array[$5::bigint, $6::bigint], array['succeed', 'advance'], \
              array[$7::text::jsonb, null], array[null, 's2'], array[null, '{\"n\": 1e400}'::jsonb], \
              array[0.001, 0.001]::float8[])",
             &[&s0, &s1, &n0, &n1, &held[0].1, &held[1].1, &deep(65)],
@@ -280,7 +280,7 @@ async fn a_held_reply_a_reader_cannot_parse_is_claimed_and_its_report_refused() 
     let e = c
         .query(
             "select * from asyncflow.report_tasks('w', jsonb_build_array(jsonb_build_object('task_id', $1::text, \
-             'claim_seq', $2::integer, 'outcome', 'succeed', 'result', $3::text::jsonb)))",
+             'claim_seq', $2::bigint, 'outcome', 'succeed', 'result', $3::text::jsonb)))",
             &[&held[0].0, &held[0].1, &deep(65)],
         )
         .await
@@ -414,7 +414,7 @@ async fn clocks_outside_the_readable_range_are_refused_by_every_function_that_ta
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let claimed: Vec<(String, i32)> = c
+    let claimed: Vec<(String, i64)> = c
         .query("select task_id, claim_seq from asyncflow.claim_tasks('edge', 'w', 10)", &[])
         .await
         .unwrap()
@@ -423,10 +423,11 @@ async fn clocks_outside_the_readable_range_are_refused_by_every_function_that_ta
         .collect();
     assert_eq!(claimed.len(), 2);
     let (running, failed) = (&ids[0], &ids[1]);
+    let failed_seq = claimed.iter().find(|(id, _)| id == failed).map(|(_, seq)| *seq);
     c.query(
         "select * from asyncflow.report_tasks('w', jsonb_build_array(jsonb_build_object('task_id', $1::text, \
-         'claim_seq', 1, 'outcome', 'fail', 'retry', false)))",
-        &[failed],
+         'claim_seq', $2::bigint, 'outcome', 'fail', 'retry', false)))",
+        &[failed, &failed_seq],
     )
     .await
     .unwrap();

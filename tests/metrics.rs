@@ -190,7 +190,7 @@ async fn metrics_show_exact_per_type_figures_and_this_servers_requests() {
     let held = c.query("select task_id, claim_seq from asyncflow.claim_tasks('alpha', 'w1', 3)", &[]).await.unwrap();
     assert_eq!(held.len(), 3);
     let report = |i: usize, extra: Value| {
-        let mut r = json!({"task_id": held[i].get::<_, String>(0), "claim_seq": held[i].get::<_, i32>(1)});
+        let mut r = json!({"task_id": held[i].get::<_, String>(0), "claim_seq": held[i].get::<_, i64>(1)});
         r.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         r
     };
@@ -385,7 +385,7 @@ async fn rescues_and_retries_are_counted_and_survive_a_dropped_shard() {
     let held = c.query("select task_id, claim_seq from asyncflow.claim_tasks('gamma', 'w1', 2)", &[]).await.unwrap();
     assert_eq!(held.len(), 2);
     // one fails (out of tries: failed for good), the other's lease runs out
-    let fail = json!([{"task_id": held[0].get::<_, String>(0), "claim_seq": held[0].get::<_, i32>(1),
+    let fail = json!([{"task_id": held[0].get::<_, String>(0), "claim_seq": held[0].get::<_, i64>(1),
         "outcome": "fail", "error": "no"}]);
     c.query("select * from asyncflow.report_tasks('w1', $1::jsonb)", &[&fail]).await.unwrap();
     c.query("select * from asyncflow.rescue_expired(now() + interval '1 day')", &[]).await.unwrap();

@@ -701,7 +701,7 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
         held.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(),
         vec![claimed[0].get::<_, String>("task_id")]
     );
-    assert_eq!(held[0].get::<_, i32>(1), claimed[0].get::<_, i32>("claim_seq"));
+    assert_eq!(held[0].get::<_, i64>(1), claimed[0].get::<_, i64>("claim_seq"));
     assert!(worker.query("select * from asyncflow.held_tasks('video', 'other')", &[]).await.unwrap().is_empty());
     let unknown = worker.query("select * from asyncflow.held_tasks('nothing', 'w')", &[]).await.unwrap_err();
     assert_eq!(sqlstate(&unknown), "AF001");
@@ -714,10 +714,10 @@ async fn the_sql_api_is_granted_to_roles_while_the_tables_stay_private() {
     let claimed = worker.query("select * from asyncflow.type_claim__video('w', 1)", &[]).await.unwrap();
     assert_eq!(claimed.len(), 1, "workers claim through the type's function");
     // ... and report through the type's report function (which checks the batch itself)
-    let report = "select accepted from asyncflow.type_report__video('w', array[$1], array[$2::int], \
+    let report = "select accepted from asyncflow.type_report__video('w', array[$1], array[$2::bigint], \
                   array[$3], null, null, null, null, null, null, null)";
     let task_id: String = claimed[0].get("task_id");
-    let seq: i32 = claimed[0].get("claim_seq");
+    let seq: i64 = claimed[0].get("claim_seq");
     let denied = client.query(report, &[&task_id, &seq, &"succeed"]).await.unwrap_err();
     assert_eq!(sqlstate(&denied), "42501", "clients cannot report");
     let bad = worker.query(report, &[&task_id, &seq, &"finish"]).await.unwrap_err();

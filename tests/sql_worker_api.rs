@@ -377,7 +377,7 @@ async fn a_stale_fencing_token_is_refused_after_rescue_and_changes_nothing() {
     assert_eq!(api::get_task(&c, id.as_str()).await.unwrap().unwrap(), before, "refused reports changed nothing");
 
     let second = api::claim_tasks(&c, "video", &b, 1, Some(now + secs(20.0))).await.unwrap().remove(0);
-    assert_eq!(second.claim_seq, first.claim_seq + 1);
+    assert!(second.claim_seq > first.claim_seq, "a newer token");
     assert_eq!(second.attempt, 2, "the rescue counted as a failed try");
     let late = api::report_tasks(
         &c,
@@ -553,7 +553,7 @@ async fn claims_and_reports_probe_only_their_rows_however_many_types_there_are()
     // more calls than PostgreSQL's five custom plans before it may settle on a generic one
     for k in 0..10 {
         // the worker's way (the type's own claim function) and the SQL API's (claim_tasks)
-        let (id, claim_seq): (String, i32) = if k % 2 == 0 {
+        let (id, claim_seq): (String, i64) = if k % 2 == 0 {
             let claimed = api::claim_tasks(&p, "video", &w, 1, None).await.unwrap();
             assert_eq!(claimed.len(), 1);
             (claimed[0].task_id.to_string(), claimed[0].claim_seq)
@@ -668,8 +668,7 @@ async fn eight_concurrent_claimers_never_hold_the_same_task_and_finish_all_10000
     let c = db.conn().await;
     let counts = api::count_by_status(&c, "bulk").await.unwrap();
     assert_eq!(counts, vec![(TaskStatus::Succeeded, 10000)]);
-    let claims: i64 =
-        c.query_one("select count(*) from asyncflow.tasks where claim_seq <> 1", &[]).await.unwrap().get(0);
+    let claims: i64 = c.query_one("select count(*) from asyncflow.tasks where attempt <> 1", &[]).await.unwrap().get(0);
     assert_eq!(claims, 0, "every task was claimed exactly once");
 }
 
@@ -680,7 +679,7 @@ async fn malformed_reports_are_refused_whole_naming_the_report_and_field() {
     register(&c, "clip", json!({})).await;
     let id: String = c.query_one("select asyncflow.create_task('clip')", &[]).await.unwrap().get(0);
     let claimed = c.query("select claim_seq from asyncflow.claim_tasks('clip', 'w1', 1)", &[]).await.unwrap();
-    let seq: i32 = claimed[0].get(0);
+    let seq: i64 = claimed[0].get(0);
     let good = json!({"task_id": id, "claim_seq": seq, "outcome": "succeed"});
     for (bad, says) in [
         (json!({"task_id": "clip-1", "claim_seq": seq, "outcome": "succeed"}), "reports[1]: task_id must be a task id"),
@@ -730,8 +729,8 @@ async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field()
     register(&c, "clip", json!({})).await;
     let id: String = c.query_one("select asyncflow.create_task('clip')", &[]).await.unwrap().get(0);
     let claimed = c.query("select claim_seq from asyncflow.claim_tasks('clip', 'w1', 1)", &[]).await.unwrap();
-    let seq: i32 = claimed[0].get(0);
-    let call = "select * from asyncflow.report_task_arrays('w1', $1::text[], $2::integer[], $3::text[], $4::text[], \
+    let seq: i64 = claimed[0].get(0);
+    let call = "select * from asyncflow.report_task_arrays('w1', $1::text[], $2::bigint[], $3::text[], $4::text[], \
                 null, null, null, null, $5::float8[])";
     let no_stage: Vec<Option<&str>> = vec![None, None];
     let no_delay: Vec<Option<f64>> = vec![None, None];
@@ -740,7 +739,7 @@ async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field()
     let later_delay: Vec<Option<f64>> = vec![None, Some(-1.0)];
     // (task ids, claim_seqs, outcomes, stages, delays, words of the refusal)
     type Case<'a> =
-        (Vec<Option<&'a str>>, Vec<i32>, Vec<Option<&'a str>>, Vec<Option<&'a str>>, Vec<Option<f64>>, &'a str);
+        (Vec<Option<&'a str>>, Vec<i64>, Vec<Option<&'a str>>, Vec<Option<&'a str>>, Vec<Option<f64>>, &'a str);
     let cases: Vec<Case> = vec![
         (vec![Some(&id)], vec![seq, seq], vec![Some("succeed")], vec![None], vec![None], "one element per report"),
         (bad_ids, vec![seq, seq], vec![Some("succeed"); 2], no_stage.clone(), no_delay.clone(), "reports[1]: task_id"),
@@ -766,7 +765,7 @@ async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field()
     // a two-dimensional array is refused, not flattened
     let err = c
         .query(
-            "select * from asyncflow.report_task_arrays('w1', array[[$1::text]], array[[$2::integer]], array[['succeed']])",
+            "select * from asyncflow.report_task_arrays('w1', array[[$1::text]], array[[$2::bigint]], array[['succeed']])",
             &[&id, &seq],
         )
         .await
@@ -802,7 +801,8 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     a.batch_execute("begin").await.unwrap();
     let held = api::hold_tasks(&a, &ty, &w, 3).await.unwrap();
     assert_eq!(held.len(), 3);
-    assert!(held.iter().all(|(t, held)| *held && t.attempt == 1 && t.claim_seq == 1));
+    // the token the claim will have: the clock in microseconds since 1970 (asyncflow.next_claim_seq)
+    assert!(held.iter().all(|(t, held)| *held && t.attempt == 1 && t.claim_seq > 1_700_000_000_000_000));
     // the rows are unchanged, and locked: another hold skips them
     assert_eq!(task(&**b, held[0].0.task_id.as_str()).await["status"], "pending");
     b.batch_execute("begin").await.unwrap();
@@ -820,9 +820,9 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
         &ty,
         &w,
         &[
-            (&t[0].task_id, 1, Some(&ok_reply), Some(0.002)),
-            (&t[1].task_id, 1, None, None),
-            (&t[2].task_id, 1, Some(&big), Some(0.5)),
+            (&t[0].task_id, t[0].claim_seq, Some(&ok_reply), Some(0.002)),
+            (&t[1].task_id, t[1].claim_seq, None, None),
+            (&t[2].task_id, t[2].claim_seq, Some(&big), Some(0.5)),
         ],
     )
     .await
@@ -845,9 +845,14 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
         assert_eq!(row["owner"], "w");
     }
     // a claimed task reports as usual, with the claim_seq the hold gave it
-    let r = api::report_tasks(&b, &w, &[rep(t[1].task_id.as_str(), 1, ReportKind::Succeed { result: json!(2) })], None)
-        .await
-        .unwrap();
+    let r = api::report_tasks(
+        &b,
+        &w,
+        &[rep(t[1].task_id.as_str(), t[1].claim_seq, ReportKind::Succeed { result: json!(2) })],
+        None,
+    )
+    .await
+    .unwrap();
     assert!(r[0].accepted && r[0].status == Some(TaskStatus::Succeeded));
     let counted: (i64, i64) = {
         let row = b
@@ -941,9 +946,14 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     // one task claimed and reported the usual way, as the reference
     let claimed = api::claim_tasks(&b, "staged", &w, 1, None).await.unwrap();
     let next = |context: Option<Value>| ReportKind::Advance { stage: "s2".into(), context };
-    let r = api::report_tasks(&b, &w, &[rep(claimed[0].task_id.as_str(), 1, next(Some(json!({"n": 1}))))], None)
-        .await
-        .unwrap();
+    let r = api::report_tasks(
+        &b,
+        &w,
+        &[rep(claimed[0].task_id.as_str(), claimed[0].claim_seq, next(Some(json!({"n": 1}))))],
+        None,
+    )
+    .await
+    .unwrap();
     assert!(r[0].accepted && r[0].status == Some(TaskStatus::Pending));
     let reported = task(&**b, claimed[0].task_id.as_str()).await;
 
@@ -962,10 +972,10 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
         &ty,
         &w,
         &[
-            (&held[0].task_id, 1, Some(&with_context), Some(0.003)),
-            (&held[1].task_id, 1, Some(&keeps_context), Some(0.001)),
-            (&held[2].task_id, 1, Some(&bad_stage), Some(0.001)),
-            (&held[3].task_id, 1, Some(&big_context), Some(0.001)),
+            (&held[0].task_id, held[0].claim_seq, Some(&with_context), Some(0.003)),
+            (&held[1].task_id, held[1].claim_seq, Some(&keeps_context), Some(0.001)),
+            (&held[2].task_id, held[2].claim_seq, Some(&bad_stage), Some(0.001)),
+            (&held[3].task_id, held[3].claim_seq, Some(&big_context), Some(0.001)),
         ],
     )
     .await
@@ -982,8 +992,9 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     );
 
     let advanced = task(&**b, held[0].task_id.as_str()).await;
-    for field in ["status", "stage", "context", "attempt", "claim_seq", "owner", "lease_until", "result", "retry_count"]
-    {
+    // (claim_seq too is the one its claim gave, each claim's own: see asyncflow.next_claim_seq)
+    assert_eq!(advanced["claim_seq"], json!(held[0].claim_seq));
+    for field in ["status", "stage", "context", "attempt", "owner", "lease_until", "result", "retry_count"] {
         assert_eq!(advanced[field], reported[field], "{field}: held {advanced} reported {reported}");
     }
     let (entry, reference) = (&advanced["schedule_log"][0], &reported["schedule_log"][0]);
@@ -1014,9 +1025,11 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     // the advanced tasks are ready at their next stage: held again, and succeed there
     a.batch_execute("begin").await.unwrap();
     let again = api::hold_tasks(&a, &ty, &w, 10).await.unwrap();
-    let mut stages: Vec<_> = again.iter().map(|(t, _)| (t.stage.clone(), t.attempt, t.claim_seq)).collect();
-    stages.sort();
-    assert_eq!(stages, vec![("s2".to_string(), 1, 2), ("s2".to_string(), 1, 2), ("s2".to_string(), 1, 2)]);
+    let stages: Vec<_> = again.iter().map(|(t, _)| (t.stage.as_str(), t.attempt)).collect();
+    assert_eq!(stages, vec![("s2", 1); 3]);
+    // a newer token than the claim before (the finish's, for the first stage)
+    let before = task(&**b, again[0].0.task_id.as_str()).await["claim_seq"].as_i64().unwrap_or(i64::MAX);
+    assert!(again.iter().all(|(t, _)| t.claim_seq > before), "{before}");
     let done = ReportKind::Succeed { result: json!("ok") };
     let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&done), Some(0.001))).collect();
     assert!(api::finish_held(&a, &ty, &w, &fences).await.unwrap().is_empty());
@@ -1036,14 +1049,21 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     a.batch_execute("select pg_sleep(1.01)").await.unwrap();
     let with_result = ReportKind::Advance { stage: "s2".into(), context: None };
     let answers =
-        api::finish_held(&a, &ty, &w, &[(&last[0].task_id, 1, Some(&with_result), Some(1.0015))]).await.unwrap();
+        api::finish_held(&a, &ty, &w, &[(&last[0].task_id, last[0].claim_seq, Some(&with_result), Some(1.0015))])
+            .await
+            .unwrap();
     assert!(answers.is_empty(), "{answers:?}");
     // the advance's result (which the worker never sends) is checked as report_tasks checks it
     let claimed = a
         .query(
             "select accepted, status::text from asyncflow.type_finish__staged('w', array[$1::integer], array[$2::bigint], \
-             array[1], array['advance'], array[$3::jsonb], array['s2'], array[null::jsonb], array[0.001::float8])",
-            &[&last[1].task_id.shard(), &last[1].task_id.number(), &json!({"blob": "x".repeat(2 * 1024 * 1024)})],
+             array[$4::bigint], array['advance'], array[$3::jsonb], array['s2'], array[null::jsonb], array[0.001::float8])",
+            &[
+                &last[1].task_id.shard(),
+                &last[1].task_id.number(),
+                &json!({"blob": "x".repeat(2 * 1024 * 1024)}),
+                &last[1].claim_seq,
+            ],
         )
         .await
         .unwrap();
@@ -1056,7 +1076,7 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
                 &"w",
                 &vec![last[2].task_id.shard()],
                 &vec![last[2].task_id.number()],
-                &vec![1i32],
+                &vec![last[2].claim_seq],
                 &vec![Some("succeed")],
                 &vec![Some(json!(7))],
                 &vec![None::<&str>],

@@ -172,6 +172,65 @@ begin
 end
 $$;
 
+-- The way out: the rule is checked where JSON comes in, but a row written past the API (by hand,
+-- a restore, an older build) may still break it, and a reader that cannot parse one row must not
+-- fail a claim or a page. So every function that hands JSON out passes the free-form values
+-- through these two, the one place that decides what such a row becomes:
+-- - unreadable(field, value): null when the value keeps the rule, else '<field> cannot be read:
+--   <what json_problem says>'. A claim fails a task whose context is unreadable, with this as
+--   its error (no worker could decode it, and a retry would read the same bytes), and hands out
+--   the rest of its batch.
+-- - json_out(doc, fields): the object doc (a task, a run, a run's event, segment, trace or
+--   callback) with each named field that is unreadable replaced (an array by [], anything else
+--   by null), plus "decode_error" (each field's error, '; ' between) and "raw" ({field: the
+--   value as text}); doc itself when nothing is. A readable doc costs one json_ok scan pair.
+create or replace function asyncflow.unreadable(p_field text, p_value jsonb) returns text
+language sql immutable parallel safe as $$
+  select case when not asyncflow.json_ok(p_value)
+    then format('%s cannot be read: it %s', p_field, asyncflow.json_problem(p_value)) end
+$$;
+
+create or replace function asyncflow.json_out(p_doc jsonb, p_fields text[]) returns jsonb
+language plpgsql immutable parallel safe as $$
+declare
+  v_field text;
+  v_error text;
+  v_errors text[];
+  v_raw jsonb := '{}';
+begin
+  -- the doc is one level deeper than its fields: a field at 64 levels fails this and passes below
+  if asyncflow.json_ok(p_doc) then
+    return p_doc;
+  end if;
+  foreach v_field in array p_fields loop
+    v_error := asyncflow.unreadable(v_field, p_doc -> v_field);
+    if v_error is not null then
+      v_errors := v_errors || v_error;
+      v_raw := v_raw || jsonb_build_object(v_field, (p_doc -> v_field)::text);
+      p_doc := jsonb_set(p_doc, array[v_field],
+        case jsonb_typeof(p_doc -> v_field) when 'array' then '[]'::jsonb else 'null'::jsonb end);
+    end if;
+  end loop;
+  if v_errors is null then
+    return p_doc;
+  end if;
+  return p_doc || jsonb_build_object('decode_error', array_to_string(v_errors, '; '), 'raw', v_raw);
+end
+$$;
+
+-- The fencing token of a claim, from the task's last one: the greater of that + 1 and the
+-- clock (now(), the transaction's start, never a caller's p_now) in microseconds since 1970.
+-- Claims commit asynchronously, so a crash can lose a claim and the token it gave; the next
+-- claim of the task, by the same worker id too, then comes later by the clock and gets a token
+-- the lost claim never had, and a report from the lost claim is refused. Tokens stay strictly
+-- increasing per task whatever the clock does; uniqueness across a crash assumes the server's
+-- clock does not step back by more than the restart took. The microseconds stay below 2^53 until
+-- the year 2255, so the token is exact in JSON readers that parse numbers as doubles.
+create or replace function asyncflow.next_claim_seq(p_claim_seq bigint) returns bigint
+language sql stable parallel safe as $$
+  select greatest(p_claim_seq + 1, (pg_catalog.date_part('epoch', pg_catalog.now()) * 1000000)::bigint)
+$$;
+
 -- Raises AF007 unless the task exists.
 create or replace function asyncflow.check_task_exists(p_task_type text, p_shard integer, p_id bigint, p_task_id text) returns void
 language plpgsql stable as $$

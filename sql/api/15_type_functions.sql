@@ -68,16 +68,16 @@ begin
     'type_claim__' || p_task_type);
   execute format('grant execute on function asyncflow.%I(text, integer, timestamptz) to asyncflow_worker',
     'type_claim__' || p_task_type);
-  execute format('revoke all on function asyncflow.%I(text, text[], integer[], text[], text[], jsonb[], jsonb[], '
+  execute format('revoke all on function asyncflow.%I(text, text[], bigint[], text[], text[], jsonb[], jsonb[], '
     'text[], boolean[], double precision[], timestamptz) from public', 'type_report__' || p_task_type);
-  execute format('grant execute on function asyncflow.%I(text, text[], integer[], text[], text[], jsonb[], jsonb[], '
+  execute format('grant execute on function asyncflow.%I(text, text[], bigint[], text[], text[], jsonb[], jsonb[], '
     'text[], boolean[], double precision[], timestamptz) to asyncflow_worker', 'type_report__' || p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer) from public', 'type_hold__' || p_task_type);
   execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker',
     'type_hold__' || p_task_type);
-  execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
+  execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], bigint[], text[], jsonb[], text[], '
     'jsonb[], double precision[]) from public', 'type_finish__' || p_task_type);
-  execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], integer[], text[], jsonb[], text[], '
+  execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], bigint[], text[], jsonb[], text[], '
     'jsonb[], double precision[]) to asyncflow_worker', 'type_finish__' || p_task_type);
 end
 $$;

@@ -92,7 +92,7 @@ $$;
 -- reads the type's running tasks through its partial index on running tasks and returns only
 -- the worker's, with only the fields the route answers.
 create or replace function asyncflow.held_tasks(p_task_type text, p_owner text)
-returns table (task_id text, claim_seq integer, stage text, attempt integer, lease_until timestamptz)
+returns table (task_id text, claim_seq bigint, stage text, attempt integer, lease_until timestamptz)
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
   perform asyncflow.check_type_name(p_task_type);

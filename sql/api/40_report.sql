@@ -11,7 +11,7 @@ declare
   v_key record;
   v_now timestamptz := asyncflow.check_now(p_now);
   v_was asyncflow.task_status;
-  v_claim_seq integer;
+  v_claim_seq bigint;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
   if v_key.task_type is null then
@@ -120,7 +120,7 @@ begin
     select n, case
       when jsonb_typeof(e) <> 'object' then 'must be a JSON object'
       when jsonb_typeof(e -> 'task_id') is distinct from 'string' then 'task_id must be a string'
-      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,9}$'
+      when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,18}$'
         then format('claim_seq must be an integer, got %s', e -> 'claim_seq')
       when jsonb_typeof(e -> 'outcome') is distinct from 'string'
         then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
@@ -145,7 +145,7 @@ begin
     array_agg(x.error) as errors, array_agg(x.retry) as retries,
     array_agg(round(x.delay, 6)::double precision) as delays
   into v
-  from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq integer, outcome text, stage text,
+  from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq bigint, outcome text, stage text,
     context jsonb, result jsonb, error text, retry boolean, delay numeric))
     with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n);
   return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
@@ -162,7 +162,7 @@ $$;
 create or replace function asyncflow.report_task_arrays(
   p_owner text,
   p_task_ids text[],
-  p_claim_seqs integer[],
+  p_claim_seqs bigint[],
   p_outcomes text[],
   p_stages text[] default null,
   p_contexts jsonb[] default null,
@@ -212,7 +212,7 @@ $$;
 -- The checks of a batch of reports (report_task_arrays', shared with each type's report
 -- function, which the worker calls directly): AF006 naming the first bad report and field,
 -- nothing applied.
-create or replace function asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[],
+create or replace function asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[],
   p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[],
   p_delays double precision[]) returns void
 language plpgsql stable as $$

@@ -4,7 +4,7 @@
 -- rescue_expired: running tasks whose lease ended without a report go back to pending at
 -- now + backoff with one more failed try, or to failed when out of tries. Their claim_seq stays,
 -- but their status is not running, so the vanished worker's late report is refused; the next claim
--- increments claim_seq. Locks: the rescued rows (SKIP LOCKED: a row being reported right now is
+-- gives a new claim_seq. Locks: the rescued rows (SKIP LOCKED: a row being reported right now is
 -- left for the next pass). At most p_limit tasks per call. Returns each rescued task with its new
 -- status and the stage, attempt and error of the try that was rescued (for the rescuer's log).
 create or replace function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000)

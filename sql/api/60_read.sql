@@ -15,10 +15,12 @@ language sql stable parallel safe as $$
 $$;
 
 -- The public form of a task, its log through task_log; owner shown only while it means
--- something (a succeeded task keeps its worker for its log entry).
+-- something (a succeeded task keeps its worker for its log entry). Its free-form JSON goes out
+-- through json_out (00_util.sql): an unreadable context, result or log is shown as text, with
+-- decode_error, and the row still reads.
 create or replace function asyncflow.task_json(t asyncflow.tasks) returns jsonb
 language sql stable as $$
-  select jsonb_build_object(
+  select asyncflow.json_out(jsonb_build_object(
     'id', asyncflow.format_task_id(t.task_type, t.shard, t.id), 'type', t.task_type, 'stage', t.stage,
     'status', t.status, 'priority', t.priority, 'attempt', t.attempt, 'retry_count', t.retry_count,
     'max_retry_num', t.max_retry_num, 'max_retry_interval', t.max_retry_interval, 'claim_seq', t.claim_seq,
@@ -26,7 +28,7 @@ language sql stable as $$
     'order_time', t.order_time, 'user_id', t.user_id, 'queue_key', t.queue_key,
     'idempotency_key', t.idempotency_key, 'context', t.context, 'result', t.result, 'error', t.last_error,
     'schedule_log', asyncflow.task_log(t), 'created_at', t.created_at, 'updated_at', t.updated_at,
-    'finished_at', t.finished_at)
+    'finished_at', t.finished_at), '{context,result,schedule_log}')
 $$;
 
 -- get_task: the task as JSON, or null when there is none (also for text that is not a task id).

@@ -25,13 +25,15 @@ begin
 end
 $$;
 
+-- The public form of a run; its input and result go out through json_out (00_util.sql), as
+-- get_run's events, segments, traces and callbacks do.
 create or replace function asyncflow.run_json(r asyncflow.runs) returns jsonb
 language sql stable as $$
-  select jsonb_build_object('run_id', r.run_id, 'pipeline', r.pipeline, 'version', r.version, 'status', r.status,
+  select asyncflow.json_out(jsonb_build_object('run_id', r.run_id, 'pipeline', r.pipeline, 'version', r.version, 'status', r.status,
     'input', r.input, 'result', r.result, 'error', r.error, 'notify_url', r.notify_url, 'notify_key', r.notify_key,
     'parent_event', r.parent_event, 'attempt', r.attempt, 'retry_of', r.retry_of, 'retried_by', r.retried_by,
     'run_at', r.run_at, 'deadline', r.deadline, 'started_at', r.started_at, 'finished_at', r.finished_at,
-    'total_cost_ms', r.total_cost_ms, 'created_at', r.created_at, 'updated_at', r.updated_at)
+    'total_cost_ms', r.total_cost_ms, 'created_at', r.created_at, 'updated_at', r.updated_at), '{input,result}')
 $$;
 
 -- get_run: the run with its events (in plan order; a dynamic node's with its segments), the
@@ -46,33 +48,35 @@ begin
     return null;
   end if;
   return asyncflow.run_json(v_run) || jsonb_build_object(
-    'events', coalesce((select jsonb_agg(jsonb_build_object('event_id', e.event_id, 'node', e.node, 'type', e.node_type,
+    'events', coalesce((select jsonb_agg(asyncflow.json_out(jsonb_build_object('event_id', e.event_id, 'node', e.node, 'type', e.node_type,
         'status', e.status, 'exec_cnt', e.exec_cnt, 'activations', e.activations, 'latch_cnt', e.latch_cnt,
         'in_degree', e.in_degree,
         'segment_cnt', e.segment_cnt, 'task_id', e.task_id, 'child_run', e.child_run, 'result', e.result,
         'error', e.error, 'deadline', e.deadline, 'started_at', e.started_at, 'finished_at', e.finished_at,
         'total_cost_ms', e.total_cost_ms)
         || case when e.node_type = 'dynamic' then jsonb_build_object('segments', coalesce((
-          select jsonb_agg(jsonb_build_object('segment_id', s.segment_id, 'n', s.n, 'status', s.status,
+          select jsonb_agg(asyncflow.json_out(jsonb_build_object('segment_id', s.segment_id, 'n', s.n, 'status', s.status,
             'exec_cnt', s.exec_cnt, 'activations', s.activations, 'task_id', s.task_id, 'item', s.item,
             'result', s.result, 'error', s.error,
-            'started_at', s.started_at, 'finished_at', s.finished_at, 'total_cost_ms', s.total_cost_ms) order by s.n)
-          from asyncflow.run_segments s where s.day = e.day and s.event_id = e.event_id), '[]'::jsonb)) else '{}'::jsonb end
-        order by o.k)
+            'started_at', s.started_at, 'finished_at', s.finished_at, 'total_cost_ms', s.total_cost_ms),
+            '{item,result}') order by s.n)
+          from asyncflow.run_segments s where s.day = e.day and s.event_id = e.event_id), '[]'::jsonb)) else '{}'::jsonb end,
+        '{result}') order by o.k)
       from asyncflow.run_events e
       join asyncflow.pipelines p on p.name = v_run.pipeline and p.version = v_run.version
       cross join lateral jsonb_array_elements_text(p.plan -> 'order') with ordinality o(node, k)
       where e.day = v_run.day and e.run_id = v_run.run_id and e.node = o.node), '[]'::jsonb),
-    'traces', coalesce((select jsonb_agg(jsonb_build_object('trace_id', t.trace_id, 'event_id', t.event_id,
+    'traces', coalesce((select jsonb_agg(asyncflow.json_out(jsonb_build_object('trace_id', t.trace_id,
+        'event_id', t.event_id,
         'segment_id', t.segment_id, 'task_id', t.task_id, 'stage', t.stage, 'attempt', t.attempt, 'worker', t.worker,
         'outcome', t.outcome, 'error', t.error, 'started_at', t.started_at, 'cost_ms', t.cost_ms,
-        'request', t.request, 'response', t.response) order by t.created_at, t.trace_id)
+        'request', t.request, 'response', t.response), '{request,response}') order by t.created_at, t.trace_id)
       from (select * from asyncflow.run_traces t where t.day = v_run.day and t.run_id = v_run.run_id
             order by t.created_at limit 1000) t), '[]'::jsonb),
-    'callbacks', coalesce((select jsonb_agg(jsonb_build_object('callback_id', c.callback_id, 'kind', c.kind,
+    'callbacks', coalesce((select jsonb_agg(asyncflow.json_out(jsonb_build_object('callback_id', c.callback_id, 'kind', c.kind,
         'event_id', c.event_id, 'url', c.url, 'status', c.status, 'attempts', c.attempts, 'last_error', c.last_error,
         'next_attempt_at', c.next_attempt_at, 'give_up_at', c.give_up_at, 'delivered_at', c.delivered_at,
-        'log', c.log, 'payload', c.payload) order by c.created_at, c.callback_id)
+        'log', c.log, 'payload', c.payload), '{log,payload}') order by c.created_at, c.callback_id)
       from asyncflow.callbacks c where c.day = v_run.day and c.run_id = v_run.run_id), '[]'::jsonb));
 end
 $$;
@@ -450,7 +454,10 @@ begin
   update asyncflow.callbacks c set attempts = c.attempts + 1, owner = p_owner,
     next_attempt_at = v_now + make_interval(secs => greatest(p_lease, 1)), updated_at = v_now
   from due where c.day = due.day and c.callback_id = due.callback_id
-  returning c.callback_id, c.run_id, c.kind, c.url, c.payload, c.attempts;
+  -- a payload made from a run's input or result written past the API goes out through json_out
+  -- (00_util.sql), as readers do: the callback is delivered with decode_error, and the batch
+  -- still reads
+  returning c.callback_id, c.run_id, c.kind, c.url, asyncflow.json_out(c.payload, '{input,inputs,result}'), c.attempts;
 end
 $$;
 

@@ -34,7 +34,7 @@ grant select on asyncflow.queue_depth to asyncflow_client;
 grant execute on function
   asyncflow.claim_tasks(text, text, integer, timestamptz),
   asyncflow.report_tasks(text, jsonb, timestamptz),
-  asyncflow.report_task_arrays(text, text[], integer[], text[], text[], jsonb[], jsonb[], text[], boolean[],
+  asyncflow.report_task_arrays(text, text[], bigint[], text[], text[], jsonb[], jsonb[], text[], boolean[],
     double precision[], timestamptz),
   asyncflow.next_due(text),
   asyncflow.held_tasks(text, text)

@@ -121,7 +121,7 @@ impl From<&ClaimedTask> for CallLog {
 }
 
 /// Reports a reply through the reporter and counts what became of it.
-pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i32, call: &CallLog, kind: ReportKind) {
+pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i64, call: &CallLog, kind: ReportKind) {
     let counter = match &kind {
         ReportKind::Advance { .. } => &shared.stats.advanced,
         ReportKind::Succeed { .. } => &shared.stats.succeeded,
@@ -203,7 +203,7 @@ pub(super) async fn stop_cancelled_calls(
         let Some((task_id, claim_seq)) = payload.split_once(' ') else {
             continue;
         };
-        let Ok(claim_seq) = claim_seq.parse::<i32>() else {
+        let Ok(claim_seq) = claim_seq.parse::<i64>() else {
             continue;
         };
         if let Some(f) = shared.lock_inflight().get(task_id) {
@@ -251,7 +251,7 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
             _ = stop.cancelled() => return,
         }
         let now = Utc::now();
-        let (due, shortest): (Vec<(String, i32)>, Option<i64>) = {
+        let (due, shortest): (Vec<(String, i64)>, Option<i64>) = {
             let inflight = shared.lock_inflight();
             let shortest = inflight.values().map(|f| f.lease_secs).min();
             let due = inflight

@@ -224,7 +224,7 @@ pub(super) async fn claim(
         outcome: watch::channel(None).0,
         lost: tasks.iter().map(|_| CancellationToken::new()).collect(),
     });
-    let fences: Vec<(TaskId, i32, CallLog)> =
+    let fences: Vec<(TaskId, i64, CallLog)> =
         tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq, CallLog::from(t))).collect();
     let window = tasks.iter().map(lease_quarter).min().unwrap_or(shared.hold_window).min(shared.hold_window);
     shared.tracker.spawn(finish(shared.clone(), conn, hold.clone(), task_type.clone(), fences, window, permit));
@@ -243,7 +243,7 @@ async fn finish(
     conn: TxConn,
     hold: Arc<Hold>,
     task_type: TypeName,
-    fences: Vec<(TaskId, i32, CallLog)>,
+    fences: Vec<(TaskId, i64, CallLog)>,
     window: Duration,
     permit: OwnedSemaphorePermit,
 ) {
@@ -254,7 +254,7 @@ async fn finish(
         (std::mem::take(&mut state.taken), std::mem::take(&mut state.slots))
     };
     let lost = &hold.lost;
-    let tasks: Vec<(&TaskId, i32, Option<&ReportKind>, Option<f64>)> = fences
+    let tasks: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>)> = fences
         .iter()
         .zip(&taken)
         .map(|((id, seq, _), reply)| (id, *seq, reply.as_ref().map(|r| &r.0), reply.as_ref().map(|r| r.1)))

@@ -198,7 +198,7 @@ struct InFlight {
     /// The hold the call's task is in, if it was claimed by one: no heartbeat while it is open
     /// (the task is not running yet).
     hold: Option<Arc<hold::Hold>>,
-    claim_seq: i32,
+    claim_seq: i64,
     lease_until: DateTime<Utc>,
     lease_secs: i64,
     /// Fired when the lease is lost: the call is abandoned without a report.
@@ -555,6 +555,6 @@ async fn wait_until_idle(shared: &Shared, types: &[TypeName], maintenance: bool)
     }
 }
 
-fn report(task_id: &crate::ids::TaskId, claim_seq: i32, kind: ReportKind) -> Report {
+fn report(task_id: &crate::ids::TaskId, claim_seq: i64, kind: ReportKind) -> Report {
     Report { task_id: task_id.clone(), claim_seq, kind }
 }

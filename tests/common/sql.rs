@@ -32,6 +32,6 @@ pub fn worker(name: &str) -> WorkerId {
     WorkerId::new(name).unwrap()
 }
 
-pub fn rep(id: &str, claim_seq: i32, kind: ReportKind) -> Report {
+pub fn rep(id: &str, claim_seq: i64, kind: ReportKind) -> Report {
     Report { task_id: TaskId::parse(id).unwrap(), claim_seq, kind }
 }

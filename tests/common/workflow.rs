@@ -58,7 +58,7 @@ pub struct Claimed {
     pub task_id: String,
     pub stage: String,
     pub context: Value,
-    pub claim_seq: i32,
+    pub claim_seq: i64,
 }
 
 /// Claims up to 1000 ready tasks of a type as worker `w`.

@@ -63,6 +63,8 @@ declare
   v_since integer := 0;
   v_got integer := 0;
   v_probes integer := 0;
+  v_unreadable integer;
+  v_failed integer := 0;
   -- keys with due tasks, found from the ready index after a walk that found none
   v_due_keys text[];
   v_due_heads timestamptz[];
@@ -233,7 +235,7 @@ begin
           select x.*, row_number() over () as turn from (
             -- the columns the hold hands out come along: it writes nothing, and reads no row twice
             select t.shard, t.id, t.order_time, t.stage, t.context, t.priority, t.attempt, t.claim_seq,
-              t.user_id, t.queue_key
+              t.user_id, t.queue_key, asyncflow.unreadable('context', t.context) as unreadable
             from asyncflow.{{tasks}} t
             where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
               and t.order_time <= v_now
@@ -243,24 +245,41 @@ begin
         where coalesce(cand.room, v_per_key) > 0
         order by p.turn, cand.ord
         limit v_limit - v_got
+      ), failed as ( --@hold
+        -- a context no worker could read fails the task for good, in the hold's transaction, as --@hold
+        -- hold.sql does (the finish, never told of it, leaves it failed) --@hold
+        update asyncflow.{{tasks}} t set status = 'failed', attempt = t.attempt + 1, --@hold
+          claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now, last_error = picked.unreadable, --@hold
+          finished_at = v_now, updated_at = v_now --@hold
+        from picked where picked.unreadable is not null and t.shard = picked.shard and t.id = picked.id --@hold
+        returning t.id --@hold
       ), claimed as (
         update asyncflow.{{tasks}} t set --@claim
-          status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1, --@claim
-          claimed_at = v_now, lease_until = v_lease_until, updated_at = v_now --@claim
+          -- a context no worker could read fails the task for good here, as in claim_plain.sql --@claim
+          status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status, --@claim
+          owner = case when picked.unreadable is null then p_owner end, attempt = t.attempt + 1, --@claim
+          claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now, --@claim
+          lease_until = case when picked.unreadable is null then v_lease_until end, --@claim
+          last_error = coalesce(picked.unreadable, t.last_error), --@claim
+          finished_at = case when picked.unreadable is null then t.finished_at else v_now end, --@claim
+          updated_at = v_now --@claim
         from picked --@claim
         where t.shard = picked.shard and t.id = picked.id --@claim
         returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, --@claim
           t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key)::asyncflow.claimed_task --@claim
-          as task, picked.k, picked.ord, picked.turn, t.id --@claim
+          as task, picked.k, picked.ord, picked.turn, t.id, picked.unreadable --@claim
         -- locked, not updated: the values the claim will have when the finish writes it --@hold
         select row(asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, --@hold
-          p.priority, p.attempt + 1, p.claim_seq + 1, p.user_id, v_lease_until, v_now, p.queue_key, true --@hold
-          )::asyncflow.held_task as task, p.k, p.ord, p.turn, p.id --@hold
+          p.priority, p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, --@hold
+          p.queue_key, true)::asyncflow.held_task as task, p.k, p.ord, p.turn, p.id, p.unreadable --@hold
         from picked p --@hold
       )
-      select array_agg(c.task order by c.turn, c.ord), array_agg(c.k order by c.turn, c.ord), array_agg(c.id)
-      into v_claimed, v_claimed_keys, v_claimed_ids
+      select array_agg(c.task order by c.turn, c.ord) filter (where c.unreadable is null),
+        array_agg(c.k order by c.turn, c.ord) filter (where c.unreadable is null),
+        array_agg(c.id) filter (where c.unreadable is null), count(*) filter (where c.unreadable is not null)
+      into v_claimed, v_claimed_keys, v_claimed_ids, v_unreadable
       from claimed c;
+      v_failed := v_failed + v_unreadable;
       -- a held task is still pending, and this transaction's own locks do not hide it from the --@hold
       -- next round's picks --@hold
       v_held_ids := v_held_ids || coalesce(v_claimed_ids, '{}'); --@hold
@@ -318,10 +337,14 @@ begin
       on conflict (task_type) do nothing; --@hold
     end if; --@hold
   end if;
-  if v_got > 0 then --@claim
-    insert into asyncflow.type_counters as k (task_type, slot, claimed) --@claim
-    values (v_task_type, pg_backend_pid() % 16, v_got) --@claim
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed; --@claim
-  end if; --@claim
+  -- claimed tasks are counted here by a claim, at the finish for a hold; failed ones here by both
+  if v_got > 0 or v_failed > 0 then --@claim
+  if v_failed > 0 then --@hold
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed)
+    values (v_task_type, pg_backend_pid() % 16, v_got, v_failed) --@claim
+    values (v_task_type, pg_backend_pid() % 16, 0, v_failed) --@hold
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
+      failed = k.failed + excluded.failed;
+  end if;
 end
 $body$;

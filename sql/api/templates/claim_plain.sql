@@ -1,7 +1,8 @@
 -- type_claim__<type>(owner, limit, now) of a type without fair_queues: up to `limit` (at most
 -- the type's schedule_limit, and under its concurrency limit) ready tasks in order_time order,
--- FOR UPDATE SKIP LOCKED, each stamped running with its owner, a lease and claim_seq + 1 (the
--- fencing token its reports must carry). Rendered per type by asyncflow.create_type_functions:
+-- FOR UPDATE SKIP LOCKED, each stamped running with its owner, a lease and a new claim_seq (the
+-- fencing token its reports must carry: asyncflow.next_claim_seq); a task whose context no worker could read fails instead
+-- (asyncflow.unreadable), and the rest of the batch is claimed. Rendered per type by asyncflow.create_type_functions:
 -- {{claim}} is the function's name, {{tasks}} the type's table, {{task_type}} its name as a
 -- literal.
 -- Planned once per type (force_generic_plan) on the type's own indexes.
@@ -40,7 +41,7 @@ begin
 
   return query
   with picked as (
-    select shard, id from asyncflow.{{tasks}}
+    select shard, id, asyncflow.unreadable('context', context) as unreadable from asyncflow.{{tasks}}
     where shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
       and status = 'pending' and order_time <= v_now
     order by order_time
@@ -48,18 +49,28 @@ begin
     for update skip locked
   ), claimed as (
     update asyncflow.{{tasks}} t set
-      status = 'running', owner = p_owner, attempt = t.attempt + 1, claim_seq = t.claim_seq + 1,
-      claimed_at = v_now, lease_until = v_now + make_interval(secs => v_type.max_processing_time),
+      -- a context no worker could read (asyncflow.unreadable) fails the task for good here
+      status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status,
+      owner = case when picked.unreadable is null then p_owner end, attempt = t.attempt + 1,
+      claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now,
+      lease_until = case when picked.unreadable is null then v_now + make_interval(secs => v_type.max_processing_time) end,
+      last_error = coalesce(picked.unreadable, t.last_error),
+      finished_at = case when picked.unreadable is null then t.finished_at else v_now end,
       updated_at = v_now
     from picked
     where t.shard = picked.shard and t.id = picked.id
     returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
-      t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key
+      t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key,
+      picked.unreadable
   ), counted as (
-    insert into asyncflow.type_counters as k (task_type, slot, claimed)
-    select v_task_type, pg_backend_pid() % 16, count(*) from claimed having count(*) > 0
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed)
+    select v_task_type, pg_backend_pid() % 16, count(*) filter (where c.unreadable is null),
+      count(*) filter (where c.unreadable is not null)
+    from claimed c having count(*) > 0
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed, failed = k.failed + excluded.failed
   )
-  select * from claimed;
+  select c.task_id, c.task_type, c.stage, c.context, c.priority, c.attempt, c.claim_seq, c.user_id, c.lease_until,
+    c.claimed_at, c.queue_key
+  from claimed c where c.unreadable is null;
 end
 $body$;

@@ -7,14 +7,15 @@
 -- pass report_tasks' checks goes on to its next stage as a report would have put it (pending,
 -- attempt 0, its schedule-log entry, ready at once); every other task is claimed ('running',
 -- leased) and its reply, if any, is reported as usual. Only rows this transaction has locked
--- (the hold's: their xmax is its xid), pending, whose claim_seq is one behind the one given,
--- change: without the hold a finish changes nothing. Answers (accepted, status, lease) come
--- only for the tasks that did not end as asked: refused (not accepted), or claimed although
--- their call replied (a result too large, a bad stage: its report will say so); no answer
--- means the reply was written, or the task claimed.
+-- (the hold's: their xmax is its xid), pending, whose next claim_seq (asyncflow.next_claim_seq
+-- at the hold's now(): the one the hold gave) is the one given, change: without the hold a
+-- finish changes nothing. Answers (accepted, status, lease) come only for the tasks that did not
+-- end as asked: refused (not accepted), or claimed although their call replied (a result too
+-- large, a bad stage: its report will say so); no answer means the reply was written, or the
+-- task claimed.
 -- Placeholders: {{finish}} this function, {{tasks}}, {{task_type}}.
 create or replace function asyncflow.{{finish}}(p_owner text, p_shards integer[], p_ids bigint[],
-  p_claim_seqs integer[], p_outcomes text[], p_results jsonb[], p_stages text[], p_contexts jsonb[],
+  p_claim_seqs bigint[], p_outcomes text[], p_results jsonb[], p_stages text[], p_contexts jsonb[],
   p_seconds double precision[])
 returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
@@ -86,7 +87,7 @@ begin
       -- an advance leaves no owner, as its report would have
       owner = case when r.ok and r.outcome = 'advance' then null else p_owner end,
       attempt = case when r.ok and r.outcome = 'advance' then 0 else t.attempt + 1 end,
-      claim_seq = t.claim_seq + 1, claimed_at = v_claimed_at,
+      claim_seq = r.claim_seq, claimed_at = v_claimed_at,
       lease_until = case when not r.ok then v_lease_until end,
       stage = case when r.ok and r.outcome = 'advance' then r.stage else t.stage end,
       context = case when r.ok and r.outcome = 'advance' then coalesce(r.context, t.context) else t.context end,
@@ -106,7 +107,7 @@ begin
     from r
     where t.shard = r.shard and t.id = r.id
       -- status compared as text: the ready index must not look like a way in
-      and t.status::text = 'pending' and t.claim_seq + 1 = r.claim_seq and t.xmax = v_xid
+      and t.status::text = 'pending' and asyncflow.next_claim_seq(t.claim_seq) = r.claim_seq and t.xmax = v_xid
     -- the stage the call ran: an advance's is in the entry just written
     returning r.n, t.status, t.lease_until, r.ok, r.ms / 1000.0::float8 as secs,
       case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage

@@ -1,6 +1,7 @@
 -- type_hold__<type>(owner, limit): what type_claim__ would claim, locked instead of updated;
--- attempt, claim_seq, lease_until and claimed_at are the values the claim will have. Must be the
--- first statement of its transaction (now() is the claim's time); the transaction ends with
+-- attempt, claim_seq, lease_until and claimed_at are the values the claim will have. A task whose
+-- context no worker could read (asyncflow.unreadable) is failed instead, in the same transaction.
+-- Must be the first statement of its transaction (now() is the claim's time); the transaction ends with
 -- type_finish__<type> (finish.sql) when the calls have replied or a short window has passed.
 --
 -- A claim rewrites each task row to 'running' and a success rewrites it again to 'succeeded':
@@ -41,15 +42,32 @@ begin
   perform asyncflow.hold_timeout();
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
   return query
-  select asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, t.priority,
-    t.attempt + 1, t.claim_seq + 1, t.user_id, v_lease_until, v_now, t.queue_key, true
-  from asyncflow.{{tasks}} t
-  where t.shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
-    and t.status = 'pending' and t.order_time <= v_now
-  order by t.order_time
-  limit least(p_limit, v_type.schedule_limit)
-  -- FOR UPDATE, not FOR NO KEY UPDATE: a key-share lock taken beside it would make the
-  -- row's xmax a multixact, and the finish knows its rows by xmax = its xid
-  for update of t skip locked;
+  with picked as (
+    select t.*, asyncflow.unreadable('context', t.context) as unreadable
+    from asyncflow.{{tasks}} t
+    where t.shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
+      and t.status = 'pending' and t.order_time <= v_now
+    order by t.order_time
+    limit least(p_limit, v_type.schedule_limit)
+    -- FOR UPDATE, not FOR NO KEY UPDATE: a key-share lock taken beside it would make the
+    -- row's xmax a multixact, and the finish knows its rows by xmax = its xid
+    for update of t skip locked
+  ), failed as (
+    -- a context no worker could read fails the task for good, in the hold's transaction (as
+    -- type_claim__ does); the finish, never told of it, leaves it failed
+    update asyncflow.{{tasks}} t set status = 'failed', attempt = t.attempt + 1, claim_seq = asyncflow.next_claim_seq(t.claim_seq),
+      claimed_at = v_now, last_error = p.unreadable, finished_at = v_now, updated_at = v_now
+    from picked p
+    where p.unreadable is not null and t.shard = p.shard and t.id = p.id
+    returning t.id
+  ), counted as (
+    insert into asyncflow.type_counters as k (task_type, slot, failed)
+    select v_task_type, pg_backend_pid() % 16, count(*) from failed having count(*) > 0
+    on conflict (task_type, slot) do update set failed = k.failed + excluded.failed
+  )
+  select asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, p.priority,
+    p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, true
+  from picked p where p.unreadable is null
+  order by p.order_time;
 end
 $body$;

@@ -7,7 +7,7 @@
 -- try given back), release (handed back, the try given back), heartbeat (lease extended).
 -- Counters and the stage-time histogram are written in the same statement.
 -- Placeholders: {{report}} this function, {{tasks}}, {{task_type}}.
-create or replace function asyncflow.{{report}}(p_owner text, p_task_ids text[], p_claim_seqs integer[],
+create or replace function asyncflow.{{report}}(p_owner text, p_task_ids text[], p_claim_seqs bigint[],
   p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[],
   p_retries boolean[], p_delays double precision[], p_now timestamptz)
 returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)

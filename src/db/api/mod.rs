@@ -216,7 +216,7 @@ pub async fn finish_held<C: GenericClient>(
     c: &C,
     task_type: &TypeName,
     owner: &WorkerId,
-    tasks: &[(&TaskId, i32, Option<&ReportKind>, Option<f64>)],
+    tasks: &[(&TaskId, i64, Option<&ReportKind>, Option<f64>)],
 ) -> Result<Vec<ReportResult>> {
     let n = tasks.len();
     let (mut shards, mut numbers, mut claim_seqs) =
@@ -281,7 +281,7 @@ pub async fn report_tasks<C: GenericClient>(
 ) -> Result<Vec<ReportResult>> {
     let n = reports.len();
     let mut task_ids: Vec<&str> = Vec::with_capacity(n);
-    let mut claim_seqs: Vec<i32> = Vec::with_capacity(n);
+    let mut claim_seqs: Vec<i64> = Vec::with_capacity(n);
     let mut outcomes: Vec<&str> = Vec::with_capacity(n);
     let mut stages: Vec<Option<&str>> = Vec::with_capacity(n);
     let mut contexts: Vec<Option<&Value>> = Vec::with_capacity(n);

@@ -366,7 +366,7 @@ async fn set_task(state: &AppState, input: &Input) -> Outcome {
         order_time: int(find(&data, "order_time"), "order_time")?,
         schedule_log: text(find(&data, "schedule_log"), "schedule_log")?,
     };
-    let token = int32(find(&data, "claim_seq").or(input.get("claim_seq")), "claim_seq")?;
+    let token = int(find(&data, "claim_seq").or(input.get("claim_seq")), "claim_seq")?;
 
     let c = state.pool.get().await?;
     let task =
