@@ -66,6 +66,7 @@ pub mod function;
 pub mod http;
 pub mod ids;
 pub mod maintenance;
+pub mod out;
 pub mod protocol;
 pub mod run;
 pub mod task;

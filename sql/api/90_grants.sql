@@ -29,6 +29,19 @@ grant execute on function
 to asyncflow_client;
 grant select on asyncflow.queue_depth to asyncflow_client;
 
+-- Monitoring and the start-up check (65_monitoring.sql): what `asyncflow status`, a server's
+-- listings, metrics and dashboard read, and whether the database is current for a build.
+grant execute on function
+  asyncflow.schema_state(),
+  asyncflow.list_task_types(),
+  asyncflow.type_positions(text),
+  asyncflow.count_by_status(text),
+  asyncflow.task_type_figures(),
+  asyncflow.type_counter_totals(),
+  asyncflow.stage_time_totals(),
+  asyncflow.workflow_figures()
+to asyncflow_client;
+
 -- Workers: claims and reports (and, per type, type_claim__, type_hold__, type_finish__ and
 -- type_report__).
 grant execute on function

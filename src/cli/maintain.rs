@@ -88,12 +88,14 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
     let pool = db::pool(url, 4)?;
     let maintainer = Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows));
     if args.once {
+        db::migrate::check_current(url).await?;
         maintain_once(url, &maintainer).await?;
     } else {
         let shutdown = shutdown_on_signal();
         if !db::wait_for_database(url, &shutdown).await? {
             return Ok(());
         }
+        db::migrate::check_current(url).await?;
         maintainer.run(shutdown).await;
     }
     Ok(())
@@ -102,11 +104,11 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
 async fn maintain_once(url: &str, maintainer: &Maintainer) -> Result<()> {
     let (client, _driver) = db::connect(url).await?;
     if !db::api::try_lead(&client, leader::MAINTENANCE_LOCK).await? {
-        println!("another process leads maintenance; nothing done");
+        crate::outln!("another process leads maintenance; nothing done");
         return Ok(());
     }
     for report in maintainer.run_once(None).await? {
-        println!("{:<15} changed {:>6}  {}", report.service, report.changed, report.detail.join(", "));
+        crate::outln!("{:<15} changed {:>6}  {}", report.service, report.changed, report.detail.join(", "));
     }
     Ok(())
 }

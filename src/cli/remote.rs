@@ -11,10 +11,10 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Args)]
 pub struct Target {
     /// Talk to an asyncflow server (its HTTP API) instead of the database.
-    #[arg(long, env = "ASYNCFLOW_SERVER")]
+    #[arg(long, env = "ASYNCFLOW_SERVER", global = true)]
     pub server: Option<String>,
     /// Bearer token for --server.
-    #[arg(long, env = "ASYNCFLOW_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "ASYNCFLOW_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
 }
 

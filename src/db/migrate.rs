@@ -83,6 +83,10 @@ pub async fn migrate(url: &str) -> Result<MigrateReport> {
 }
 
 async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport> {
+    let missing = api::missing_roles(client).await?;
+    if !missing.is_empty() && !api::may_create_roles(client).await? {
+        return Err(Error::Migration(missing_roles_message(&missing)));
+    }
     api::create_schema(client).await?;
     let history = api::schema_history(client).await?;
     check_history(&history)?;
@@ -96,6 +100,55 @@ async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport
         api::apply_sql_api(client, sql_api::FILES, sql_api::TEMPLATES, &checksum).await?;
     }
     Ok(MigrateReport { applied, version: latest_version(), api_applied })
+}
+
+/// The refusal when the roles are missing and the migrating role may not create them.
+fn missing_roles_message(missing: &[String]) -> String {
+    format!(
+        "the role(s) {} do not exist, and this role may not create them (it is neither a superuser nor \
+         has CREATEROLE). Once per PostgreSQL cluster, a superuser creates them: \
+         `create role asyncflow_client nologin; create role asyncflow_worker nologin; \
+         grant asyncflow_client to asyncflow_worker;` (or runs asyncflow migrate once); then run \
+         asyncflow migrate again as the database's owner",
+        missing.join(", ")
+    )
+}
+
+/// Whether the database at `url` is current for this build: its migrations are this build's
+/// newest and its SQL API has this build's checksum. Otherwise an error that names the fix
+/// (`asyncflow migrate`). Needs only what both roles have: USAGE on schema asyncflow and the
+/// grant of `asyncflow.schema_state()`.
+pub async fn check_current(url: &str) -> Result<()> {
+    let pool = db::pool(url, 1)?;
+    let state = api::schema_state(&pool.get().await?).await?;
+    check_state(&state)
+}
+
+/// [`check_current`] on what the database said.
+pub fn check_state(state: &api::SchemaState) -> Result<()> {
+    const FIX: &str = "run `asyncflow migrate` as the database's owner (or give serve or worker --migrate)";
+    let known = i64::from(latest_version());
+    match state {
+        api::SchemaState::NotMigrated => {
+            Err(Error::Migration(format!("the database has no current asyncflow schema: {FIX}")))
+        }
+        api::SchemaState::Migrated { version, .. } if version.unwrap_or(0) > known => Err(Error::Migration(format!(
+            "the database is at version {} but this build knows only up to {known}: run a newer asyncflow",
+            version.unwrap_or(0)
+        ))),
+        api::SchemaState::Migrated { version, .. } if *version != Some(known) => Err(Error::Migration(format!(
+            "the database is at version {} but this build needs {known}: {FIX}",
+            version.unwrap_or(0)
+        ))),
+        api::SchemaState::Migrated { sql_api_checksum: applied, .. }
+            if applied.as_deref() != Some(sql_api_checksum().as_str()) =>
+        {
+            Err(Error::Migration(format!(
+                "the database's SQL functions are not this build's (their checksum differs): {FIX}"
+            )))
+        }
+        api::SchemaState::Migrated { .. } => Ok(()),
+    }
 }
 
 /// Refuses a database ahead of this build, and one made by the migration history of a
