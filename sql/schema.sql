@@ -444,6 +444,11 @@ CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jso
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 6 lines, sha256 2abe3fd3798b1a2b
 
+CREATE FUNCTION asyncflow.task_created_here(p_task_id text) RETURNS boolean
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 12 lines, sha256 268c0782d486b617
+
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
     shard integer NOT NULL,
@@ -1204,6 +1209,9 @@ GRANT ALL ON FUNCTION asyncflow.stage_time_totals() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.task_created_here(p_task_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.task_created_here(p_task_id text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 

@@ -9,6 +9,7 @@ grant execute on function
   asyncflow.register_task_type(text, jsonb),
   asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text),
   asyncflow.create_tasks(text, jsonb, timestamptz),
+  asyncflow.task_created_here(text),
   asyncflow.get_task(text),
   asyncflow.list_tasks(text, asyncflow.task_status, text, text, text, integer),
   asyncflow.cancel_task(text, timestamptz),

@@ -4,6 +4,7 @@
 //! `--server`, to an `asyncflow serve` ([`remote`]); `status`; and the options of `worker` and
 //! `maintain`, with the maintenance services both run ([`maintain::services`]).
 
+pub mod args;
 pub mod maintain;
 pub mod pipeline;
 pub mod remote;

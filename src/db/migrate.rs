@@ -120,7 +120,11 @@ fn missing_roles_message(missing: &[String]) -> String {
 /// grant of `asyncflow.schema_state()`.
 pub async fn check_current(url: &str) -> Result<()> {
     let pool = db::pool(url, 1)?;
-    let state = api::schema_state(&pool.get().await?).await?;
+    let client = pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Backend(e) => Error::from_db(e),
+        e => Error::from(e),
+    })?;
+    let state = api::schema_state(&client).await?;
     check_state(&state)
 }
 

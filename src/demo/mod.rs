@@ -109,7 +109,7 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         FolderOptions { dir: args.functions.clone(), types: DEMO_TYPES.iter().map(|s| s.to_string()).collect() };
     // Check the folder first: a clear error before anything is enqueued.
     let specs = folder::load(&options)
-        .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --functions DIR)")))?;
+        .map_err(|e| e.with_hint("run the demo from the repository root, or pass --functions DIR"))?;
     let started = Instant::now();
     let inputs = std::path::absolute(args.work_dir.join("in"))?;
     let outputs = std::path::absolute(args.work_dir.join("out"))?;

@@ -52,7 +52,7 @@ pub async fn start(
     secret: &str,
 ) -> Result<PipelineDemo> {
     let file = crate::workflow::definition::read(&pipelines.join(PIPELINE_FILE))
-        .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --pipelines DIR)")))?;
+        .map_err(|e| e.with_hint("run the demo from the repository root, or pass --pipelines DIR"))?;
     let c = pool.get().await?;
     let stored = api::put_pipeline(&c, &file.name, &file.definition, "active").await?;
     let received: Arc<Mutex<Vec<Received>>> = Arc::default();

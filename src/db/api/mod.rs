@@ -111,6 +111,25 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
     TaskId::parse(&get::<String>(&row, "id")?)
 }
 
+/// `asyncflow.create_task`, and whether it created the task (true) or found the one its
+/// idempotency key already named (false, via `asyncflow.task_created_here` in the same
+/// transaction). Without a key, always created.
+pub async fn create_task_found(
+    c: &mut deadpool_postgres::Object,
+    task_type: &str,
+    task: &NewTask,
+) -> Result<(TaskId, bool)> {
+    if task.idempotency_key.is_none() {
+        return Ok((create_task(&*c, task_type, task).await?, true));
+    }
+    let tx = c.transaction().await.map_err(Error::from_db)?;
+    let id = create_task(&tx, task_type, task).await?;
+    let row = query_one(&tx, "select asyncflow.task_created_here($1) as created", &[&id.as_str()]).await?;
+    let created = get(&row, "created")?;
+    tx.commit().await.map_err(Error::from_db)?;
+    Ok((id, created))
+}
+
 /// `asyncflow.create_tasks`: many tasks in one statement; their ids in input order.
 pub async fn create_tasks<C: GenericClient>(c: &C, task_type: &str, tasks: &[NewTask]) -> Result<Vec<TaskId>> {
     let tasks = serde_json::to_value(tasks).map_err(|e| Error::InvalidArgument(e.to_string()))?;
