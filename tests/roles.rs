@@ -5,6 +5,8 @@
 //! None of them has CREATE on the database or any privilege on a table.
 mod common;
 
+use common::cli::{ok, refused};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -64,30 +66,7 @@ impl Drop for Cluster {
 }
 
 fn asyncflow(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_asyncflow"))
-        .args(args)
-        .env("DATABASE_URL", url)
-        .env_remove("ASYNCFLOW_SERVER")
-        .env_remove("ASYNCFLOW_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run asyncflow")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn refused(out: &Output) -> String {
-    assert!(!out.status.success(), "expected a refusal, got: {}", String::from_utf8_lossy(&out.stdout));
-    String::from_utf8_lossy(&out.stderr).to_string()
+    common::cli::asyncflow(Some(url), args)
 }
 
 fn spawn(url: &str, args: &[&str], log: &Path) -> Child {
@@ -177,21 +156,15 @@ async fn least_privilege_roles_run_the_media_example_end_to_end() {
     assert_eq!(n, 0, "no table privilege for the application roles");
 
     // The server and the worker, each on its own role, without --migrate.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let base = format!("http://127.0.0.1:{port}");
-    let listen = format!("127.0.0.1:{port}");
+    let server = common::cli::Served::start(&sv, TOKEN, &[]).await;
+    let base = server.base.clone();
     let mut children = Children(Vec::new());
-    children.0.push(spawn(&sv, &["serve", "--listen", &listen, "--token", TOKEN], &work.join("serve.log")));
     children.0.push(spawn(
         &wk,
         &["worker", "--functions", &functions, "--types", "media", "--no-maintenance"],
         &work.join("worker.log"),
     ));
     let http = reqwest::Client::new();
-    common::wait_until(Duration::from_secs(30), "the server to be ready", || async {
-        http.get(format!("{base}/readyz")).send().await.map(|r| r.status().is_success()).unwrap_or(false)
-    })
-    .await;
     // The worker registers its type on start-up.
     common::wait_until(Duration::from_secs(60), "the worker to register media", || async {
         let r = http.get(format!("{base}/v1/task-types/media")).bearer_auth(TOKEN).send().await;
@@ -258,6 +231,6 @@ async fn least_privilege_roles_run_the_media_example_end_to_end() {
     })
     .await
     .unwrap();
-    drop(children);
+    drop((children, server));
     let _ = std::fs::remove_dir_all(&work);
 }

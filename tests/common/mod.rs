@@ -4,6 +4,7 @@
 //! search_path, proving that the SQL API qualifies every name.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod sql;
 pub mod workflow;
 
