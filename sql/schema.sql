@@ -426,6 +426,11 @@ CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETUR
     LANGUAGE sql STABLE
     AS -- body: 2 lines, sha256 abf9ad1cec019f9e
 
+CREATE FUNCTION asyncflow.shard_positions(p_task_type text DEFAULT NULL::text) RETURNS TABLE(task_type text, begin_pos integer, end_pos integer, shards bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 5 lines, sha256 5296d2788b89f354
+
 CREATE FUNCTION asyncflow.shorten(p_text text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 2 lines, sha256 4eec34340cb56e3a
@@ -443,6 +448,11 @@ CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jso
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 6 lines, sha256 2abe3fd3798b1a2b
+
+CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 3 lines, sha256 da7a7431c4c43ab4
 
 CREATE FUNCTION asyncflow.task_created_here(p_task_id text) RETURNS boolean
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -544,16 +554,6 @@ CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 30 lines, sha256 77cc0926c65bebee
-
-CREATE FUNCTION asyncflow.type_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 3 lines, sha256 da7a7431c4c43ab4
-
-CREATE FUNCTION asyncflow.type_positions(p_task_type text DEFAULT NULL::text) RETURNS TABLE(task_type text, begin_pos integer, end_pos integer, shards bigint)
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 5 lines, sha256 5296d2788b89f354
 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -1200,6 +1200,9 @@ GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key te
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.shard_positions(p_task_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.shard_positions(p_task_type text) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.shorten(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
@@ -1209,6 +1212,9 @@ GRANT ALL ON FUNCTION asyncflow.stage_time_totals() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.task_counter_totals() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.task_counter_totals() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_created_here(p_task_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.task_created_here(p_task_id text) TO asyncflow_client;
@@ -1229,12 +1235,6 @@ REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__resumed() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION asyncflow.type_counter_totals() FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.type_counter_totals() TO asyncflow_client;
-
-REVOKE ALL ON FUNCTION asyncflow.type_positions(p_task_type text) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.type_positions(p_task_type text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.wake(p_task_type text) FROM PUBLIC;
 

@@ -194,15 +194,7 @@ async fn least_privilege_roles_run_the_media_example_end_to_end() {
 
     for id in [&by_http, &by_sql] {
         common::wait_until(Duration::from_secs(120), &format!("{id} to succeed"), || async {
-            let t: Value = http
-                .get(format!("{base}/v1/tasks/{id}"))
-                .bearer_auth(TOKEN)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap_or(Value::Null);
+            let t = common::cli::get_json(&format!("{base}/v1/tasks/{id}"), TOKEN).await;
             assert_ne!(t["status"], "failed", "{t}");
             t["status"] == "succeeded"
         })

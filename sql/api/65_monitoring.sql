@@ -17,8 +17,8 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select asyncflow.task_type_json(y) from asyncflow.task_types y order by y.task_type
 $$;
 
--- type_positions: per type (or only p_task_type), begin_pos, end_pos and the shards not dropped.
-create or replace function asyncflow.type_positions(p_task_type text default null)
+-- shard_positions: per type (or only p_task_type), begin_pos, end_pos and the shards not dropped.
+create or replace function asyncflow.shard_positions(p_task_type text default null)
 returns table (task_type text, begin_pos integer, end_pos integer, shards bigint)
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select p.task_type, p.begin_pos, p.end_pos,
@@ -59,8 +59,8 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   order by y.task_type
 $$;
 
--- type_counter_totals: the monotonic per-type counters, summed over their slots.
-create or replace function asyncflow.type_counter_totals()
+-- task_counter_totals: the monotonic per-type counters, summed over their slots.
+create or replace function asyncflow.task_counter_totals()
 returns table (task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select c.task_type, sum(c.claimed)::bigint, sum(c.succeeded)::bigint, sum(c.failed)::bigint,

@@ -35,10 +35,10 @@ grant select on asyncflow.queue_depth to asyncflow_client;
 grant execute on function
   asyncflow.schema_state(),
   asyncflow.list_task_types(),
-  asyncflow.type_positions(text),
+  asyncflow.shard_positions(text),
   asyncflow.count_by_status(text),
   asyncflow.task_type_figures(),
-  asyncflow.type_counter_totals(),
+  asyncflow.task_counter_totals(),
   asyncflow.stage_time_totals(),
   asyncflow.workflow_figures()
 to asyncflow_client;

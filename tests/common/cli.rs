@@ -71,3 +71,9 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// `GET url` with the bearer `token`: the answer's JSON (null when the body is not JSON).
+pub async fn get_json(url: &str, token: &str) -> serde_json::Value {
+    let r = reqwest::Client::new().get(url).bearer_auth(token).send().await.expect("the server answers");
+    r.json().await.unwrap_or(serde_json::Value::Null)
+}

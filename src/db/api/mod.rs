@@ -482,7 +482,7 @@ pub struct Positions {
     pub shards: i64,
 }
 
-const POSITIONS_SQL: &str = "select task_type, begin_pos, end_pos, shards from asyncflow.type_positions($1)";
+const POSITIONS_SQL: &str = "select task_type, begin_pos, end_pos, shards from asyncflow.shard_positions($1)";
 
 fn positions_row(r: &Row) -> Result<Positions> {
     Ok(Positions {
@@ -708,7 +708,7 @@ pub struct StageTimes {
 pub async fn type_counters<C: GenericClient>(c: &C) -> Result<Vec<TypeCounters>> {
     let rows = query(
         c,
-        "select task_type, claimed, succeeded, failed, retried, rescued from asyncflow.type_counter_totals()",
+        "select task_type, claimed, succeeded, failed, retried, rescued from asyncflow.task_counter_totals()",
         &[],
     )
     .await?;
