@@ -195,6 +195,26 @@ mod tests {
     }
 
     #[test]
+    fn a_database_is_current_only_with_this_builds_version_and_checksum() {
+        use api::SchemaState::{Migrated, NotMigrated};
+        let known = i64::from(latest_version());
+        let state =
+            |version: i64, checksum: &str| Migrated { version: Some(version), sql_api_checksum: Some(checksum.into()) };
+        assert!(check_state(&state(known, &sql_api_checksum())).is_ok());
+        for stale in [NotMigrated, state(known - 1, &sql_api_checksum()), state(known, "older")] {
+            let e = check_state(&stale).unwrap_err().to_string();
+            assert!(e.contains("run `asyncflow migrate`") && e.contains("--migrate"), "{e}");
+        }
+        let e = check_state(&state(known + 1, &sql_api_checksum())).unwrap_err().to_string();
+        assert!(e.contains("run a newer asyncflow"), "{e}");
+        let e = missing_roles_message(&["asyncflow_worker".into()]);
+        assert!(
+            e.contains("asyncflow_worker do not exist") && e.contains("create role asyncflow_client nologin"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_pre_release_history_is_refused_and_a_newer_one_too() {
         let old = check_history(&[(1, "schema".into()), (2, "task_types".into())]).unwrap_err().to_string();
         assert!(old.contains("pre-release") && old.contains("recreate"), "{old}");
