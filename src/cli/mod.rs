@@ -51,7 +51,8 @@ pub struct Cli {
 pub enum Command {
     /// Enqueue real multi-stage tasks and run them to the end (the README's main job).
     Demo(crate::demo::DemoArgs),
-    /// Bring the database schema up to date.
+    /// Bring the database schema up to date (the only command that changes it; the others
+    /// check that it is current).
     Migrate,
     /// Run the maintenance loops (rescue, shard roll, begin_pos, retention).
     Maintain(maintain::MaintainArgs),
