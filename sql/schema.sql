@@ -156,6 +156,11 @@ CREATE FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb DEF
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 28 lines, sha256 98cae2cb4ad39109
 
+CREATE FUNCTION asyncflow.count_by_status(p_task_type text) RETURNS TABLE(status text, n bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 1 lines, sha256 b97ef3fe5a6fb64d
+
 CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 16 lines, sha256 9f86fc72b7da4a03
@@ -266,6 +271,11 @@ CREATE FUNCTION asyncflow.list_runs(pipeline text DEFAULT NULL::text, status tex
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 2bd34bfb5f6eae02
+
+CREATE FUNCTION asyncflow.list_task_types() RETURNS SETOF jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 1 lines, sha256 b2323d91b1873662
 
 CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_status asyncflow.task_status DEFAULT NULL::asyncflow.task_status, p_stage text DEFAULT NULL::text, p_user_id text DEFAULT NULL::text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -441,6 +451,11 @@ CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
     AS -- body: 5 lines, sha256 e94d8f88cb962fe4
 
+CREATE FUNCTION asyncflow.schema_state() RETURNS TABLE(version bigint, sql_api_checksum text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 2 lines, sha256 81492f9347c09197
+
 CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -459,6 +474,11 @@ CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETUR
     LANGUAGE sql STABLE
     AS -- body: 2 lines, sha256 abf9ad1cec019f9e
 
+CREATE FUNCTION asyncflow.shard_positions(p_task_type text DEFAULT NULL::text) RETURNS TABLE(task_type text, begin_pos integer, end_pos integer, shards bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 5 lines, sha256 5296d2788b89f354
+
 CREATE FUNCTION asyncflow.shorten(p_text text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 2 lines, sha256 4eec34340cb56e3a
@@ -467,10 +487,25 @@ CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 1 lines, sha256 338de94b7a964063
 
+CREATE FUNCTION asyncflow.stage_time_totals() RETURNS TABLE(task_type text, stage text, calls bigint, seconds double precision, bounds double precision[], buckets bigint[])
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 5 lines, sha256 cf200d72fcc61754
+
 CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 6 lines, sha256 2abe3fd3798b1a2b
+
+CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 3 lines, sha256 da7a7431c4c43ab4
+
+CREATE FUNCTION asyncflow.task_created_here(p_task_id text) RETURNS boolean
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 12 lines, sha256 268c0782d486b617
 
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
@@ -509,6 +544,11 @@ CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     AS -- body: 5 lines, sha256 49a2a31e9f2b758e
+
+CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, created bigint, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint, oldest_running_age double precision)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 16 lines, sha256 9f0794a493f4b2b4
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -1047,6 +1087,9 @@ REVOKE ALL ON FUNCTION asyncflow.compile_pipeline(p_name text, p_definition json
 REVOKE ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jsonb, error text, p_now timestamp with time zone) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.count_by_status(p_task_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.count_by_status(p_task_type text) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) FROM PUBLIC;
@@ -1104,6 +1147,9 @@ GRANT ALL ON FUNCTION asyncflow.list_pipelines() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.list_task_types() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.list_task_types() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) TO asyncflow_client;
@@ -1171,6 +1217,9 @@ REVOKE ALL ON FUNCTION asyncflow.run_day(p_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.run_json(r asyncflow.runs) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.schema_state() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.schema_state() TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
 
@@ -1181,16 +1230,31 @@ GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key te
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.shard_positions(p_task_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.shard_positions(p_task_type text) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.shorten(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.stage_time_totals() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.stage_time_totals() TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.task_counter_totals() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.task_counter_totals() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.task_created_here(p_task_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.task_created_here(p_task_id text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_log(t asyncflow.tasks) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.task_type_figures() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.task_type_figures() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUBLIC;
 
@@ -1257,6 +1321,7 @@ REVOKE ALL ON FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_s
 REVOKE ALL ON FUNCTION asyncflow.wf_watch_type(p_task_type text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.workflow_figures() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.workflow_figures() TO asyncflow_client;
 
 GRANT SELECT ON TABLE asyncflow.queue_depth TO asyncflow_client;
 

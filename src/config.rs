@@ -35,12 +35,18 @@ impl DbConfig {
         Ok(())
     }
 
-    /// The database URL, starting the embedded server when none is configured. Keep the
-    /// returned server alive as long as the database is used.
-    pub async fn resolve(&self) -> Result<(String, Option<EmbeddedPostgres>)> {
+    /// The database URL, starting the embedded server when none is configured and `embedded`
+    /// allows it (the demo, the benchmark, `--embedded`); without it, no database named is an
+    /// error. Keep the returned server alive as long as the database is used.
+    pub async fn resolve(&self, embedded: bool) -> Result<(String, Option<EmbeddedPostgres>)> {
         self.validate()?;
         match &self.database_url {
             Some(url) => Ok((url.clone(), None)),
+            None if !embedded => Err(Error::Config(
+                "no database named: set DATABASE_URL (or --database-url), or give --embedded to start a \
+                 private PostgreSQL in --data-dir"
+                    .into(),
+            )),
             None => {
                 tracing::info!(data_dir = %self.data_dir.display(), "DATABASE_URL unset: starting the embedded PostgreSQL");
                 let server = EmbeddedPostgres::start(EmbeddedConfig::new(&self.data_dir)).await?;

@@ -177,6 +177,15 @@ pub fn with_causes(e: &dyn std::error::Error) -> String {
 }
 
 impl Error {
+    /// A configuration error with `hint` after its message, in parentheses (other errors as they
+    /// are): one "configuration:" prefix, not one per layer that adds something.
+    pub fn with_hint(self, hint: &str) -> Error {
+        match self {
+            Error::Config(message) => Error::Config(format!("{message} ({hint})")),
+            other => other,
+        }
+    }
+
     /// Maps a database error: asyncflow's own SQLSTATE codes become their variants.
     pub fn from_db(err: tokio_postgres::Error) -> Self {
         let Some(db) = err.as_db_error() else {

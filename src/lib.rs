@@ -69,6 +69,7 @@ pub mod http;
 pub mod ids;
 pub mod logging;
 pub mod maintenance;
+pub mod out;
 pub mod protocol;
 pub mod reaper;
 pub mod run;

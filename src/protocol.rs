@@ -43,7 +43,7 @@ fn default_limit() -> i32 {
 #[serde(deny_unknown_fields)]
 pub struct HoldRequest {
     /// A registered task type.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "task_type")]
     pub task_type: String,
     /// The worker's id (1 to 200 characters); reports must carry the same.
     pub worker_id: String,
@@ -184,7 +184,7 @@ pub struct ReportAccepted {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct NextDue {
     /// The task type.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "task_type")]
     pub task_type: String,
     /// The smallest order_time among its pending tasks (the database's clock); null when none.
     pub due: Option<DateTime<Utc>>,
@@ -198,7 +198,7 @@ pub struct NextDue {
 #[serde(deny_unknown_fields)]
 pub struct HeldRequest {
     /// A task type name.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "task_type")]
     pub task_type: String,
     /// The worker's id (1 to 200 characters).
     pub worker_id: String,

@@ -193,7 +193,8 @@ pub struct ClaimedTask {
     /// Task id.
     #[schema(value_type = String)]
     pub task_id: TaskId,
-    /// Task type.
+    /// Task type (`type`; `task_type` is read too, from servers of earlier builds).
+    #[serde(rename = "type", alias = "task_type")]
     pub task_type: String,
     /// Stage to run.
     pub stage: String,
@@ -322,6 +323,7 @@ pub struct ReportResult {
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct QueueDepth {
     /// Task type.
+    #[serde(rename = "type")]
     pub task_type: String,
     /// Pending and due now.
     pub ready: i64,

@@ -8,7 +8,8 @@ use utoipa::ToSchema;
 /// A task type's settings, as `asyncflow.register_task_type` returns them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TaskTypeSettings {
-    /// Name.
+    /// Name (`type`; `task_type` is read too).
+    #[serde(rename = "type", alias = "task_type")]
     pub task_type: String,
     /// Most tasks one claim takes.
     pub schedule_limit: i32,

@@ -1,8 +1,7 @@
 //! `asyncflow task ...` / `asyncflow type ...`, against the database and against a server.
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use common::TestDb;
 use serde_json::Value;
@@ -41,6 +40,21 @@ fn scenario(db: &TestDb, server: Option<&str>) {
     assert_eq!(run(db, server, &["type", "resume", "clip"]).unwrap()["paused"], false);
     let types = run(db, server, &["type", "list"]).unwrap();
     assert_eq!(types.as_array().unwrap().len(), 1);
+    assert_eq!((types[0]["type"].as_str(), types[0].get("task_type")), (Some("clip"), None), "one name: type");
+    // An idempotent create says whether it created the task or found the key's.
+    let first = run(db, server, &["task", "create", "clip", "--idempotency-key", "k-1"]).unwrap();
+    assert_eq!(first["created"], true, "{first}");
+    let again = run(db, server, &["task", "create", "clip", "--idempotency-key", "k-1"]).unwrap();
+    assert_eq!((&again["id"], &again["created"]), (&first["id"], &serde_json::json!(false)), "{again}");
+    // --run-at takes a delay as well as a time.
+    let later = run(db, server, &["task", "create", "clip", "--run-at", "10m"]).unwrap();
+    let later = run(db, server, &["task", "get", later["id"].as_str().unwrap()]).unwrap();
+    let due: chrono::DateTime<chrono::Utc> = later["order_time"].as_str().unwrap().parse().unwrap();
+    let ahead = due - chrono::Utc::now();
+    assert!(ahead > chrono::Duration::minutes(9) && ahead <= chrono::Duration::minutes(10), "{later}");
+    let at = run(db, server, &["task", "create", "clip", "--run-at", "2030-01-01T00:00:00Z"]).unwrap();
+    let at = run(db, server, &["task", "get", at["id"].as_str().unwrap()]).unwrap();
+    assert!(at["order_time"].as_str().unwrap().starts_with("2030-01-01T00:00:00"), "{at}");
     // Many queues: a key with a space and a slash, held, listed, then let go.
     run(db, server, &["type", "set", "site", r#"{"fair_queues": true, "queue_concurrency": 1}"#]).unwrap();
     run(db, server, &["task", "create", "site", "--queue-key", "a b/c"]).unwrap();
@@ -74,31 +88,13 @@ async fn admin_commands_work_against_the_database() {
 #[tokio::test]
 async fn admin_commands_work_against_a_server() {
     let db = TestDb::new().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--token", TOKEN])
-        .env("DATABASE_URL", &db.url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let mut up = false;
-    for _ in 0..200 {
-        if client.get(format!("{base}/readyz")).send().await.map(|r| r.status().is_success()).unwrap_or(false) {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "server ready");
+    let server = common::cli::Served::start(&db.url, TOKEN, &[]).await;
+    let base = server.base.clone();
     let outcome = tokio::task::spawn_blocking(move || {
         scenario(&db, Some(&base));
         db
     })
     .await;
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     outcome.unwrap();
 }

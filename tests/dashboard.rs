@@ -208,7 +208,7 @@ async fn check_http(base: &str) {
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     let t = &body["types"][0];
-    assert_eq!(t["task_type"], TYPE, "{body}");
+    assert_eq!(t["type"], TYPE, "{body}");
     let counts: Vec<i64> = ["ready", "delayed", "running", "succeeded", "failed", "cancelled"]
         .iter()
         .map(|k| t[*k].as_i64().unwrap_or(-1))

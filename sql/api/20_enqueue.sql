@@ -328,3 +328,22 @@ begin
   return (asyncflow.insert_tasks(task_type, jsonb_build_array(v_task), p_now, true))[1];
 end
 $_$;
+
+-- task_created_here: whether the task p_task_id was created by the calling transaction (its row
+-- is this transaction's own): how a create_task with an idempotency key tells a new task from
+-- the one its key already named. False for an unknown id.
+create or replace function asyncflow.task_created_here(p_task_id text) returns boolean
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_key record;
+  v_xmin xid;
+begin
+  select * into v_key from asyncflow.parse_task_id(p_task_id);
+  if v_key.task_type is null then
+    return false;
+  end if;
+  select t.xmin into v_xmin from asyncflow.tasks t
+  where t.task_type = v_key.task_type and t.shard = v_key.shard and t.id = v_key.id;
+  return coalesce(v_xmin = pg_current_xact_id_if_assigned()::text::xid, false);
+end
+$$;

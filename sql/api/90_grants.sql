@@ -9,6 +9,7 @@ grant execute on function
   asyncflow.register_task_type(text, jsonb),
   asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text),
   asyncflow.create_tasks(text, jsonb, timestamptz),
+  asyncflow.task_created_here(text),
   asyncflow.get_task(text),
   asyncflow.list_tasks(text, asyncflow.task_status, text, text, text, integer),
   asyncflow.cancel_task(text, timestamptz),
@@ -28,6 +29,19 @@ grant execute on function
   asyncflow.complete_node(text, text, jsonb, text, timestamptz)
 to asyncflow_client;
 grant select on asyncflow.queue_depth to asyncflow_client;
+
+-- Monitoring and the start-up check (65_monitoring.sql): what `asyncflow status`, a server's
+-- listings, metrics and dashboard read, and whether the database is current for a build.
+grant execute on function
+  asyncflow.schema_state(),
+  asyncflow.list_task_types(),
+  asyncflow.shard_positions(text),
+  asyncflow.count_by_status(text),
+  asyncflow.task_type_figures(),
+  asyncflow.task_counter_totals(),
+  asyncflow.stage_time_totals(),
+  asyncflow.workflow_figures()
+to asyncflow_client;
 
 -- Workers: claims and reports (and, per type, type_claim__, type_hold__, type_finish__ and
 -- type_report__).

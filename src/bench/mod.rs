@@ -235,7 +235,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
     output::print(&results, args.json);
     let (json, svg) = output::write(&results, &args.out)?;
     if !args.json {
-        println!("\nwritten: {} and {}", json.display(), svg.display());
+        crate::outln!("\nwritten: {} and {}", json.display(), svg.display());
     }
     Ok(results)
 }

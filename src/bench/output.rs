@@ -11,18 +11,25 @@ use crate::error::{Error, Result};
 /// Prints the table (or the JSON).
 pub(super) fn print(results: &BenchResults, as_json: bool) {
     if as_json {
-        println!("{}", json!(results));
+        crate::outln!("{}", json!(results));
         return;
     }
-    println!(
+    crate::outln!(
         "\nasyncflow bench  ({}; {} CPUs; {})",
         results.server_version,
         results.cpus,
         results.started_at.format("%Y-%m-%d %H:%M UTC")
     );
-    println!(
+    crate::outln!(
         "{:<46} {:>12} {:<10} {:>9} {:>8} {:>8}  {:<28} {:<4}",
-        "figure", "value", "unit", "ratio", "CPU/op", "own/op", "bar", ""
+        "figure",
+        "value",
+        "unit",
+        "ratio",
+        "CPU/op",
+        "own/op",
+        "bar",
+        ""
     );
     for f in &results.figures {
         let ratio = match (f.ratio, f.ratio_to.as_deref()) {
@@ -37,7 +44,7 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
             Some(false) => "MISS",
             None => "",
         };
-        println!(
+        crate::outln!(
             "{:<46} {:>12} {:<10} {:>9} {:>8} {:>8}  {:<28} {:<4}",
             f.name,
             value,
@@ -56,10 +63,10 @@ pub(super) fn print(results: &BenchResults, as_json: bool) {
         v
     });
     if !bases.is_empty() {
-        println!("ratio: value / the same run's {} (marked with its initial when not UPDATE)", bases.join(" or "));
+        crate::outln!("ratio: value / the same run's {} (marked with its initial when not UPDATE)", bases.join(" or "));
     }
     if results.figures.iter().any(|f| f.cpu_us.is_some()) {
-        println!(
+        crate::outln!(
             "CPU/op: the whole machine's busy CPU (server, kernel, this process) per operation; \
              own/op: this process's (the client, or the worker in a burn-down)"
         );

@@ -19,18 +19,18 @@ pub struct MaintainArgs {
     /// One pass of every service, if leadership can be had, then exit.
     #[arg(long)]
     pub once: bool,
-    /// Seconds between rescuer passes.
-    #[arg(long, default_value_t = 1.0)]
-    pub rescue_interval: f64,
-    /// Seconds between shard roll / begin_pos passes.
-    #[arg(long, default_value_t = 5.0)]
-    pub shard_interval: f64,
-    /// Seconds between retention passes.
-    #[arg(long, default_value_t = 60.0)]
-    pub retention_interval: f64,
-    /// Seconds between workflow checker passes.
-    #[arg(long, default_value_t = 1.0)]
-    pub check_interval: f64,
+    /// Time between rescuer passes (e.g. 1s; a plain number is seconds).
+    #[arg(long, value_parser = super::args::interval, default_value = "1s")]
+    pub rescue_interval: Duration,
+    /// Time between shard roll / begin_pos passes (e.g. 5s; a plain number is seconds).
+    #[arg(long, value_parser = super::args::interval, default_value = "5s")]
+    pub shard_interval: Duration,
+    /// Time between retention passes (e.g. 60s; a plain number is seconds).
+    #[arg(long, value_parser = super::args::interval, default_value = "60s")]
+    pub retention_interval: Duration,
+    /// Time between workflow checker passes (e.g. 1s; a plain number is seconds).
+    #[arg(long, value_parser = super::args::interval, default_value = "1s")]
+    pub check_interval: Duration,
     /// Key that signs workflow callbacks (HMAC-SHA256).
     #[arg(long, env = "ASYNCFLOW_CALLBACK_SECRET", hide_env_values = true)]
     pub callback_secret: Option<String>,
@@ -60,20 +60,11 @@ pub(super) fn callback_config(secret: Option<String>, targets: Targets) -> Callb
     CallbackConfig { secret, targets, ..Default::default() }
 }
 
-fn seconds(name: &str, value: f64) -> Result<Duration> {
-    Duration::try_from_secs_f64(value)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| crate::Error::Config(format!("--{name} must be a positive number of seconds")))
-}
-
 /// Runs `asyncflow maintain` on the database at `url`: the services until a signal, or one pass
 /// with `--once`.
 pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
-    let rescue_interval = seconds("rescue-interval", args.rescue_interval)?;
-    let shard_interval = seconds("shard-interval", args.shard_interval)?;
-    let retention_interval = seconds("retention-interval", args.retention_interval)?;
-    let check_interval = seconds("check-interval", args.check_interval)?;
+    let (rescue_interval, shard_interval) = (args.rescue_interval, args.shard_interval);
+    let (retention_interval, check_interval) = (args.retention_interval, args.check_interval);
     let tasks =
         MaintenanceConfig { rescue_interval, shard_interval, retention_interval, ..MaintenanceConfig::default() };
     let workflows = crate::workflow::ServiceConfig {
@@ -84,12 +75,14 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
     let pool = db::pool(url, 4)?;
     let maintainer = Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows));
     if args.once {
+        db::migrate::check_current(url).await?;
         maintain_once(url, &maintainer).await?;
     } else {
         let shutdown = shutdown_on_signal();
         if !db::wait_for_database(url, &shutdown).await? {
             return Ok(());
         }
+        db::migrate::check_current(url).await?;
         maintainer.run(shutdown).await;
     }
     Ok(())
@@ -98,11 +91,11 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
 async fn maintain_once(url: &str, maintainer: &Maintainer) -> Result<()> {
     let (client, _driver) = db::connect(url).await?;
     if !db::api::try_lead(&client, leader::MAINTENANCE_LOCK).await? {
-        println!("another process leads maintenance; nothing done");
+        crate::outln!("another process leads maintenance; nothing done");
         return Ok(());
     }
     for report in maintainer.run_once(None).await? {
-        println!("{:<15} changed {:>6}  {}", report.service, report.changed, report.detail.join(", "));
+        crate::outln!("{:<15} changed {:>6}  {}", report.service, report.changed, report.detail.join(", "));
     }
     Ok(())
 }

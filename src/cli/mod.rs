@@ -4,6 +4,7 @@
 //! `--server`, to an `asyncflow serve` ([`remote`]); `status`; and the options of `worker` and
 //! `maintain`, with the maintenance services both run ([`maintain::services`]).
 
+pub mod args;
 pub mod maintain;
 pub mod pipeline;
 pub mod remote;
@@ -27,9 +28,13 @@ use crate::error::Result;
 #[derive(Debug, Parser)]
 #[command(name = "asyncflow", version, about)]
 pub struct Cli {
-    /// PostgreSQL URL; unset starts a private embedded server.
+    /// PostgreSQL URL (required, except by demo and bench, and with --embedded).
     #[arg(long, env = "DATABASE_URL", global = true)]
     pub database_url: Option<String>,
+    /// With no database URL, start a private PostgreSQL in --data-dir (demo and bench do so
+    /// without it).
+    #[arg(long, global = true)]
+    pub embedded: bool,
     /// Data directory of the embedded server.
     #[arg(long, env = "ASYNCFLOW_DATA_DIR", default_value = DATA_DIR_DEFAULT, global = true)]
     pub data_dir: PathBuf,
@@ -49,12 +54,17 @@ pub struct Cli {
 pub enum Command {
     /// Enqueue real multi-stage tasks and run them to the end (the README's main job).
     Demo(crate::demo::DemoArgs),
-    /// Bring the database schema up to date.
+    /// Bring the database schema up to date (the only command that changes it; the others
+    /// check that it is current).
     Migrate,
     /// Run the maintenance loops (rescue, shard roll, begin_pos, retention).
     Maintain(maintain::MaintainArgs),
-    /// Print queue depth, counts and shard positions per type.
-    Status,
+    /// Print queue depth, counts and shard positions per type (database, or --server).
+    Status {
+        /// Where to ask.
+        #[command(flatten)]
+        target: remote::Target,
+    },
     /// Run the functions of a functions folder.
     Worker(worker::WorkerArgs),
     /// Serve the HTTP API.
@@ -122,6 +132,10 @@ pub struct ServeArgs {
     /// Time a client has to send a request's body, from the end of its head.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub body_timeout: Duration,
+    /// Migrate the database first (as `asyncflow migrate`; needs the schema's owner). Without
+    /// it, a database that is not current is refused.
+    #[arg(long)]
+    pub migrate: bool,
 }
 
 /// For the commands that print and end: a reader that goes away (`asyncflow task list | head -1`)
@@ -169,6 +183,20 @@ pub fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
+/// Migrates the database at `url` when asked (`--migrate`), or else checks that it is current.
+async fn migrate_or_check(url: &str, migrate: bool) -> Result<()> {
+    if migrate {
+        db::migrate::migrate(url).await.map(|_| ())
+    } else {
+        db::migrate::check_current(url).await
+    }
+}
+
+/// Prints a command's JSON answer.
+fn print_json(output: &serde_json::Value) {
+    crate::outln!("{}", serde_json::to_string_pretty(output).unwrap_or_default());
+}
+
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
     if matches!(
@@ -177,7 +205,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             | Command::Type { .. }
             | Command::Pipeline { .. }
             | Command::Run { .. }
-            | Command::Status
+            | Command::Status { .. }
             | Command::Migrate
     ) {
         quiet_on_closed_output();
@@ -193,7 +221,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let (config, options) = args.setup()?;
             let client = crate::worker::RemoteClient::new(server, args.target.token.clone())?;
             let summary = crate::worker::folder::run_remote(client, &options, config, shutdown_on_signal()).await?;
-            println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            crate::outln!("{}", serde_json::to_string(&summary).unwrap_or_default());
             return Ok(());
         }
     }
@@ -203,28 +231,31 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Task { target, .. }
         | Command::Type { target, .. }
         | Command::Pipeline { target, .. }
-        | Command::Run { target, .. } => target.server.is_some(),
+        | Command::Run { target, .. }
+        | Command::Status { target } => target.server.is_some(),
         _ => false,
     };
     if remote {
-        let output = match cli.command {
-            Command::Task { target, command } => task::task(None, &target, command).await?,
-            Command::Type { target, command } => task_type::task_type(None, &target, command).await?,
-            Command::Pipeline { target, command } => pipeline::pipeline(None, &target, command).await?,
-            Command::Run { target, command } => run::run(None, &target, command).await?,
-            _ => return Ok(()),
-        };
-        println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+        match cli.command {
+            Command::Task { target, command } => print_json(&task::task(None, &target, command).await?),
+            Command::Type { target, command } => print_json(&task_type::task_type(None, &target, command).await?),
+            Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
+            Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
+            Command::Status { target } => status::print_remote(&target).await?,
+            _ => {}
+        }
         return Ok(());
     }
-    let (url, _embedded) = db_config.resolve().await?;
+    // A private server for the demo and the benchmark; elsewhere only when asked for.
+    let embedded = cli.embedded || matches!(cli.command, Command::Demo(_) | Command::Bench(_));
+    let (url, _embedded) = db_config.resolve(embedded).await?;
     match cli.command {
         Command::Migrate => {
             let report = db::migrate::migrate(&url).await?;
             if report.applied.is_empty() {
-                println!("database is current (version {})", report.version);
+                crate::outln!("database is current (version {})", report.version);
             } else {
-                println!("applied migrations {:?}; database at version {}", report.applied, report.version);
+                crate::outln!("applied migrations {:?}; database at version {}", report.applied, report.version);
             }
         }
         Command::Demo(args) => {
@@ -233,28 +264,20 @@ pub async fn run(cli: Cli) -> Result<()> {
             crate::demo::run(pool, &url, &args).await?;
         }
         Command::Task { target, command } => {
-            db::migrate::migrate(&url).await?;
-            let pool = db::pool(&url, 2)?;
-            let output = task::task(Some(&pool), &target, command).await?;
-            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+            db::migrate::check_current(&url).await?;
+            print_json(&task::task(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Type { target, command } => {
-            db::migrate::migrate(&url).await?;
-            let pool = db::pool(&url, 2)?;
-            let output = task_type::task_type(Some(&pool), &target, command).await?;
-            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+            db::migrate::check_current(&url).await?;
+            print_json(&task_type::task_type(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Pipeline { target, command } => {
-            db::migrate::migrate(&url).await?;
-            let pool = db::pool(&url, 2)?;
-            let output = pipeline::pipeline(Some(&pool), &target, command).await?;
-            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+            db::migrate::check_current(&url).await?;
+            print_json(&pipeline::pipeline(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Run { target, command } => {
-            db::migrate::migrate(&url).await?;
-            let pool = db::pool(&url, 2)?;
-            let output = run::run(Some(&pool), &target, command).await?;
-            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+            db::migrate::check_current(&url).await?;
+            print_json(&run::run(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {
@@ -270,16 +293,16 @@ pub async fn run(cli: Cli) -> Result<()> {
             if !db::wait_for_database(&url, &shutdown).await? {
                 return Ok(());
             }
-            db::migrate::migrate(&url).await?;
+            migrate_or_check(&url, args.migrate).await?;
             let pool = db::pool(&url, db_config.pool_size)?;
             crate::http::serve(pool, &url, config, shutdown).await?;
         }
         Command::Bench(args) => {
             crate::bench::run(&url, &args).await?;
         }
-        Command::Status => {
-            let pool = db::pool(&url, 2)?;
-            status::print(&pool).await?;
+        Command::Status { .. } => {
+            db::migrate::check_current(&url).await?;
+            status::print(&db::pool(&url, 2)?).await?;
         }
         Command::Worker(args) => {
             let (config, options) = args.setup()?;
@@ -287,11 +310,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             if !db::wait_for_database(&url, &shutdown).await? {
                 return Ok(());
             }
-            db::migrate::migrate(&url).await?;
+            migrate_or_check(&url, args.migrate).await?;
             let pool = db::pool(&url, db_config.pool_size.max(args.concurrency.min(64) + 4))?;
             let maintainer = args.maintainer(&pool, &url);
             let summary = crate::worker::folder::run(pool, &url, &options, config, maintainer, shutdown).await?;
-            println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            crate::outln!("{}", serde_json::to_string(&summary).unwrap_or_default());
         }
         Command::Maintain(args) => maintain::run(&url, args).await?,
     }

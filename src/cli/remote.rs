@@ -11,10 +11,10 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Args)]
 pub struct Target {
     /// Talk to an asyncflow server (its HTTP API) instead of the database.
-    #[arg(long, env = "ASYNCFLOW_SERVER")]
+    #[arg(long, env = "ASYNCFLOW_SERVER", global = true)]
     pub server: Option<String>,
     /// Bearer token for --server.
-    #[arg(long, env = "ASYNCFLOW_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "ASYNCFLOW_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
 }
 
@@ -26,6 +26,7 @@ pub(super) fn json_arg<T: serde::de::DeserializeOwned>(what: &str, text: &str) -
 /// A server's answer: the body on 2xx, its message as an error otherwise.
 pub(super) async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
     let base = target.server.as_deref().unwrap_or_default().trim_end_matches('/');
+    let what = format!("{method} {base}{path}");
     let mut request = reqwest::Client::new().request(method, format!("{base}{path}"));
     if let Some(token) = &target.token {
         request = request.bearer_auth(token);
@@ -33,8 +34,11 @@ pub(super) async fn call(target: &Target, method: reqwest::Method, path: &str, b
     if let Some(body) = body {
         request = request.json(&body);
     }
-    let response =
-        request.send().await.map_err(|e| Error::Config(format!("{base}: {}", crate::error::with_causes(&e))))?;
+    let response = request.send().await.map_err(|e| {
+        use crate::error::{Transport, TransportError};
+        let kind = if e.is_connect() { Transport::NotSent } else { Transport::NoAnswer };
+        TransportError::new(kind, what, crate::error::with_causes(&e))
+    })?;
     let status = response.status();
     let value: Value = response.json().await.unwrap_or(Value::Null);
     if status.is_success() {

@@ -29,8 +29,8 @@ pub enum RunCommand {
         /// The caller's key for this run, sent with the outcome.
         #[arg(long)]
         notify_key: Option<String>,
-        /// Not before this time (RFC 3339).
-        #[arg(long)]
+        /// Not before this time: RFC 3339 (2030-01-01T09:00:00Z), or a delay from now (90s, 10m).
+        #[arg(long, value_parser = super::args::run_at)]
         run_at: Option<chrono::DateTime<chrono::Utc>>,
         /// A given version instead of the active one.
         #[arg(long)]

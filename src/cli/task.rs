@@ -14,7 +14,7 @@ use crate::task::{NewTask, TaskStatus};
 /// `task` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
-    /// Create a task; prints {"id"}.
+    /// Create a task; prints {"id", "created"} (false: the idempotency key's existing task).
     Create {
         /// Task type.
         task_type: String,
@@ -24,8 +24,8 @@ pub enum TaskCommand {
         /// Seconds ahead in the queue.
         #[arg(long)]
         priority: Option<i32>,
-        /// Not before this time (RFC 3339).
-        #[arg(long)]
+        /// Not before this time: RFC 3339 (2030-01-01T09:00:00Z), or a delay from now (90s, 10m).
+        #[arg(long, value_parser = super::args::run_at)]
         run_at: Option<chrono::DateTime<chrono::Utc>>,
         /// First stage.
         #[arg(long)]
@@ -108,7 +108,10 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 queue_key,
             };
             match pool {
-                Some(p) => Ok(json!({"id": api::create_task(&p.get().await?, &task_type, &task).await?})),
+                Some(p) => {
+                    let (id, created) = api::create_task_found(&mut p.get().await?, &task_type, &task).await?;
+                    Ok(json!({"id": id, "created": created}))
+                }
                 None => {
                     let mut body = serde_json::to_value(&task).map_err(|e| Error::InvalidArgument(e.to_string()))?;
                     body["type"] = json!(task_type);

@@ -44,6 +44,10 @@ pub struct WorkerArgs {
     /// off. At most 1s.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20ms")]
     pub hold_window: Duration,
+    /// Migrate the database first (as `asyncflow migrate`; needs the schema's owner). Without
+    /// it, a database that is not current is refused.
+    #[arg(long)]
+    pub migrate: bool,
     /// Do not take part in the maintenance leader election (a worker on --server never does).
     #[arg(long)]
     pub no_maintenance: bool,

@@ -83,6 +83,10 @@ pub async fn migrate(url: &str) -> Result<MigrateReport> {
 }
 
 async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport> {
+    let missing = api::missing_roles(client).await?;
+    if !missing.is_empty() && !api::may_create_roles(client).await? {
+        return Err(Error::Migration(missing_roles_message(&missing)));
+    }
     api::create_schema(client).await?;
     let history = api::schema_history(client).await?;
     check_history(&history)?;
@@ -96,6 +100,59 @@ async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport
         api::apply_sql_api(client, sql_api::FILES, sql_api::TEMPLATES, &checksum).await?;
     }
     Ok(MigrateReport { applied, version: latest_version(), api_applied })
+}
+
+/// The refusal when the roles are missing and the migrating role may not create them.
+fn missing_roles_message(missing: &[String]) -> String {
+    format!(
+        "the role(s) {} do not exist, and this role may not create them (it is neither a superuser nor \
+         has CREATEROLE). Once per PostgreSQL cluster, a superuser creates them: \
+         `create role asyncflow_client nologin; create role asyncflow_worker nologin; \
+         grant asyncflow_client to asyncflow_worker;` (or runs asyncflow migrate once); then run \
+         asyncflow migrate again as the database's owner",
+        missing.join(", ")
+    )
+}
+
+/// Whether the database at `url` is current for this build: its migrations are this build's
+/// newest and its SQL API has this build's checksum. Otherwise an error that names the fix
+/// (`asyncflow migrate`). Needs only what both roles have: USAGE on schema asyncflow and the
+/// grant of `asyncflow.schema_state()`.
+pub async fn check_current(url: &str) -> Result<()> {
+    let pool = db::pool(url, 1)?;
+    let client = pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Backend(e) => Error::from_db(e),
+        e => Error::from(e),
+    })?;
+    let state = api::schema_state(&client).await?;
+    check_state(&state)
+}
+
+/// [`check_current`] on what the database said.
+pub fn check_state(state: &api::SchemaState) -> Result<()> {
+    const FIX: &str = "run `asyncflow migrate` as the database's owner (or give serve or worker --migrate)";
+    let known = i64::from(latest_version());
+    match state {
+        api::SchemaState::NotMigrated => {
+            Err(Error::Migration(format!("the database has no current asyncflow schema: {FIX}")))
+        }
+        api::SchemaState::Migrated { version, .. } if version.unwrap_or(0) > known => Err(Error::Migration(format!(
+            "the database is at version {} but this build knows only up to {known}: run a newer asyncflow",
+            version.unwrap_or(0)
+        ))),
+        api::SchemaState::Migrated { version, .. } if *version != Some(known) => Err(Error::Migration(format!(
+            "the database is at version {} but this build needs {known}: {FIX}",
+            version.unwrap_or(0)
+        ))),
+        api::SchemaState::Migrated { sql_api_checksum: applied, .. }
+            if applied.as_deref() != Some(sql_api_checksum().as_str()) =>
+        {
+            Err(Error::Migration(format!(
+                "the database's SQL functions are not this build's (their checksum differs): {FIX}"
+            )))
+        }
+        api::SchemaState::Migrated { .. } => Ok(()),
+    }
 }
 
 /// Refuses a database ahead of this build, and one made by the migration history of a
@@ -135,6 +192,26 @@ mod tests {
         assert!(names.contains(&"20_enqueue"), "{names:?}");
         let templates: Vec<&str> = sql_api::TEMPLATES.iter().map(|(n, _)| *n).collect();
         assert_eq!(templates, ["claim_fair", "claim_plain", "finish", "hold", "report"]);
+    }
+
+    #[test]
+    fn a_database_is_current_only_with_this_builds_version_and_checksum() {
+        use api::SchemaState::{Migrated, NotMigrated};
+        let known = i64::from(latest_version());
+        let state =
+            |version: i64, checksum: &str| Migrated { version: Some(version), sql_api_checksum: Some(checksum.into()) };
+        assert!(check_state(&state(known, &sql_api_checksum())).is_ok());
+        for stale in [NotMigrated, state(known - 1, &sql_api_checksum()), state(known, "older")] {
+            let e = check_state(&stale).unwrap_err().to_string();
+            assert!(e.contains("run `asyncflow migrate`") && e.contains("--migrate"), "{e}");
+        }
+        let e = check_state(&state(known + 1, &sql_api_checksum())).unwrap_err().to_string();
+        assert!(e.contains("run a newer asyncflow"), "{e}");
+        let e = missing_roles_message(&["asyncflow_worker".into()]);
+        assert!(
+            e.contains("asyncflow_worker do not exist") && e.contains("create role asyncflow_client nologin"),
+            "{e}"
+        );
     }
 
     #[test]

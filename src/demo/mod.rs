@@ -11,7 +11,7 @@
 pub mod pipeline;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -109,7 +109,7 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         FolderOptions { dir: args.functions.clone(), types: DEMO_TYPES.iter().map(|s| s.to_string()).collect() };
     // Check the folder first: a clear error before anything is enqueued.
     let specs = folder::load(&options)
-        .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --functions DIR)")))?;
+        .map_err(|e| e.with_hint("run the demo from the repository root, or pass --functions DIR"))?;
     let started = Instant::now();
     let inputs = std::path::absolute(args.work_dir.join("in"))?;
     let outputs = std::path::absolute(args.work_dir.join("out"))?;
@@ -143,7 +143,7 @@ pub async fn run(pool: DbPool, database_url: &str, args: &DemoArgs) -> Result<()
         ids.extend(api::create_tasks(&c, "flaky", &flaky).await?);
         ids.extend(api::create_tasks(&c, "echo", &echo).await?);
     }
-    println!(
+    crate::outln!(
         "enqueued {} tasks with asyncflow.create_tasks: {} media (probe -> transform -> publish on generated recordings), {} flaky, {} echo",
         ids.len(),
         media.len(),
@@ -197,15 +197,14 @@ async fn progress(
             get(TaskStatus::Running),
         );
         if tty {
-            print!("\r{line}   ");
-            let _ = std::io::stdout().flush();
+            crate::out!("\r{line}   ");
         } else if done >= total || last_line.elapsed() >= Duration::from_secs(2) {
-            println!("{line}");
+            crate::outln!("{line}");
             last_line = Instant::now();
         }
         if done >= total {
             if tty {
-                println!();
+                crate::outln!();
             }
             return Ok(());
         }
@@ -241,17 +240,17 @@ fn print_summary(tasks: &[Task], elapsed: Duration, claims: u64, outputs: &Path)
         }
     }
     let count = |s: TaskStatus| tasks.iter().filter(|t| t.status == s).count();
-    println!("\n{} tasks ended in {:.1} s ({claims} stage calls claimed)", tasks.len(), elapsed.as_secs_f64());
-    println!(
+    crate::outln!("\n{} tasks ended in {:.1} s ({claims} stage calls claimed)", tasks.len(), elapsed.as_secs_f64());
+    crate::outln!(
         "  succeeded {}, failed {}, cancelled {}; {retries} failed tries retried to success",
         count(TaskStatus::Succeeded),
         count(TaskStatus::Failed),
         count(TaskStatus::Cancelled)
     );
-    println!("\n  {:<8} {:<10} {:>6} {:>9} {:>9}", "type", "stage", "calls", "p50 ms", "p95 ms");
+    crate::outln!("\n  {:<8} {:<10} {:>6} {:>9} {:>9}", "type", "stage", "calls", "p50 ms", "p95 ms");
     for ((ty, stage), mut costs) in per_stage {
         costs.sort_by(|a, b| a.total_cmp(b));
-        println!(
+        crate::outln!(
             "  {:<8} {:<10} {:>6} {:>9.1} {:>9.1}",
             ty,
             stage,
@@ -261,15 +260,21 @@ fn print_summary(tasks: &[Task], elapsed: Duration, claims: u64, outputs: &Path)
         );
     }
     for t in tasks.iter().filter(|t| t.status == TaskStatus::Failed).take(3) {
-        println!("\n  failed: {} ({}) at stage {}: {}", t.id, t.task_type, t.stage, t.error.as_deref().unwrap_or(""));
+        crate::outln!(
+            "\n  failed: {} ({}) at stage {}: {}",
+            t.id,
+            t.task_type,
+            t.stage,
+            t.error.as_deref().unwrap_or("")
+        );
     }
     if let Some(t) = tasks.iter().find(|t| t.task_type == "media" && t.status == TaskStatus::Succeeded) {
-        println!("\n  a media task: {} -> {}", t.id, t.result.as_ref().map(|r| r.to_string()).unwrap_or_default());
+        crate::outln!("\n  a media task: {} -> {}", t.id, t.result.as_ref().map(|r| r.to_string()).unwrap_or_default());
     }
     if let Some(t) = tasks.iter().find(|t| t.retry_count > 0 && t.status == TaskStatus::Succeeded) {
-        println!("  a task that succeeded after retries: {} ({})", t.id, t.task_type);
+        crate::outln!("  a task that succeeded after retries: {} ({})", t.id, t.task_type);
         for e in &t.schedule_log {
-            println!(
+            crate::outln!(
                 "    {:<10} attempt {} {:<8} {:>7.1} ms {}",
                 e.stage.as_deref().unwrap_or(""),
                 e.attempt.unwrap_or(0),
@@ -279,5 +284,5 @@ fn print_summary(tasks: &[Task], elapsed: Duration, claims: u64, outputs: &Path)
             );
         }
     }
-    println!("\n  outputs in {}", outputs.display());
+    crate::outln!("\n  outputs in {}", outputs.display());
 }

@@ -52,7 +52,7 @@ pub async fn start(
     secret: &str,
 ) -> Result<PipelineDemo> {
     let file = crate::workflow::definition::read(&pipelines.join(PIPELINE_FILE))
-        .map_err(|e| Error::Config(format!("{e} (run the demo from the repository root, or pass --pipelines DIR)")))?;
+        .map_err(|e| e.with_hint("run the demo from the repository root, or pass --pipelines DIR"))?;
     let c = pool.get().await?;
     let stored = api::put_pipeline(&c, &file.name, &file.definition, "active").await?;
     let received: Arc<Mutex<Vec<Received>>> = Arc::default();
@@ -72,7 +72,7 @@ pub async fn start(
         };
         ids.push(api::start_run(&c, &run, None).await?);
     }
-    println!(
+    crate::outln!(
         "started {runs} runs of pipeline {} v{} (probe | audio -> split -> N segments -> join -> publish), callbacks to {url}",
         file.name, stored["version"]
     );
@@ -143,11 +143,13 @@ impl PipelineDemo {
     pub async fn print(&self, pool: &DbPool) -> Result<()> {
         let c = pool.get().await?;
         let received = self.received.lock().map(|r| r.clone()).unwrap_or_default();
-        println!("\n  pipeline runs (each node is a task of the transcode function; the segments ran in parallel):");
+        crate::outln!(
+            "\n  pipeline runs (each node is a task of the transcode function; the segments ran in parallel):"
+        );
         for id in &self.runs {
             let run = api::get_run(&c, id).await?.unwrap_or(Value::Null);
             let callback = received.iter().find(|r| &r.run_id == id);
-            println!(
+            crate::outln!(
                 "  {id} {} in {} ms; callback: {}",
                 run["status"].as_str().unwrap_or("?"),
                 run["total_cost_ms"],
@@ -160,7 +162,7 @@ impl PipelineDemo {
             for event in run["events"].as_array().into_iter().flatten() {
                 let segments =
                     event["segments"].as_array().map(|s| format!(" ({} segments)", s.len())).unwrap_or_default();
-                println!(
+                crate::outln!(
                     "    {:<9} {:<9} {:>6} ms{segments}",
                     event["node"].as_str().unwrap_or(""),
                     event["status"].as_str().unwrap_or(""),
@@ -168,7 +170,7 @@ impl PipelineDemo {
                 );
             }
             if let Some(archive) = run["result"]["publish"]["archive"].as_str() {
-                println!("    published {archive}");
+                crate::outln!("    published {archive}");
             }
         }
         Ok(())

@@ -126,6 +126,24 @@ impl FunctionSpec {
     }
 }
 
+/// `text` read as a function.toml; an error names the key whose value was refused
+/// (`settings.max_retry_num`), or the line when the file is not TOML at all.
+fn parse_toml(file: &Path, text: &str) -> Result<FunctionToml> {
+    serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let why = inner.message().trim();
+        match inner.span() {
+            _ if path != "." => bad(file, &path, why),
+            Some(span) => {
+                let line = text.get(..span.start).map_or(0, |t| t.matches('\n').count()) + 1;
+                Error::Config(format!("{} line {line}: {why}", file.display()))
+            }
+            None => Error::Config(format!("{}: {why}", file.display())),
+        }
+    })
+}
+
 fn bad(file: &Path, field: &str, why: &str) -> Error {
     Error::Config(format!("{}: {field}: {why}", file.display()))
 }
@@ -134,8 +152,7 @@ fn bad(file: &Path, field: &str, why: &str) -> Error {
 /// here, once.
 pub fn load_file(file: &Path) -> Result<FunctionSpec> {
     let text = std::fs::read_to_string(file).map_err(|e| Error::Config(format!("{}: {e}", file.display())))?;
-    let parsed: FunctionToml =
-        toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {}", file.display(), e.message().trim())))?;
+    let parsed: FunctionToml = parse_toml(file, &text)?;
     let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
     let dir = std::path::absolute(&dir).map_err(|e| bad(file, "path", &e.to_string()))?;
     let folder = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
@@ -296,13 +313,21 @@ mod tests {
             ("g", "command = [\"./run\"]\n[settings]\nmax_retries = 3\n", "max_retries"),
             ("h", "url = \"ftp://x\"\n", "url"),
             ("i", "url = \"http://127.0.0.1:1/\"\nsecret_env = \"AF_TEST_UNSET_SECRET\"\n", "secret_env"),
-            ("j", "command = [\"./run\"\n", "function.toml"),
+            ("j", "command = [\"./run\"\n", "function.toml line 2"),
+            (
+                "k",
+                "command = [\"./run\"]\n[settings]\nmax_retry_num = \"three\"\n",
+                "settings.max_retry_num: invalid type",
+            ),
+            ("l", "command = [\"./run\"]\ntimeout = \"soon\"\n", "timeout: invalid type"),
+            ("m", "command = [\"./run\"]\n[settings]\nconcurrency = 1.5\n", "settings.concurrency"),
         ];
         for (name, toml, field) in cases {
             let f = write(&tmp, name, toml);
             let err = load_file(&f).expect_err(toml).to_string();
             assert!(err.contains(&f.display().to_string()), "{err}");
             assert!(err.contains(field), "{toml}: {err}");
+            assert!(!err.contains("configuration: configuration"), "{err}");
         }
         let _ = std::fs::remove_dir_all(tmp);
     }

@@ -127,6 +127,7 @@ pub(super) struct Overview {
 #[schema(as = DashboardTypeSummary)]
 pub(super) struct TypeSummary {
     /// Task type.
+    #[serde(rename = "type")]
     task_type: String,
     /// Whether claims are paused.
     paused: bool,

@@ -21,18 +21,26 @@ pub(super) fn routes() -> Router<AppState> {
         (status = 503, description = "Database unreachable or schema not current", body = super::openapi::Readiness),
     ))]
 async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    let version = async {
+    let schema = async {
         let c = state.pool.get().await.ok()?;
-        api::schema_version(&c).await.ok()
+        api::schema_state(&c).await.ok()
     }
     .await;
     let expected = i64::from(migrate::latest_version());
-    match version {
-        Some(Some(v)) if v == expected => (StatusCode::OK, Json(json!({"status": "ready", "schema_version": v}))),
-        Some(v) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "schema not current", "schema_version": v, "expected": expected})),
-        ),
+    match schema {
+        Some(schema) => {
+            let version = match &schema {
+                api::SchemaState::Migrated { version, .. } => *version,
+                api::SchemaState::NotMigrated => None,
+            };
+            match migrate::check_state(&schema) {
+                Ok(()) => (StatusCode::OK, Json(json!({"status": "ready", "schema_version": version}))),
+                Err(_) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(json!({"status": "schema not current", "schema_version": version, "expected": expected})),
+                ),
+            }
+        }
         None => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "database unreachable"}))),
     }
 }

@@ -235,13 +235,16 @@ fn flat_object(named: &std::collections::BTreeMap<String, RefOr<Schema>>, all: &
 
 // ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----
 
-/// The id of the created task.
+/// The id of the created task, or of the task its idempotency key already named.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub(super) struct TaskCreated {
     /// Task id.
     #[schema(example = "video-1-42")]
     id: String,
+    /// True when this call created the task (201); false when its idempotency key already
+    /// named a task of the type, which is returned and nothing is created (200).
+    created: bool,
 }
 
 /// The ids of the created tasks, in input order.

@@ -31,7 +31,7 @@ pub(super) fn routes() -> Router<AppState> {
 #[serde(deny_unknown_fields)]
 struct CreateBody {
     /// A registered task type.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "task_type")]
     task_type: String,
     #[serde(flatten)]
     task: NewTask,
@@ -43,7 +43,7 @@ struct CreateBody {
 #[serde(deny_unknown_fields)]
 struct BulkBody {
     /// A registered task type.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "task_type")]
     task_type: String,
     /// The tasks, each with the optional fields of one task.
     tasks: Vec<NewTask>,
@@ -54,7 +54,8 @@ struct BulkBody {
     params(("Idempotency-Key" = Option<String>, Header, description = "Same key, same type: the existing task's id, nothing created")),
     request_body = CreateBody,
     responses(
-        (status = 201, description = "Created (or found by its idempotency key)", body = TaskCreated),
+        (status = 201, description = "Created (`created`: true)", body = TaskCreated),
+        (status = 200, description = "Found by its idempotency key, nothing created (`created`: false)", body = TaskCreated),
         (status = 400, description = "Malformed body, invalid priority or argument", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 404, description = "Unknown task type", body = ApiError),
@@ -70,9 +71,10 @@ async fn create(
         let key = key.to_str().map_err(|_| ApiError::bad_request("Idempotency-Key must be visible ASCII"))?;
         body.task.idempotency_key = Some(key.to_string());
     }
-    let id =
-        api::create_task(&state.pool.get().await.map_err(crate::Error::from)?, &body.task_type, &body.task).await?;
-    Ok((StatusCode::CREATED, Json(json!({"id": id}))))
+    let mut c = state.pool.get().await.map_err(crate::Error::from)?;
+    let (id, created) = api::create_task_found(&mut c, &body.task_type, &body.task).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(json!({"id": id, "created": created}))))
 }
 
 /// Creates many tasks of one type in one statement; their ids in input order.
@@ -118,7 +120,7 @@ async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> ApiRe
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     /// Only this type.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "task_type")]
     task_type: Option<String>,
     /// Only this status: pending, running, succeeded, failed or cancelled.
     status: Option<String>,

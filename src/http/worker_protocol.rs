@@ -146,7 +146,7 @@ async fn single(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NextDueQuery {
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "task_type")]
     task_type: String,
 }
 

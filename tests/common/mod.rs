@@ -4,6 +4,7 @@
 //! search_path, proving that the SQL API qualifies every name.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod sql;
 pub mod workflow;
 
@@ -28,14 +29,18 @@ struct Server {
 static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 
 fn url_for(base: &str, database: &str) -> String {
-    let mut config = tokio_postgres::Config::from_str(base).expect("valid base URL");
-    config.dbname(database);
+    let config = tokio_postgres::Config::from_str(base).expect("valid base URL");
+    url_as(base, database, config.get_user().unwrap_or("postgres"))
+}
+
+/// The server of `base`, database `database`, as `user`.
+fn url_as(base: &str, database: &str, user: &str) -> String {
+    let config = tokio_postgres::Config::from_str(base).expect("valid base URL");
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         _ => "127.0.0.1".to_string(),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
-    let user = config.get_user().unwrap_or("postgres").to_string();
     format!("postgres://{user}@{host}:{port}/{database}")
 }
 
@@ -193,6 +198,19 @@ impl Drop for TestDb {
         })
         .join();
     }
+}
+
+/// A URL of the test server for `database` as `user` (the test server trusts local logins: no
+/// password), for tests that make their own roles and databases.
+pub async fn server_url(database: &str, user: &str) -> String {
+    let server = tokio::task::spawn_blocking(server).await.expect("server");
+    url_as(&server.admin_url, database, user)
+}
+
+/// A superuser's connection to the test server's maintenance database.
+pub async fn superuser() -> tokio_postgres::Client {
+    let server = tokio::task::spawn_blocking(server).await.expect("server");
+    admin(&server.admin_url).await
 }
 
 /// Waits until `check` is true, polling every 20 ms; panics after `timeout`.

@@ -1,8 +1,78 @@
 //! The statements of `asyncflow migrate` (src/db/migrate.rs): the schema history, and the SQL API
 //! of sql/api/ applied as a whole with the templates of the per-type functions.
 
-use super::get;
+use super::{get, GenericClient};
 use crate::error::{Error, Result};
+
+/// What `asyncflow.schema_state()` says of a database: how far it is migrated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaState {
+    /// No schema asyncflow, or one without the SQL API (never migrated, or migrated by a build
+    /// older than this check).
+    NotMigrated,
+    /// The newest migration applied and the checksum of the SQL API last applied.
+    Migrated {
+        /// Newest migration applied.
+        version: Option<i64>,
+        /// Checksum of the SQL API last applied.
+        sql_api_checksum: Option<String>,
+    },
+}
+
+/// `asyncflow.schema_state()`, readable by both roles (it needs only USAGE on the schema and the
+/// grant of the function). A missing schema or function is [`SchemaState::NotMigrated`]; a role
+/// without USAGE on the schema or EXECUTE on the function gets an error that says so.
+pub async fn schema_state<C: GenericClient>(c: &C) -> Result<SchemaState> {
+    use tokio_postgres::error::SqlState;
+    let sql = "select version, sql_api_checksum from asyncflow.schema_state()";
+    let rows = match c.prepare_cached(sql).await {
+        Ok(stmt) => c.query(&stmt, &[]).await,
+        Err(e) => Err(e),
+    };
+    match rows {
+        Ok(rows) => match rows.first() {
+            Some(r) => {
+                Ok(SchemaState::Migrated { version: get(r, "version")?, sql_api_checksum: get(r, "sql_api_checksum")? })
+            }
+            None => Ok(SchemaState::NotMigrated),
+        },
+        Err(e) if matches!(e.code(), Some(c) if *c == SqlState::UNDEFINED_FUNCTION || *c == SqlState::INVALID_SCHEMA_NAME) => {
+            Ok(SchemaState::NotMigrated)
+        }
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Err(Error::Config(format!(
+            "this database role may not read schema asyncflow ({}): grant it asyncflow_worker (a worker, \
+             a server) or asyncflow_client (an application, the admin commands)",
+            e.as_db_error().map(|d| d.message()).unwrap_or("permission denied")
+        ))),
+        Err(e) => Err(Error::from_db(e)),
+    }
+}
+
+/// The roles of the schema (asyncflow_client, asyncflow_worker) that do not exist in the cluster.
+pub async fn missing_roles(c: &tokio_postgres::Client) -> Result<Vec<String>> {
+    let rows = c
+        .query(
+            "select r as name from unnest(array['asyncflow_client', 'asyncflow_worker']) r \
+             where not exists (select from pg_catalog.pg_roles where rolname = r) order by r",
+            &[],
+        )
+        .await
+        .map_err(Error::from_db)?;
+    rows.iter().map(|r| get(r, "name")).collect()
+}
+
+/// Whether the connected role may create roles (a superuser, or CREATEROLE).
+pub async fn may_create_roles(c: &tokio_postgres::Client) -> Result<bool> {
+    let row = c
+        .query_one(
+            "select coalesce((select rolsuper or rolcreaterole from pg_catalog.pg_roles \
+             where rolname = current_user), false) as may",
+            &[],
+        )
+        .await
+        .map_err(Error::from_db)?;
+    get(&row, "may")
+}
 
 /// Creates the asyncflow schema (refinery's history table lives in it).
 pub async fn create_schema(c: &tokio_postgres::Client) -> Result<()> {

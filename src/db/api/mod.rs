@@ -111,6 +111,25 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
     TaskId::parse(&get::<String>(&row, "id")?)
 }
 
+/// `asyncflow.create_task`, and whether it created the task (true) or found the one its
+/// idempotency key already named (false, via `asyncflow.task_created_here` in the same
+/// transaction). Without a key, always created.
+pub async fn create_task_found(
+    c: &mut deadpool_postgres::Object,
+    task_type: &str,
+    task: &NewTask,
+) -> Result<(TaskId, bool)> {
+    if task.idempotency_key.is_none() {
+        return Ok((create_task(&*c, task_type, task).await?, true));
+    }
+    let tx = c.transaction().await.map_err(Error::from_db)?;
+    let id = create_task(&tx, task_type, task).await?;
+    let row = query_one(&tx, "select asyncflow.task_created_here($1) as created", &[&id.as_str()]).await?;
+    let created = get(&row, "created")?;
+    tx.commit().await.map_err(Error::from_db)?;
+    Ok((id, created))
+}
+
 /// `asyncflow.create_tasks`: many tasks in one statement; their ids in input order.
 pub async fn create_tasks<C: GenericClient>(c: &C, task_type: &str, tasks: &[NewTask]) -> Result<Vec<TaskId>> {
     let tasks = serde_json::to_value(tasks).map_err(|e| Error::InvalidArgument(e.to_string()))?;
@@ -402,8 +421,7 @@ pub async fn drop_expired_shards<C: GenericClient>(
 
 /// The registered task types' settings, by name.
 pub async fn list_task_types<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeSettings>> {
-    let rows =
-        query(c, "select asyncflow.task_type_json(y) as t from asyncflow.task_types y order by task_type", &[]).await?;
+    let rows = query(c, "select t from asyncflow.list_task_types() t", &[]).await?;
     rows.iter().map(|r| from_json(get(r, "t")?, "task type")).collect()
 }
 
@@ -472,9 +490,7 @@ pub struct Positions {
     pub shards: i64,
 }
 
-const POSITIONS_SQL: &str = "select p.task_type, p.begin_pos, p.end_pos, \
-     (select count(*) from asyncflow.shards s where s.task_type = p.task_type and s.dropped_at is null) as shards \
-     from asyncflow.positions p where $1::text is null or p.task_type = $1 order by p.task_type";
+const POSITIONS_SQL: &str = "select task_type, begin_pos, end_pos, shards from asyncflow.shard_positions($1)";
 
 fn positions_row(r: &Row) -> Result<Positions> {
     Ok(Positions {
@@ -499,12 +515,7 @@ pub async fn positions_of<C: GenericClient>(c: &C, task_type: &str) -> Result<Op
 
 /// Count of tasks per (type, status): a full count, for reports and the demo, not the hot path.
 pub async fn count_by_status<C: GenericClient>(c: &C, task_type: &str) -> Result<Vec<(TaskStatus, i64)>> {
-    let rows = query(
-        c,
-        "select status::text as status, count(*) as n from asyncflow.tasks where task_type = $1 group by status",
-        &[&task_type],
-    )
-    .await?;
+    let rows = query(c, "select status, n from asyncflow.count_by_status($1)", &[&task_type]).await?;
     rows.iter()
         .map(|r| {
             let st = status(get(r, "status")?)?.ok_or_else(|| Error::Unexpected("count without status".into()))?;
@@ -645,22 +656,8 @@ pub struct TaskTypeFigures {
 pub async fn task_type_figures<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeFigures>> {
     let rows = query(
         c,
-        "select y.task_type, coalesce(s.last_value, 0) as created, \
-           n.pending, n.running, n.succeeded, n.failed, n.cancelled, \
-           coalesce(extract(epoch from (now() - n.oldest_claim)), 0)::double precision as oldest_running_age \
-         from asyncflow.task_types y \
-         join pg_catalog.pg_class q on q.oid = y.id_seq \
-         join pg_catalog.pg_namespace ns on ns.oid = q.relnamespace \
-         left join pg_catalog.pg_sequences s on s.schemaname = ns.nspname and s.sequencename = q.relname \
-         cross join lateral ( \
-           select count(*) filter (where t.status = 'pending') as pending, \
-             count(*) filter (where t.status = 'running') as running, \
-             count(*) filter (where t.status = 'succeeded') as succeeded, \
-             count(*) filter (where t.status = 'failed') as failed, \
-             count(*) filter (where t.status = 'cancelled') as cancelled, \
-             min(t.claimed_at) filter (where t.status = 'running') as oldest_claim \
-           from asyncflow.tasks t where t.task_type = y.task_type) n \
-         order by y.task_type",
+        "select task_type, created, pending, running, succeeded, failed, cancelled, oldest_running_age \
+         from asyncflow.task_type_figures()",
         &[],
     )
     .await?;
@@ -719,9 +716,7 @@ pub struct StageTimes {
 pub async fn type_counters<C: GenericClient>(c: &C) -> Result<Vec<TypeCounters>> {
     let rows = query(
         c,
-        "select task_type, sum(claimed)::bigint as claimed, sum(succeeded)::bigint as succeeded, \
-           sum(failed)::bigint as failed, sum(retried)::bigint as retried, sum(rescued)::bigint as rescued \
-         from asyncflow.type_counters group by task_type order by task_type",
+        "select task_type, claimed, succeeded, failed, retried, rescued from asyncflow.task_counter_totals()",
         &[],
     )
     .await?;
@@ -741,16 +736,9 @@ pub async fn type_counters<C: GenericClient>(c: &C) -> Result<Vec<TypeCounters>>
 
 /// Stage call durations of every (type, stage).
 pub async fn stage_times<C: GenericClient>(c: &C) -> Result<Vec<StageTimes>> {
-    let rows = query(
-        c,
-        "select task_type, stage, sum(calls)::bigint as calls, sum(seconds) as seconds, \
-           asyncflow.stage_time_bounds() as bounds, \
-           array(select sum(b)::bigint from asyncflow.stage_times s2, unnest(s2.buckets) with ordinality u(b, i) \
-                 where s2.task_type = s.task_type and s2.stage = s.stage group by i order by i) as buckets \
-         from asyncflow.stage_times s group by task_type, stage order by task_type, stage",
-        &[],
-    )
-    .await?;
+    let rows =
+        query(c, "select task_type, stage, calls, seconds, bounds, buckets from asyncflow.stage_time_totals()", &[])
+            .await?;
     rows.iter()
         .map(|r| {
             Ok(StageTimes {

@@ -181,17 +181,17 @@
           type: 'button',
           class: 'link',
           title: `List the ${status} tasks`,
-          onclick: () => openList(t.task_type, status),
+          onclick: () => openList(t.type, status),
         }, fmtInt(n)));
       } else {
         td.append(fmtInt(n));
       }
       return td;
     };
-    const name = el('td', { 'data-col': 'type' }, el('span', { class: 'type-name' }, t.task_type));
+    const name = el('td', { 'data-col': 'type' }, el('span', { class: 'type-name' }, t.type));
     if (t.paused) name.append(' ', el('span', { class: 'badge paused' }, 'paused'));
     const shards = t.begin_pos === null || t.end_pos === null ? '—' : `${t.begin_pos}..${t.end_pos} (${t.shards})`;
-    return el('tr', { 'data-type': t.task_type },
+    return el('tr', { 'data-type': t.type },
       name,
       count('ready', t.ready, 'pending'),
       count('delayed', t.delayed, 'pending'),
@@ -212,8 +212,8 @@
     const types = Array.isArray(data && data.types) ? data.types : [];
     const seen = new Set();
     const rows = types.map((t) => {
-      seen.add(t.task_type);
-      return typeRow(t, throughput(t.task_type, t.succeeded + t.failed, now));
+      seen.add(t.type);
+      return typeRow(t, throughput(t.type, t.succeeded + t.failed, now));
     });
     for (const type of [...state.samples.keys()]) if (!seen.has(type)) state.samples.delete(type);
     $('#types tbody').replaceChildren(...rows);

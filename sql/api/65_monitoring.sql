@@ -1,0 +1,82 @@
+-- Reads for monitoring and for the start-up check, granted to asyncflow_client (so to workers and
+-- servers too) in 90_grants.sql: the tables stay private, these functions read them as the owner.
+-- The current text of each function: edit here, `asyncflow migrate` applies it.
+
+-- schema_state: the newest migration applied and the checksum of the SQL API last applied, so a
+-- process that does not migrate can tell whether the database is current for its build.
+create or replace function asyncflow.schema_state()
+returns table (version bigint, sql_api_checksum text)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select (select max(h.version)::bigint from asyncflow.refinery_schema_history h),
+         (select a.checksum from asyncflow.sql_api a)
+$$;
+
+-- list_task_types: every registered type's settings (task_type_json), by name.
+create or replace function asyncflow.list_task_types() returns setof jsonb
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select asyncflow.task_type_json(y) from asyncflow.task_types y order by y.task_type
+$$;
+
+-- shard_positions: per type (or only p_task_type), begin_pos, end_pos and the shards not dropped.
+create or replace function asyncflow.shard_positions(p_task_type text default null)
+returns table (task_type text, begin_pos integer, end_pos integer, shards bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select p.task_type, p.begin_pos, p.end_pos,
+    (select count(*) from asyncflow.shards s where s.task_type = p.task_type and s.dropped_at is null)
+  from asyncflow.positions p
+  where p_task_type is null or p.task_type = p_task_type
+  order by p.task_type
+$$;
+
+-- count_by_status: a type's stored tasks per status (a full count: for reports, not hot paths).
+create or replace function asyncflow.count_by_status(p_task_type text)
+returns table (status text, n bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select t.status::text, count(*) from asyncflow.tasks t where t.task_type = p_task_type group by t.status
+$$;
+
+-- task_type_figures: per type, ids handed out by its sequence, stored tasks per status and the
+-- age of the longest-held running task (for GET /metrics and the dashboard; reads every task).
+create or replace function asyncflow.task_type_figures()
+returns table (task_type text, created bigint, pending bigint, running bigint, succeeded bigint,
+  failed bigint, cancelled bigint, oldest_running_age double precision)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select y.task_type, coalesce(s.last_value, 0),
+    n.pending, n.running, n.succeeded, n.failed, n.cancelled,
+    coalesce(extract(epoch from (now() - n.oldest_claim)), 0)::double precision
+  from asyncflow.task_types y
+  join pg_catalog.pg_class q on q.oid = y.id_seq
+  join pg_catalog.pg_namespace ns on ns.oid = q.relnamespace
+  left join pg_catalog.pg_sequences s on s.schemaname = ns.nspname and s.sequencename = q.relname
+  cross join lateral (
+    select count(*) filter (where t.status = 'pending') as pending,
+      count(*) filter (where t.status = 'running') as running,
+      count(*) filter (where t.status = 'succeeded') as succeeded,
+      count(*) filter (where t.status = 'failed') as failed,
+      count(*) filter (where t.status = 'cancelled') as cancelled,
+      min(t.claimed_at) filter (where t.status = 'running') as oldest_claim
+    from asyncflow.tasks t where t.task_type = y.task_type) n
+  order by y.task_type
+$$;
+
+-- task_counter_totals: the monotonic per-type counters, summed over their slots.
+create or replace function asyncflow.task_counter_totals()
+returns table (task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select c.task_type, sum(c.claimed)::bigint, sum(c.succeeded)::bigint, sum(c.failed)::bigint,
+    sum(c.retried)::bigint, sum(c.rescued)::bigint
+  from asyncflow.type_counters c group by c.task_type order by c.task_type
+$$;
+
+-- stage_time_totals: stage call durations per (type, stage), summed over their slots; buckets[k]
+-- counts the calls with exactly k of bounds below their duration.
+create or replace function asyncflow.stage_time_totals()
+returns table (task_type text, stage text, calls bigint, seconds double precision,
+  bounds double precision[], buckets bigint[])
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select s.task_type, s.stage, sum(s.calls)::bigint, sum(s.seconds)::double precision,
+    asyncflow.stage_time_bounds(),
+    array(select sum(b)::bigint from asyncflow.stage_times s2, unnest(s2.buckets) with ordinality u(b, i)
+          where s2.task_type = s.task_type and s2.stage = s.stage group by i order by i)
+  from asyncflow.stage_times s group by s.task_type, s.stage order by s.task_type, s.stage
+$$;
