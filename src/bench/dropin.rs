@@ -64,7 +64,7 @@ pub(super) async fn run(
 ) -> Result<()> {
     let tasks = args.dropin_tasks;
     let calls = |tasks: usize| (tasks as u64) * u64::from(stages);
-    let folder = Folder::new(stages)?;
+    let folder = Folder::new(stages).await?;
     let server = HttpNoop::start(stages).await?;
 
     progress.detail("in-process Rust reference");
@@ -83,7 +83,8 @@ pub(super) async fn run(
         api::bench_checkpoint(&pool.get().await?).await?;
         let meter = CpuMeter::start();
         let started = Instant::now();
-        let summary = folder.run_worker(url, &name, args.dropin_concurrency).await?;
+        let concurrency = args.dropin_concurrency.unwrap_or(args.concurrency);
+        let summary = folder.run_worker(url, &name, concurrency).await?;
         let seconds = started.elapsed().as_secs_f64();
         let cpu = meter.per_op(calls(count));
         let done = serde_json::from_str::<serde_json::Value>(&summary).ok().and_then(|s| s["succeeded"].as_u64());
@@ -96,6 +97,18 @@ pub(super) async fn run(
         measured.push((kind, count, Measured { calls_per_s: calls(count) as f64 / seconds, cpu_us: cpu.machine_us }));
     }
     server.stop();
+    // what every drop-in figure pays once: the worker's start (connections, registration, the
+    // LISTEN) and exit, with nothing to do
+    let startup = if stages == 1 {
+        let name = "bench_dropin_empty";
+        folder.write(name, Kind::Warm, args.instances, server.port)?;
+        load::register(pool, name, None).await?;
+        let started = Instant::now();
+        folder.run_worker(url, name, args.dropin_concurrency.unwrap_or(args.concurrency)).await?;
+        Some(started.elapsed().as_secs_f64())
+    } else {
+        None
+    };
 
     let suffix = if stages == 1 { "1-stage".to_string() } else { format!("{stages}-stage") };
     let key = |k: &str| if stages == 1 { format!("dropin_{k}") } else { format!("dropin{stages}_{k}") };
@@ -108,6 +121,14 @@ pub(super) async fn run(
     .ratio(Some(reference_calls), "in-process Rust");
     ref_fig.cpu_us = reference.cpu.machine_us;
     figures.push(ref_fig);
+    if let Some(seconds) = startup {
+        figures.push(Figure::new(
+            "dropin_startup",
+            "drop-in worker: start and exit on an empty queue (in each figure below)",
+            seconds,
+            "s",
+        ));
+    }
     let fork_rate = measured.iter().find(|(k, _, _)| *k == Kind::Fork).map(|(_, _, m)| m.calls_per_s);
     for (kind, count, m) in &measured {
         let (k, what) = match kind {
@@ -147,29 +168,41 @@ pub(super) async fn run(
 struct Folder {
     root: PathBuf,
     stages: u32,
+    /// The Python interpreter itself, not a launcher in front of it (pyenv's shim is a shell
+    /// script that would cost the forked function more than Python's own start).
+    python: String,
 }
 
 impl Folder {
-    fn new(stages: u32) -> Result<Folder> {
+    async fn new(stages: u32) -> Result<Folder> {
+        let python = tokio::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .await
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .filter(|path| !path.is_empty())
+            .unwrap_or_else(|| "python3".to_string());
         let root = std::env::temp_dir().join(format!("asyncflow-bench-{}-{stages}", std::process::id()));
         let io = |e: std::io::Error| Error::Config(format!("bench folder {}: {e}", root.display()));
         std::fs::create_dir_all(&root).map_err(io)?;
         std::fs::write(root.join("asyncflow_function.py"), PYTHON_SDK).map_err(io)?;
         std::fs::write(root.join("noop.py"), PYTHON_NOOP).map_err(io)?;
-        Ok(Folder { root, stages })
+        Ok(Folder { root, stages, python })
     }
 
     /// Writes `<name>/function.toml` (only that function in the folder it runs from).
     fn write(&self, name: &str, kind: Kind, instances: usize, port: u16) -> Result<()> {
         let dir = self.root.join("run").join(name);
         let noop = self.root.join("noop.py");
-        let noop = noop.to_string_lossy();
+        let (noop, python) = (noop.to_string_lossy(), &self.python);
         let toml = match kind {
             Kind::Warm => format!(
-                "command = [\"python3\", {noop:?}, \"{}\"]\nmode = \"warm\"\ninstances = {instances}\n",
+                "command = [{python:?}, {noop:?}, \"{}\"]\nmode = \"warm\"\ninstances = {instances}\n",
                 self.stages
             ),
-            Kind::Fork => format!("command = [\"python3\", {noop:?}, \"{}\"]\n", self.stages),
+            Kind::Fork => format!("command = [{python:?}, {noop:?}, \"{}\"]\n", self.stages),
             Kind::Http => format!("url = \"http://127.0.0.1:{port}/\"\n"),
         };
         let _ = std::fs::remove_dir_all(self.root.join("run"));

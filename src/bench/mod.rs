@@ -86,7 +86,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 50.0)]
     pub wake_rate: f64,
     /// Tasks in each drop-in burn-down (warm and HTTP functions, and their in-process reference).
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 50_000)]
     pub dropin_tasks: usize,
     /// Tasks in the drop-in burn-down of the function forked per call (a process per call).
     #[arg(long, default_value_t = 200)]
@@ -94,9 +94,9 @@ pub struct BenchArgs {
     /// Instances of the warm Python function (`instances` in its function.toml).
     #[arg(long, default_value_t = 2)]
     pub instances: usize,
-    /// `--concurrency` of the drop-in worker.
-    #[arg(long, default_value_t = 64)]
-    pub dropin_concurrency: usize,
+    /// `--concurrency` of the drop-in worker (default: --concurrency, as its reference).
+    #[arg(long)]
+    pub dropin_concurrency: Option<usize>,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
     /// burndown3, fair, wake, aging, drop, dropin, dropin3).
     #[arg(long, value_delimiter = ',')]
@@ -232,7 +232,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
         || args.dropin_tasks == 0
         || args.fork_tasks == 0
         || !(1..=1024).contains(&args.instances)
-        || !(1..=10_000).contains(&args.dropin_concurrency)
+        || args.dropin_concurrency.is_some_and(|c| !(1..=10_000).contains(&c))
     {
         return Err(Error::Config(
             "--tasks, --connections must be positive, --concurrency 1..=10000, --bulk-connections 1..=64, \

@@ -45,6 +45,8 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long the exit status of an instance that closed its stdout is waited for.
 const EXIT_AFTER_EOF: Duration = Duration::from_secs(1);
+/// How long the last stderr lines of a failed instance are waited for.
+const STDERR_AFTER_EXIT: Duration = Duration::from_millis(500);
 
 /// How a warm function runs.
 #[derive(Debug, Clone)]
@@ -98,6 +100,8 @@ struct Instance {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
+    /// The task reading stderr: it ends when the pipe closes.
+    stderr_reader: tokio::task::JoinHandle<()>,
     /// Declared after the child: kills the group when the instance is dropped, however.
     guard: GroupGuard,
     pid: u32,
@@ -137,11 +141,6 @@ impl WarmFunction {
                 ids: AtomicU64::new(0),
             }),
         }
-    }
-
-    /// The process ids of the instances waiting for a call now.
-    pub fn idle_pids(&self) -> Vec<u32> {
-        self.pool.lock().idle.iter().map(|i| i.pid).collect()
     }
 }
 
@@ -271,7 +270,7 @@ impl Pool {
         };
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let (name, kept) = (self.name.clone(), stderr_tail.clone());
-        tokio::spawn(async move {
+        let stderr_reader = tokio::spawn(async move {
             read_stderr(
                 stderr,
                 |line| tracing::info!(function = %name, pid, "stderr: {line}"),
@@ -289,6 +288,7 @@ impl Pool {
             stdin,
             stdout: BufReader::new(stdout),
             stderr_tail,
+            stderr_reader,
             guard,
             pid,
             calls: 0,
@@ -386,8 +386,9 @@ impl Instance {
                 _ => "the function's instance closed its stdout".to_string(),
             },
         };
-        // the stderr reader may still be taking the last lines in
-        tokio::task::yield_now().await;
+        // the stderr reader may still be taking the last lines in (not waited for long: a
+        // process that left the group may hold the pipe open)
+        let _ = tokio::time::timeout(STDERR_AFTER_EXIT, &mut self.stderr_reader).await;
         let stderr = tail(&self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner()));
         if stderr.is_empty() {
             why
