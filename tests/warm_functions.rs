@@ -6,11 +6,12 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use asyncflow::db::api;
 use asyncflow::task::{NewTask, Task, TaskStatus};
 use asyncflow::TaskId;
+use common::process::{signal, wait_child};
 use common::{wait_until, Folder, TestDb};
 use serde_json::json;
 
@@ -128,35 +129,6 @@ async fn wait_dead(pid: i32) {
     wait_until(Duration::from_secs(15), &format!("process {pid} gone"), || async move { dead(pid) }).await;
 }
 
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
-}
-
-/// Waits for the worker to exit; its status and stdout.
-async fn wait_child(mut child: Child, timeout: Duration) -> (std::process::ExitStatus, String) {
-    tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the worker did not exit within {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut out = String::new();
-        if let Some(mut stdout) = child.stdout.take() {
-            use std::io::Read;
-            let _ = stdout.read_to_string(&mut out);
-        }
-        (status, out)
-    })
-    .await
-    .unwrap()
-}
-
 /// Kills the worker when the test ends, however it ends.
 struct Running(Option<Child>);
 
@@ -199,6 +171,17 @@ async fn finished(db: &TestDb, id: &TaskId) -> Task {
 fn pid_of(task: &Task) -> i32 {
     let result = task.result.as_ref().unwrap_or_else(|| panic!("no result: {:?}", task.error));
     result["pid"].as_i64().unwrap() as i32
+}
+
+/// The pid that served each task, every one of them succeeded.
+async fn served_by(db: &TestDb, ids: &[TaskId]) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for id in ids {
+        let t = get(db, id).await;
+        assert_eq!(t.status, TaskStatus::Succeeded, "{:?}", t.schedule_log);
+        pids.push(pid_of(&t));
+    }
+    pids
 }
 
 fn first_error(task: &Task) -> String {
@@ -260,6 +243,14 @@ async fn one_busy_one_idle(db: &TestDb, setup: &Setup) -> (TaskId, i32, i32) {
     (long, busy, other)
 }
 
+/// The instance `busy` is gone, `other` lives on and serves the next call.
+async fn only_busy_died(db: &TestDb, busy: i32, other: i32) {
+    wait_dead(busy).await;
+    assert!(!dead(other), "the other instance lives on");
+    let after = finished(db, &create(db, "warmy", json!({})).await).await;
+    assert_eq!(pid_of(&after), other, "the other instance serves the next call");
+}
+
 #[tokio::test]
 async fn a_timed_out_call_kills_only_its_own_instance() {
     let db = TestDb::new().await;
@@ -270,10 +261,7 @@ async fn a_timed_out_call_kills_only_its_own_instance() {
     let t = finished(&db, &long).await;
     assert_eq!(t.status, TaskStatus::Failed);
     assert!(first_error(&t).contains("timed out after 3 s"), "{:?}", t.schedule_log);
-    wait_dead(busy).await;
-    assert!(!dead(other), "the other instance lives on");
-    let after = finished(&db, &create(&db, "warmy", json!({})).await).await;
-    assert_eq!(pid_of(&after), other, "the other instance serves the next call");
+    only_busy_died(&db, busy, other).await;
 }
 
 #[tokio::test]
@@ -284,11 +272,8 @@ async fn a_cancelled_call_kills_only_its_own_instance() {
     let _worker = Running(Some(setup.worker(&db, &["--concurrency", "4"])));
     let (long, busy, other) = one_busy_one_idle(&db, &setup).await;
     assert!(api::cancel_task(&db.conn().await, long.as_str()).await.unwrap());
-    wait_dead(busy).await;
+    only_busy_died(&db, busy, other).await;
     assert_eq!(get(&db, &long).await.status, TaskStatus::Cancelled);
-    assert!(!dead(other), "the other instance lives on");
-    let after = finished(&db, &create(&db, "warmy", json!({})).await).await;
-    assert_eq!(pid_of(&after), other, "the other instance serves the next call");
 }
 
 #[tokio::test]
@@ -301,10 +286,8 @@ async fn instances_are_recycled_after_max_calls_per_instance() {
     let (status, out) = wait_child(child, Duration::from_secs(60)).await;
     assert!(status.success(), "{status:?}: {out}");
     let mut calls: BTreeMap<i32, usize> = BTreeMap::new();
-    for id in &ids {
-        let t = get(&db, id).await;
-        assert_eq!(t.status, TaskStatus::Succeeded, "{:?}", t.schedule_log);
-        *calls.entry(pid_of(&t)).or_default() += 1;
+    for pid in served_by(&db, &ids).await {
+        *calls.entry(pid).or_default() += 1;
     }
     assert_eq!(calls.values().copied().collect::<Vec<_>>().iter().sum::<usize>(), 7);
     assert!(calls.values().all(|&n| n <= 3), "{calls:?}");
@@ -347,23 +330,13 @@ async fn exit_when_idle_stops_warm_instances_and_the_library_serves_forked_calls
     let (status, out) = wait_child(child, Duration::from_secs(60)).await;
     assert!(status.success(), "{status:?}: {out}");
     assert!(out.contains("\"stopped_by\":\"Idle\""), "{out}");
-    let mut warm_pids = BTreeSet::new();
-    for id in &warm {
-        let t = get(&db, id).await;
-        assert_eq!(t.status, TaskStatus::Succeeded, "{:?}", t.schedule_log);
-        warm_pids.insert(pid_of(&t));
-    }
+    let warm_pids: BTreeSet<i32> = served_by(&db, &warm).await.into_iter().collect();
     assert!(warm_pids.len() <= 2, "{warm_pids:?}");
     for pid in &warm_pids {
         assert!(dead(*pid), "instance {pid} stopped with the worker");
         assert!(setup.stopped_gracefully(*pid));
     }
-    let mut forked_pids = BTreeSet::new();
-    for id in &forked {
-        let t = get(&db, id).await;
-        assert_eq!(t.status, TaskStatus::Succeeded, "{:?}", t.schedule_log);
-        forked_pids.insert(pid_of(&t));
-    }
+    let forked_pids: BTreeSet<i32> = served_by(&db, &forked).await.into_iter().collect();
     assert_eq!(forked_pids.len(), 3, "one process per call without mode = \"warm\"");
     assert_eq!(setup.marked("start").len(), warm_pids.len() + 3);
 }
