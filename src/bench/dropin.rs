@@ -6,14 +6,16 @@
 //! - an HTTP no-op served by a small local server (in this process),
 //!
 //! each timed from the worker's start to its exit, in stage calls per second, beside the
-//! in-process Rust burn-down of the same tasks in the same run (its reference).
+//! in-process Rust burn-down of the same tasks in the same run (its reference). The CPU per call
+//! is the whole machine's and the worker process's (with its functions' processes; the HTTP
+//! no-op's server is this process and not counted).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use serde_json::json;
 
-use super::cpu::CpuMeter;
+use super::cpu::{self, CpuMeter};
 use super::{load, BenchArgs, Figure, Progress};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
@@ -50,7 +52,10 @@ enum Kind {
 /// One measured drop-in burn-down.
 struct Measured {
     calls_per_s: f64,
+    /// The whole machine's busy CPU per call.
     cpu_us: Option<f64>,
+    /// The worker process's per call, its functions' processes included.
+    worker_us: Option<f64>,
 }
 
 /// Runs the drop-in burn-downs of `stages` stages and adds their figures.
@@ -82,11 +87,14 @@ pub(super) async fn run(
         load::queue(pool, &name, count, None).await?;
         api::bench_checkpoint(&pool.get().await?).await?;
         let meter = CpuMeter::start();
+        let children = cpu::children_seconds();
         let started = Instant::now();
         let concurrency = args.dropin_concurrency.unwrap_or(args.concurrency);
         let summary = folder.run_worker(url, &name, concurrency).await?;
         let seconds = started.elapsed().as_secs_f64();
         let cpu = meter.per_op(calls(count));
+        let worker = children.and_then(|before| Some(cpu::children_seconds()? - before));
+        let worker_us = worker.map(|s| s / calls(count) as f64 * 1e6);
         let done = serde_json::from_str::<serde_json::Value>(&summary).ok().and_then(|s| s["succeeded"].as_u64());
         if done != Some(count as u64) {
             return Err(Error::Config(format!(
@@ -94,7 +102,11 @@ pub(super) async fn run(
             )));
         }
         super::aging::clear(pool, &name).await?;
-        measured.push((kind, count, Measured { calls_per_s: calls(count) as f64 / seconds, cpu_us: cpu.machine_us }));
+        measured.push((
+            kind,
+            count,
+            Measured { calls_per_s: calls(count) as f64 / seconds, cpu_us: cpu.machine_us, worker_us },
+        ));
     }
     server.stop();
     // what every drop-in figure pays once: the worker's start (connections, registration, the
@@ -119,7 +131,9 @@ pub(super) async fn run(
         "calls/s",
     )
     .ratio(Some(reference_calls), "in-process Rust");
-    ref_fig.cpu_us = reference.cpu.machine_us;
+    // the reference's CPU is counted per task: per call here, as the others
+    ref_fig.cpu_us = reference.cpu.machine_us.map(|us| us / f64::from(stages));
+    ref_fig.own_cpu_us = reference.cpu.own_us.map(|us| us / f64::from(stages));
     figures.push(ref_fig);
     if let Some(seconds) = startup {
         figures.push(Figure::new(
@@ -144,6 +158,7 @@ pub(super) async fn run(
             fig = fig.bar(">= 10,000 calls/s and >= 0.3 x in-process Rust", Some(pass));
         }
         fig.cpu_us = m.cpu_us;
+        fig.own_cpu_us = m.worker_us;
         figures.push(fig);
         if *kind == Kind::Warm {
             if let Some(fork) = fork_rate {
