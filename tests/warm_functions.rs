@@ -62,31 +62,46 @@ def handle(call):
 asyncflow_function.run(handle)
 "#;
 
+/// A Node function on the helper library: a throw on the first attempt when `context.throw`.
+const NODE_FIXTURE: &str = r#"
+const { run } = require(process.env.AF_NODE_SDK);
+run(async (call) => {
+  console.log('a log line, sent to stderr');
+  if (call.context.throw && call.attempt === 1) throw new Error('thrown on purpose');
+  return { result: { pid: process.pid, attempt: call.attempt } };
+});
+"#;
+
 struct Setup {
     folder: Folder,
     marks: PathBuf,
 }
 
 impl Setup {
-    /// One function per (type, extra function.toml lines), each running the fixture.
+    /// One function per (type, extra function.toml lines), each running the Python fixture.
     fn new(functions: &[(&str, &str)]) -> Setup {
+        Setup::running(functions, "exec python3 \"$AF_FIXTURE\"")
+    }
+
+    /// One function per (type, extra function.toml lines), each running `run` (a sh script).
+    fn running(functions: &[(&str, &str)], run: &str) -> Setup {
         let specs: Vec<(String, String)> = functions
             .iter()
             .map(|(name, toml)| {
                 (name.to_string(), format!("command = [\"./run\"]\n{toml}\n[settings]\nschedule_interval = 0.2\n"))
             })
             .collect();
-        let specs: Vec<(&str, &str, &str)> =
-            specs.iter().map(|(n, t)| (n.as_str(), t.as_str(), "exec python3 \"$AF_FIXTURE\"")).collect();
+        let specs: Vec<(&str, &str, &str)> = specs.iter().map(|(n, t)| (n.as_str(), t.as_str(), run)).collect();
         let folder = Folder::new(&specs);
         std::fs::write(folder.0.join("fixture.py"), FIXTURE).unwrap();
+        std::fs::write(folder.0.join("fixture.js"), NODE_FIXTURE).unwrap();
         let marks = folder.0.join("marks");
         std::fs::create_dir_all(&marks).unwrap();
         Setup { folder, marks }
     }
 
     fn worker(&self, db: &TestDb, extra: &[&str]) -> Child {
-        let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/sdk/python");
+        let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/sdk");
         Command::new(env!("CARGO_BIN_EXE_asyncflow"))
             .args(["worker", "--no-maintenance", "--functions"])
             .arg(&self.folder.0)
@@ -95,7 +110,9 @@ impl Setup {
             .env("ASYNCFLOW_LOG", "asyncflow=debug")
             .env("AF_FIXTURE", self.folder.0.join("fixture.py"))
             .env("AF_MARKS", &self.marks)
-            .env("AF_SDK", sdk)
+            .env("AF_SDK", sdk.join("python"))
+            .env("AF_NODE_SDK", sdk.join("node/asyncflow-function.js"))
+            .env("AF_NODE_FIXTURE", self.folder.0.join("fixture.js"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -375,4 +392,25 @@ async fn http_function_calls_reuse_one_connection() {
         assert_eq!(f.call(call.clone()).await, StageReply::Succeeded { result: json!(1) });
     }
     assert_eq!(peers.lock().unwrap().len(), 1, "twenty calls, one connection");
+}
+
+#[tokio::test]
+async fn a_node_function_on_the_helper_library_serves_warm_calls_and_survives_a_throw() {
+    let db = TestDb::new().await;
+    let setup = Setup::running(&[("nodey", "mode = \"warm\"\ninstances = 1\n")], "exec node \"$AF_NODE_FIXTURE\"");
+    register(&db, "nodey", retry_settings(3)).await;
+    let c = db.conn().await;
+    let plain = api::create_tasks(&c, "nodey", &vec![NewTask::with_context(json!({})); 6]).await.unwrap();
+    let throwing = api::create_task(&c, "nodey", &NewTask::with_context(json!({"throw": true}))).await.unwrap();
+    // not --exit-when-idle: the throwing task's retry is due a second later
+    let _worker = Running(Some(setup.worker(&db, &["--concurrency", "4"])));
+    let t = finished(&db, &throwing).await;
+    for id in &plain {
+        finished(&db, id).await;
+    }
+    let pids: BTreeSet<i32> = served_by(&db, &plain).await.into_iter().collect();
+    assert_eq!(pids.len(), 1, "one process served every call: {pids:?}");
+    assert_eq!((t.status, t.retry_count), (TaskStatus::Succeeded, 1), "{:?}", t.schedule_log);
+    assert!(first_error(&t).contains("Error: thrown on purpose"), "{:?}", t.schedule_log);
+    assert!(pids.contains(&pid_of(&t)), "the throw was the call's failure, not the process's");
 }
