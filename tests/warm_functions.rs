@@ -414,3 +414,45 @@ async fn a_node_function_on_the_helper_library_serves_warm_calls_and_survives_a_
     assert!(first_error(&t).contains("Error: thrown on purpose"), "{:?}", t.schedule_log);
     assert!(pids.contains(&pid_of(&t)), "the throw was the call's failure, not the process's");
 }
+
+/// The library's warm function alone: an instance idle past `idle_stop` is stopped (end of stdin,
+/// SIGTERM), and the next call starts another.
+#[tokio::test]
+async fn an_idle_instance_is_stopped_and_the_next_call_starts_another() {
+    use asyncflow::function::warm::{WarmFunction, WarmOptions};
+    use asyncflow::function::{Function, StageCall};
+    let setup = Setup::new(&[("idle", "")]);
+    let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/sdk/python");
+    let script = format!(
+        "AF_SDK='{}' AF_MARKS='{}' exec python3 '{}'",
+        sdk.display(),
+        setup.marks.display(),
+        setup.folder.0.join("fixture.py").display()
+    );
+    let options = WarmOptions {
+        instances: 1,
+        max_calls_per_instance: None,
+        timeout: None,
+        max_reply: asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,
+        idle_stop: Duration::from_secs(1),
+    };
+    let f = WarmFunction::new("idle", vec!["sh".into(), "-c".into(), script], setup.folder.0.clone(), vec![], options);
+    let call: StageCall = serde_json::from_value(json!({
+        "task_id": "idle-1-1", "type": "idle", "stage": "s", "context": {}, "attempt": 1, "priority": 0,
+        "user_id": null, "deadline": "2030-01-01T00:00:00Z"
+    }))
+    .unwrap();
+    let pid = |reply: asyncflow::function::StageReply| match reply {
+        asyncflow::function::StageReply::Succeeded { result } => result["pid"].as_i64().unwrap() as i32,
+        other => panic!("{other:?}"),
+    };
+    let first = pid(f.call(call.clone()).await);
+    assert_eq!(pid(f.call(call.clone()).await), first, "the instance served the second call too");
+    wait_dead(first).await;
+    assert!(setup.stopped_gracefully(first), "stopped by the end of stdin or SIGTERM");
+    let again = pid(f.call(call).await);
+    assert_ne!(again, first, "a new instance for the next call");
+    f.stop().await;
+    wait_dead(again).await;
+    assert!(setup.stopped_gracefully(again), "stop() ends the instance gracefully");
+}
