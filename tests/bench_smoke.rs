@@ -24,7 +24,7 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     let out = OutDir(std::env::temp_dir().join(format!("asyncflow-bench-{}", uuid::Uuid::new_v4().simple())));
     let run = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
         .args(["bench", "--seconds", "0.3", "--tasks", "300", "--aged-rows", "2000", "--drop-rows", "1000"])
-        .args(["--wake-rate", "40", "--json", "--out"])
+        .args(["--wake-rate", "40", "--dropin-tasks", "200", "--fork-tasks", "5", "--json", "--out"])
         .arg(&out.0)
         .env("DATABASE_URL", &server_url)
         .stdout(std::process::Stdio::piped())
@@ -56,6 +56,9 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         "wake_p50",
         "wake_p99",
     ] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    for key in ["dropin_rust", "dropin_warm", "dropin_http", "dropin_fork", "dropin_warm_over_fork", "dropin3_warm"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for key in ["aging_empty", "aging", "drop", "drop_dead"] {

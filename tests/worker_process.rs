@@ -4,11 +4,12 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use asyncflow::db::api;
 use asyncflow::task::{NewTask, Report, ReportKind, TaskStatus};
 use asyncflow::{TaskId, WorkerId};
+use common::process::{signal, wait_child};
 use common::{wait_until, Folder, TestDb};
 use serde_json::json;
 
@@ -29,24 +30,6 @@ fn worker(db: &TestDb, dir: &Path, id: &str, extra: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("start the worker binary")
-}
-
-fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the worker did not exit within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
 }
 
 /// Processes whose command line mentions `needle`.
@@ -74,20 +57,6 @@ case "$ASYNCFLOW_STAGE" in
   transform) echo "{\"next_stage\": \"publish\", \"context\": {\"seen\": $input}}" ;;
   publish) echo "{\"result\": $input}" ;;
 esac"#;
-
-async fn wait_child(mut child: Child, timeout: Duration) -> (std::process::ExitStatus, String) {
-    tokio::task::spawn_blocking(move || {
-        let status = wait_exit(&mut child, timeout);
-        let mut out = String::new();
-        if let Some(mut stdout) = child.stdout.take() {
-            use std::io::Read;
-            let _ = stdout.read_to_string(&mut out);
-        }
-        (status, out)
-    })
-    .await
-    .unwrap()
-}
 
 async fn register(db: &TestDb, name: &str, settings: asyncflow::task_type::TaskTypeUpdate) {
     api::register_task_type(&db.conn().await, &asyncflow::TypeName::new(name).unwrap(), &settings).await.unwrap();

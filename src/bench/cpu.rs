@@ -38,7 +38,17 @@ impl CpuSample {
 
 /// This process's CPU time (user and system, all threads) in seconds.
 fn own_seconds() -> Option<f64> {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok()?;
+    usage_seconds(nix::sys::resource::UsageWho::RUSAGE_SELF)
+}
+
+/// The CPU time (user and system) of this process's children that have ended and been waited
+/// for, and of their own children they waited for, in seconds.
+pub(super) fn children_seconds() -> Option<f64> {
+    usage_seconds(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+}
+
+fn usage_seconds(who: nix::sys::resource::UsageWho) -> Option<f64> {
+    let usage = nix::sys::resource::getrusage(who).ok()?;
     let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
     Some(secs(usage.user_time()) + secs(usage.system_time()))
 }

@@ -23,6 +23,10 @@
 //!                    own roll leaves them (5 M rows each by default), three times, in turn with
 //!                    three empty-table burn-downs (its reference); medians
 //!   drop             retention dropping an expired 1 M-row shard
+//!   dropin(3)        the drop-in worker (`asyncflow worker --functions`, a process of its own)
+//!                    burning down no-op tasks through a warm Python function, an HTTP function
+//!                    on a local server and a Python function forked per call, in stage calls/s
+//!                    beside the in-process Rust burn-down of the same tasks (see dropin.rs)
 //! ```
 //!
 //! The timed phases (baselines, enqueue, parts) and the burn-downs also give the CPU per operation:
@@ -35,6 +39,7 @@
 
 mod aging;
 mod cpu;
+mod dropin;
 mod load;
 mod output;
 
@@ -81,8 +86,20 @@ pub struct BenchArgs {
     /// Tasks per second inserted during the wake-latency phase.
     #[arg(long, default_value_t = 50.0)]
     pub wake_rate: f64,
+    /// Tasks in each drop-in burn-down (warm and HTTP functions, and their in-process reference).
+    #[arg(long, default_value_t = 50_000)]
+    pub dropin_tasks: usize,
+    /// Tasks in the drop-in burn-down of the function forked per call (a process per call).
+    #[arg(long, default_value_t = 200)]
+    pub fork_tasks: usize,
+    /// Instances of the warm Python function (`instances` in its function.toml).
+    #[arg(long, default_value_t = 2)]
+    pub instances: usize,
+    /// `--concurrency` of the drop-in worker (default: --concurrency, as its reference).
+    #[arg(long)]
+    pub dropin_concurrency: Option<usize>,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, fair, wake, aging, drop).
+    /// burndown3, fair, wake, aging, drop, dropin, dropin3).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -97,8 +114,21 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 11] =
-    ["update", "insert", "enqueue", "parts", "bulk", "burndown", "burndown3", "fair", "wake", "aging", "drop"];
+pub const PHASES: [&str; 13] = [
+    "update",
+    "insert",
+    "enqueue",
+    "parts",
+    "bulk",
+    "burndown",
+    "burndown3",
+    "fair",
+    "wake",
+    "aging",
+    "drop",
+    "dropin",
+    "dropin3",
+];
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -201,10 +231,15 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
         || args.queue_keys.is_empty()
         || args.queue_keys.len() > 10
         || args.queue_keys.iter().any(|&k| k == 0 || k > 1_000_000)
+        || args.dropin_tasks == 0
+        || args.fork_tasks == 0
+        || !(1..=1024).contains(&args.instances)
+        || args.dropin_concurrency.is_some_and(|c| !(1..=10_000).contains(&c))
     {
         return Err(Error::Config(
             "--tasks, --connections must be positive, --concurrency 1..=10000, --bulk-connections 1..=64, \
-             --queue-keys 1 to 10 counts of 1..=1000000"
+             --queue-keys 1 to 10 counts of 1..=1000000, --dropin-tasks and --fork-tasks positive, \
+             --instances 1..=1024, --dropin-concurrency 1..=10000"
                 .into(),
         ));
     }
@@ -494,6 +529,12 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
                 .bar("< 1 s, no dead tuples", Some(dropped.seconds < 1.0 && dropped.dead_tuples == 0)),
         );
         figures.push(Figure::new("drop_dead", "dead tuples left by the drop", dropped.dead_tuples as f64, "rows"));
+    }
+    for (phase, stages, what) in [("dropin", 1, "1-stage"), ("dropin3", 3, "3-stage")] {
+        if wants(args, phase) {
+            progress.phase(&format!("drop-in worker: warm Python, HTTP, forked Python, {what}"));
+            dropin::run(pool, url, args, stages, &mut figures, &mut progress).await?;
+        }
     }
     progress.finish();
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -15,26 +15,19 @@
 //! process exits: its group is killed then too, so a program it left running that inherited its
 //! pipes cannot hold the call open (one that left the group is not waited for past a second).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::process::{command, exit_text, keep_tail, read_stderr, tail, GroupGuard};
 use super::{BoxFuture, Function, StageCall, StageReply};
 
-/// The worker's own credentials, taken out of the environment a function inherits: a function
-/// is handed a task, not the queue's database or the server's tokens.
-pub const WORKER_CREDENTIALS: [&str; 4] =
-    ["DATABASE_URL", "ASYNCFLOW_TOKEN", "ASYNCFLOW_TOKENS", "ASYNCFLOW_CALLBACK_SECRET"];
+pub use super::process::{kill_running_groups, WORKER_CREDENTIALS};
 
-/// Largest reply read from stdout.
+/// Largest reply read from stdout (and the longest reply line of a warm function).
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
-/// How much of stderr is kept for the error message.
-const STDERR_TAIL_BYTES: usize = 2048;
-/// Longest piece of a stderr line logged at once.
-const STDERR_LINE_BYTES: usize = 4096;
 /// How long the pipes are read after the process exited and its group was killed: only a
 /// process that left the group (setsid) can still hold them open then, and it is not waited for.
 const PIPES_AFTER_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -77,90 +70,22 @@ impl Function for ExecFunction {
     }
 }
 
-/// Kills the process group when dropped: on every way out of a call, including abandonment.
-struct GroupGuard(Option<i32>);
-
-/// The process groups of the functions running now, so that an exit that does not wait for the
-/// calls to end ([`kill_running_groups`]) can still take them down whole: the parent-death signal
-/// reaches a function's own process only, not what it started.
-static RUNNING_GROUPS: std::sync::Mutex<BTreeSet<i32>> = std::sync::Mutex::new(BTreeSet::new());
-
-fn running_groups() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
-    RUNNING_GROUPS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl GroupGuard {
-    fn new(pgid: Option<i32>) -> Self {
-        if let Some(pgid) = pgid {
-            running_groups().insert(pgid);
-        }
-        GroupGuard(pgid)
-    }
-}
-
-impl GroupGuard {
-    /// Kills the group now (SIGKILL), leaving it registered until the guard drops.
-    fn kill(&self) {
-        if let Some(pgid) = self.0 {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
-        if let Some(pgid) = self.0 {
-            running_groups().remove(&pgid);
-        }
-    }
-}
-
-/// Kills the process group of every function running now (SIGKILL): for a worker about to exit
-/// at once (a second shutdown signal), whose calls' guards will not run.
-pub fn kill_running_groups() {
-    for pgid in running_groups().iter() {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(*pgid), nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
-fn tail(bytes: &VecDeque<u8>) -> String {
-    let text = String::from_utf8_lossy(bytes.iter().copied().collect::<Vec<u8>>().as_slice()).trim().to_string();
-    text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ")
-}
-
 impl ExecInner {
     async fn run(&self, call: StageCall) -> StageReply {
         let input = match serde_json::to_vec(&call) {
             Ok(v) => v,
             Err(e) => return StageReply::fail(format!("cannot encode the stage call: {e}")),
         };
-        let Some((program, args)) = self.argv.split_first() else {
-            return StageReply::Failed { error: "empty command".into(), retry: false };
+        let mut cmd = match command(&self.argv, &self.dir, &self.hidden) {
+            Ok(cmd) => cmd,
+            Err(why) => return StageReply::Failed { error: why, retry: false },
         };
-        let mut cmd = tokio::process::Command::new(program);
-        for credential in WORKER_CREDENTIALS.iter().copied().chain(self.hidden.iter().map(String::as_str)) {
-            cmd.env_remove(credential);
-        }
-        cmd.args(args)
-            .current_dir(&self.dir)
-            .env("ASYNCFLOW_TASK_ID", &call.task_id)
+        cmd.env("ASYNCFLOW_TASK_ID", &call.task_id)
             .env("ASYNCFLOW_TYPE", &call.task_type)
             .env("ASYNCFLOW_STAGE", &call.stage)
             .env("ASYNCFLOW_ATTEMPT", call.attempt.to_string())
-            .env("ASYNCFLOW_DEADLINE", call.deadline.to_rfc3339())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        // If the worker itself dies (SIGKILL), the function goes with it.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)?;
-                Ok(())
-            });
-        }
+            .env("ASYNCFLOW_DEADLINE", call.deadline.to_rfc3339());
+        let program = self.argv.first().map(String::as_str).unwrap_or_default();
         // registered as awaited, so that a worker running as PID 1 never reaps it itself
         let (mut child, _awaited) = match crate::reaper::spawn(&mut cmd) {
             Ok(c) => c,
@@ -193,40 +118,11 @@ impl ExecInner {
         };
         let (name, task) = (self.name.clone(), call.task_id.clone());
         let kept = &mut err;
-        let read_err = async move {
-            // Read as bytes to the end whatever they are: a line that is not UTF-8 is logged
-            // lossily, a line without end is logged in pieces of STDERR_LINE_BYTES. Stopping
-            // early would close the pipe and kill the function with SIGPIPE at its next write.
-            let mut stderr = stderr;
-            let mut line: Vec<u8> = Vec::new();
-            let mut chunk = [0u8; 8192];
-            let log = |line: &[u8]| {
-                let text = String::from_utf8_lossy(line);
-                tracing::info!(function = %name, task = %task, "stderr: {}", text.trim_end_matches(['\r', '\n']));
-            };
-            loop {
-                let n = match stderr.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                for &b in &chunk[..n] {
-                    if b == b'\n' || line.len() >= STDERR_LINE_BYTES {
-                        log(&line);
-                        line.clear();
-                    }
-                    if b != b'\n' {
-                        line.push(b);
-                    }
-                }
-                kept.extend(&chunk[..n]);
-                while kept.len() > STDERR_TAIL_BYTES {
-                    kept.pop_front();
-                }
-            }
-            if !line.is_empty() {
-                log(&line);
-            }
-        };
+        let read_err = read_stderr(
+            stderr,
+            move |line| tracing::info!(function = %name, task = %task, "stderr: {line}"),
+            |chunk| keep_tail(kept, chunk),
+        );
         let mut pipes = Box::pin(async {
             tokio::join!(write, read_out, read_err);
         });
@@ -256,11 +152,7 @@ impl ExecInner {
         };
         let stderr_tail = tail(&err);
         if !status.success() {
-            let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
-                (Some(code), _) => format!("exit status {code}"),
-                (None, Some(sig)) => format!("killed by signal {sig}"),
-                _ => "abnormal exit".to_string(),
-            };
+            let how = exit_text(&status);
             return StageReply::fail(if stderr_tail.is_empty() { how } else { format!("{how}: {stderr_tail}") });
         }
         if let Some(e) = out_err {

@@ -4,7 +4,9 @@
 
 pub mod exec;
 pub mod http;
+mod process;
 pub mod registry;
+pub mod warm;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -234,6 +236,12 @@ pub trait Function: Send + Sync + 'static {
     /// `tokio::task::spawn_blocking` for blocking work), or its timeout, a lost lease and the
     /// shutdown grace act only when it next yields.
     fn call(&self, call: StageCall) -> BoxFuture<'static, StageReply>;
+
+    /// Stops what the function keeps running between calls (the processes of a warm function);
+    /// the worker calls it when it ends, after its last call. Nothing by default.
+    fn stop(&self) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Any `Fn(StageCall) -> impl Future<Output = StageReply>` is a function (the Rust kind).

@@ -5,6 +5,9 @@
 //! ```toml
 //! type = "media"              # default: the folder name
 //! command = ["./run"]         # or: url = "http://127.0.0.1:9000/media"
+//! mode = "warm"               # executables: long-lived instances ("fork": one process per call, the default)
+//! instances = 4               # warm: processes at most (default 1)
+//! max_calls_per_instance = 1000 # warm: replace an instance after this many calls (optional)
 //! timeout = 60                # seconds per call (optional)
 //! build = ["cargo", "build"]  # run once in the folder when the worker starts (optional)
 //! secret_env = "MEDIA_SECRET" # HTTP only: HMAC-SHA256 key, read from this variable
@@ -23,6 +26,7 @@ use serde::Deserialize;
 
 use super::exec::{ExecFunction, MAX_REPLY_BYTES_DEFAULT};
 use super::http::HttpFunction;
+use super::warm::{WarmFunction, WarmOptions, IDLE_STOP};
 use super::Function;
 use crate::error::{Error, Result};
 use crate::ids::TypeName;
@@ -35,6 +39,9 @@ struct FunctionToml {
     task_type: Option<String>,
     command: Option<Vec<String>>,
     url: Option<String>,
+    mode: Option<String>,
+    instances: Option<i64>,
+    max_calls_per_instance: Option<i64>,
     timeout: Option<f64>,
     build: Option<Vec<String>>,
     secret_env: Option<String>,
@@ -50,6 +57,8 @@ pub enum FunctionKind {
     Exec {
         /// Program and arguments.
         argv: Vec<String>,
+        /// Warm mode (long-lived instances); None: one process per call.
+        warm: Option<Warm>,
     },
     /// An HTTP endpoint.
     Http {
@@ -58,6 +67,18 @@ pub enum FunctionKind {
         /// Signing key, when configured.
         secret: Option<Vec<u8>>,
     },
+}
+
+/// Most `instances` of a warm function.
+pub const INSTANCES_MAX: i64 = 1024;
+
+/// An executable's warm mode (`mode = "warm"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warm {
+    /// Processes at most (`instances`, default 1).
+    pub instances: usize,
+    /// Calls an instance serves before it is replaced (`max_calls_per_instance`).
+    pub max_calls_per_instance: Option<u64>,
 }
 
 /// One checked `function.toml`.
@@ -90,16 +111,38 @@ impl FunctionSpec {
     /// The callable function.
     pub fn function(&self) -> Result<Arc<dyn Function>> {
         match &self.kind {
-            FunctionKind::Exec { argv } => Ok(Arc::new(
+            FunctionKind::Exec { argv, warm: None } => Ok(Arc::new(
                 ExecFunction::new(self.task_type.to_string(), argv.clone(), self.dir.clone(), MAX_REPLY_BYTES_DEFAULT)
                     .hiding(self.hidden_env.clone()),
             )),
+            FunctionKind::Exec { argv, warm: Some(warm) } => Ok(Arc::new(WarmFunction::new(
+                self.task_type.to_string(),
+                argv.clone(),
+                self.dir.clone(),
+                self.hidden_env.clone(),
+                WarmOptions {
+                    instances: warm.instances,
+                    max_calls_per_instance: warm.max_calls_per_instance,
+                    timeout: self.timeout,
+                    max_reply: MAX_REPLY_BYTES_DEFAULT,
+                    idle_stop: IDLE_STOP,
+                },
+            ))),
             FunctionKind::Http { url, secret } => {
                 let url = reqwest::Url::parse(url).map_err(|e| bad(&self.file, "url", &e.to_string()))?;
                 let f = HttpFunction::new(url, self.timeout, secret.clone(), MAX_REPLY_BYTES_DEFAULT)
                     .map_err(|e| bad(&self.file, "url", &e))?;
                 Ok(Arc::new(f))
             }
+        }
+    }
+
+    /// The timeout the worker puts around a whole call: none for a warm function, whose
+    /// timeout runs from when an instance receives the call (it may wait for a free one).
+    pub fn call_timeout(&self) -> Option<Duration> {
+        match self.kind {
+            FunctionKind::Exec { warm: Some(_), .. } => None,
+            _ => self.timeout,
         }
     }
 
@@ -180,9 +223,52 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
             };
             let mut argv = argv;
             argv[0] = resolved;
-            FunctionKind::Exec { argv }
+            let warm = match parsed.mode.as_deref() {
+                None | Some("fork") => None,
+                Some("warm") => Some(Warm {
+                    instances: match parsed.instances {
+                        None => 1,
+                        Some(n) if (1..=INSTANCES_MAX).contains(&n) => n as usize,
+                        Some(_) => {
+                            return Err(bad(file, "instances", &format!("must be between 1 and {INSTANCES_MAX}")))
+                        }
+                    },
+                    max_calls_per_instance: match parsed.max_calls_per_instance {
+                        None => None,
+                        Some(n) if n >= 1 => Some(n as u64),
+                        Some(_) => return Err(bad(file, "max_calls_per_instance", "must be at least 1")),
+                    },
+                }),
+                Some(other) => {
+                    return Err(bad(
+                        file,
+                        "mode",
+                        &format!("must be \"warm\" or \"fork\", got {}", crate::error::echo(other)),
+                    ))
+                }
+            };
+            if warm.is_none() {
+                for (field, given) in [
+                    ("instances", parsed.instances.is_some()),
+                    ("max_calls_per_instance", parsed.max_calls_per_instance.is_some()),
+                ] {
+                    if given {
+                        return Err(bad(file, field, "only warm functions (mode = \"warm\") have instances"));
+                    }
+                }
+            }
+            FunctionKind::Exec { argv, warm }
         }
         (None, Some(url)) => {
+            for (field, given) in [
+                ("mode", parsed.mode.is_some()),
+                ("instances", parsed.instances.is_some()),
+                ("max_calls_per_instance", parsed.max_calls_per_instance.is_some()),
+            ] {
+                if given {
+                    return Err(bad(file, field, "only executables (command) have a mode"));
+                }
+            }
             let parsed_url = reqwest::Url::parse(&url).map_err(|e| bad(file, "url", &e.to_string()))?;
             if !matches!(parsed_url.scheme(), "http" | "https") {
                 return Err(bad(file, "url", "must be http:// or https://"));
@@ -291,9 +377,38 @@ mod tests {
         assert_eq!(spec.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(spec.settings.max_retry_num, Some(4));
         match spec.kind {
-            FunctionKind::Exec { argv } => {
+            FunctionKind::Exec { argv, warm } => {
                 assert!(argv[0].ends_with("echo/run"));
                 assert_eq!(argv[1], "--fast");
+                assert_eq!(warm, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
+    #[test]
+    fn warm_mode_is_read() {
+        let tmp = std::env::temp_dir().join(format!("af-reg-{}", uuid::Uuid::new_v4().simple()));
+        let f = write(
+            &tmp,
+            "w",
+            "command = [\"./run\"]\nmode = \"warm\"\ninstances = 3\nmax_calls_per_instance = 50\ntimeout = 2\n",
+        );
+        let spec = load_file(&f).unwrap();
+        match &spec.kind {
+            FunctionKind::Exec { warm, .. } => {
+                assert_eq!(warm, &Some(Warm { instances: 3, max_calls_per_instance: Some(50) }))
+            }
+            other => panic!("{other:?}"),
+        }
+        // the timeout runs from when an instance receives the call, not around the wait for one
+        assert_eq!(spec.timeout, Some(Duration::from_secs(2)));
+        assert_eq!(spec.call_timeout(), None);
+        let f = write(&tmp, "d", "command = [\"./run\"]\nmode = \"warm\"\n");
+        match load_file(&f).unwrap().kind {
+            FunctionKind::Exec { warm, .. } => {
+                assert_eq!(warm, Some(Warm { instances: 1, max_calls_per_instance: None }))
             }
             other => panic!("{other:?}"),
         }
@@ -321,6 +436,11 @@ mod tests {
             ),
             ("l", "command = [\"./run\"]\ntimeout = \"soon\"\n", "timeout: invalid type"),
             ("m", "command = [\"./run\"]\n[settings]\nconcurrency = 1.5\n", "settings.concurrency"),
+            ("n1", "command = [\"./run\"]\nmode = \"hot\"\n", "mode"),
+            ("n2", "command = [\"./run\"]\nmode = \"warm\"\ninstances = 0\n", "instances"),
+            ("n3", "command = [\"./run\"]\ninstances = 2\n", "instances"),
+            ("n4", "command = [\"./run\"]\nmode = \"warm\"\nmax_calls_per_instance = 0\n", "max_calls_per_instance"),
+            ("n5", "url = \"http://127.0.0.1:1/\"\nmode = \"warm\"\n", "mode"),
         ];
         for (name, toml, field) in cases {
             let f = write(&tmp, name, toml);

@@ -355,7 +355,7 @@ impl Worker {
             self = self.register_arc(
                 spec.task_type.clone(),
                 function,
-                spec.timeout,
+                spec.call_timeout(),
                 spec.settings.clone(),
                 spec.file.display().to_string(),
             );
@@ -518,6 +518,8 @@ impl Worker {
         reporter_stop.cancel();
         let _ = reporter_task.await;
         listener_stop.cancel();
+        // what functions keep between calls (warm instances) stops with the worker
+        futures_util::future::join_all(self.functions.values().map(|reg| reg.function.stop())).await;
         let summary = WorkerSummary { stopped_by: Some(reason), ..shared.stats.summary() };
         tracing::info!(worker = %self.config.worker_id, ?summary, "worker stopped");
         Ok(summary)

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod process;
 pub mod sql;
 pub mod workflow;
 

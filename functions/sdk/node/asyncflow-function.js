@@ -1,0 +1,94 @@
+'use strict';
+// The loop of an asyncflow function in Node (no dependencies).
+//
+//   const { run } = require('./asyncflow-function');
+//   run(async (call) => ({ result: call.context }));
+//
+// handle(call) takes the stage call (task_id, type, stage, context, attempt, priority, user_id,
+// deadline, and queue_key when the task has one) and returns (or resolves to) one reply object:
+// {next_stage, context}, {result}, {error, retry} or {later, context}. A throw or a rejection
+// becomes {error: "...", retry: true} (the stack goes to stderr, the worker's log).
+//
+// run serves both modes of function.toml:
+// - mode = "warm": calls arrive one per line on stdin, each with an "id"; each reply is written as
+//   one line on stdout with the same "id", one call at a time, until stdin closes;
+// - the default, one process per call: the single call on stdin has no "id"; its reply is written
+//   and the program ends.
+// console.log goes to stderr, so that a stray log line cannot break the protocol.
+
+const readline = require('readline');
+
+async function callHandle(handle, call) {
+  try {
+    const reply = await handle(call);
+    if (reply === null || typeof reply !== 'object' || Array.isArray(reply)) {
+      return { error: 'the handler returned ' + typeof reply + ', not a reply object', retry: false };
+    }
+    return reply;
+  } catch (e) {
+    process.stderr.write((e && e.stack ? e.stack : String(e)) + '\n');
+    return { error: (e && e.name ? e.name + ': ' : '') + (e && e.message !== undefined ? e.message : String(e)), retry: true };
+  }
+}
+
+function write(reply) {
+  return new Promise((resolve) => process.stdout.write(JSON.stringify(reply) + '\n', resolve));
+}
+
+function run(handle) {
+  console.log = console.error;
+  const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
+  let chain = Promise.resolve();
+  let pending = null; // a call written over several lines (one process per call)
+  let done = false;
+  const finish = () => {
+    done = true;
+    lines.close();
+    process.exitCode = 0;
+  };
+  const serveOne = async (call) => {
+    if (call === null || typeof call !== 'object' || Array.isArray(call)) {
+      await write({ error: 'the stage call is not a JSON object', retry: false });
+      return finish();
+    }
+    if (!Object.prototype.hasOwnProperty.call(call, 'id')) {
+      await write(await callHandle(handle, call));
+      return finish();
+    }
+    const id = call.id;
+    delete call.id;
+    const reply = Object.assign({}, await callHandle(handle, call), { id });
+    await write(reply);
+  };
+  lines.on('line', (line) => {
+    if (done) return;
+    if (pending !== null) {
+      pending += '\n' + line;
+      return;
+    }
+    if (!line.trim()) return;
+    let call;
+    try {
+      call = JSON.parse(line);
+    } catch (e) {
+      pending = line;
+      return;
+    }
+    chain = chain.then(() => (done ? undefined : serveOne(call)));
+  });
+  lines.on('close', () => {
+    if (pending === null || done) return;
+    chain = chain.then(async () => {
+      let call;
+      try {
+        call = JSON.parse(pending);
+      } catch (e) {
+        await write({ error: 'stdin is not a JSON stage call: ' + e.message, retry: false });
+        return finish();
+      }
+      return serveOne(call);
+    });
+  });
+}
+
+module.exports = { run, callHandle };
