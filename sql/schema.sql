@@ -223,6 +223,11 @@ CREATE FUNCTION asyncflow.list_runs(pipeline text DEFAULT NULL::text, status tex
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 2bd34bfb5f6eae02
 
+CREATE FUNCTION asyncflow.list_schedules() RETURNS SETOF jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 1 lines, sha256 844774f9aa758bbf
+
 CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_status asyncflow.task_status DEFAULT NULL::asyncflow.task_status, p_stage text DEFAULT NULL::text, p_user_id text DEFAULT NULL::text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -238,6 +243,11 @@ CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 22 lines, sha256 d0b208e4e7777b38
 
+CREATE FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with time zone, p_error text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 7 lines, sha256 66161c9f77bfca92
+
 CREATE FUNCTION asyncflow.now_ok(p_now timestamp with time zone) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 3 lines, sha256 2679eb18dab7798c
@@ -245,6 +255,11 @@ CREATE FUNCTION asyncflow.now_ok(p_now timestamp with time zone) RETURNS boolean
 CREATE FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) RETURNS record
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 2 lines, sha256 6c4ad30ff753c68a
+
+CREATE FUNCTION asyncflow.pause_schedule(name text, p_paused boolean, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 10 lines, sha256 5da15f1aeb7de77c
 
 CREATE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
     LANGUAGE plpgsql
@@ -303,6 +318,16 @@ CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFA
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 58 lines, sha256 ce3e922e195e7a84
+
+CREATE FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 38 lines, sha256 e2840b7cd2d93258
+
+CREATE FUNCTION asyncflow.remove_schedule(name text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 4 lines, sha256 be39451313321399
 
 CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -383,7 +408,9 @@ CREATE TABLE asyncflow.runs (
     total_cost_ms bigint,
     created_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone NOT NULL,
-    sub_runs integer DEFAULT 0 NOT NULL
+    sub_runs integer DEFAULT 0 NOT NULL,
+    schedule text,
+    tick timestamp with time zone
 )
 PARTITION BY RANGE (day);
 
@@ -391,7 +418,39 @@ COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline ru
 
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 5 lines, sha256 d704962ff7529f55
+    AS -- body: 6 lines, sha256 c226722973665dca
+
+CREATE TABLE asyncflow.schedules (
+    name text NOT NULL,
+    cron text NOT NULL,
+    time_zone text DEFAULT 'UTC'::text NOT NULL,
+    task_type text,
+    pipeline text,
+    spec jsonb NOT NULL,
+    missed text DEFAULT 'skip'::text NOT NULL,
+    max_catch_up integer DEFAULT 10 NOT NULL,
+    paused boolean DEFAULT false NOT NULL,
+    since timestamp with time zone NOT NULL,
+    next_tick timestamp with time zone,
+    last_tick timestamp with time zone,
+    last_task_id text,
+    last_run_id text,
+    last_released_at timestamp with time zone,
+    error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_check CHECK (((task_type IS NULL) <> (pipeline IS NULL))),
+    CONSTRAINT schedules_cron_check CHECK (((length(cron) >= 1) AND (length(cron) <= 200))),
+    CONSTRAINT schedules_max_catch_up_check CHECK (((max_catch_up >= 1) AND (max_catch_up <= 1000))),
+    CONSTRAINT schedules_missed_check CHECK ((missed = ANY (ARRAY['skip'::text, 'last'::text, 'all'::text]))),
+    CONSTRAINT schedules_name_check CHECK ((name ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
+    CONSTRAINT schedules_pipeline_check CHECK ((pipeline ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
+    CONSTRAINT schedules_task_type_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text))
+);
+
+CREATE FUNCTION asyncflow.schedule_json(s asyncflow.schedules) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS -- body: 5 lines, sha256 47a8a889f4a3acbc
 
 CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
     LANGUAGE plpgsql SECURITY DEFINER
@@ -406,6 +465,11 @@ CREATE FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 39 lines, sha256 adea781dba7b642d
+
+CREATE FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 129 lines, sha256 f27984ed1d963908
 
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE
@@ -450,13 +514,15 @@ CREATE TABLE asyncflow.tasks (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     finished_at timestamp with time zone,
-    run_ref text
+    run_ref text,
+    schedule text,
+    tick timestamp with time zone
 )
 PARTITION BY LIST (task_type);
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 9 lines, sha256 98bd24d0d1ae188d
+    AS -- body: 9 lines, sha256 4209abc88f114cb9
 
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -829,6 +895,14 @@ CREATE TABLE asyncflow.run_traces (
 )
 PARTITION BY RANGE (day);
 
+CREATE TABLE asyncflow.schedule_ticks (
+    schedule text NOT NULL,
+    tick timestamp with time zone NOT NULL,
+    task_id text,
+    run_id text,
+    created_at timestamp with time zone NOT NULL
+);
+
 CREATE TABLE asyncflow.shards (
     task_type text NOT NULL,
     shard integer NOT NULL,
@@ -911,6 +985,12 @@ ALTER TABLE ONLY asyncflow.run_traces
 ALTER TABLE ONLY asyncflow.runs
     ADD CONSTRAINT runs_pkey PRIMARY KEY (run_id, day);
 
+ALTER TABLE ONLY asyncflow.schedule_ticks
+    ADD CONSTRAINT schedule_ticks_pkey PRIMARY KEY (schedule, tick);
+
+ALTER TABLE ONLY asyncflow.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
+
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_pkey PRIMARY KEY (task_type, shard);
 
@@ -980,6 +1060,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
+ALTER TABLE ONLY asyncflow.schedule_ticks
+    ADD CONSTRAINT schedule_ticks_schedule_fkey FOREIGN KEY (schedule) REFERENCES asyncflow.schedules(name) ON DELETE CASCADE;
 
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
@@ -1077,6 +1160,9 @@ GRANT ALL ON FUNCTION asyncflow.list_pipelines() TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.list_schedules() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.list_schedules() TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) TO asyncflow_client;
 
@@ -1085,9 +1171,14 @@ REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone)
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;
 
+REVOKE ALL ON FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with time zone, p_error text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.now_ok(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.pause_schedule(name text, p_paused boolean, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.pause_schedule(name text, p_paused boolean, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.pipeline_error(p_message text) FROM PUBLIC;
 
@@ -1111,6 +1202,11 @@ REVOKE ALL ON FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) FROM PUB
 
 REVOKE ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick timestamp with time zone, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.remove_schedule(name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.remove_schedule(name text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text) FROM PUBLIC;
 
@@ -1141,6 +1237,8 @@ REVOKE ALL ON FUNCTION asyncflow.run_day(p_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.run_json(r asyncflow.runs) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.schedule_json(s asyncflow.schedules) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
 
@@ -1148,6 +1246,9 @@ REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolea
 
 REVOKE ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
 

@@ -125,6 +125,12 @@ pub struct Task {
     pub updated_at: DateTime<Utc>,
     /// When it ended.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The periodic schedule that released it, if any.
+    #[serde(default)]
+    pub schedule: Option<String>,
+    /// The schedule's tick it was released for.
+    #[serde(default)]
+    pub tick: Option<DateTime<Utc>>,
 }
 
 /// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`

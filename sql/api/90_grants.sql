@@ -25,7 +25,11 @@ grant execute on function
   asyncflow.cancel_run(text, timestamptz),
   asyncflow.retry_run(text, timestamptz),
   asyncflow.retry_node(text, text, timestamptz),
-  asyncflow.complete_node(text, text, jsonb, text, timestamptz)
+  asyncflow.complete_node(text, text, jsonb, text, timestamptz),
+  asyncflow.set_schedule(text, text, jsonb, timestamptz),
+  asyncflow.remove_schedule(text),
+  asyncflow.pause_schedule(text, boolean, timestamptz),
+  asyncflow.list_schedules()
 to asyncflow_client;
 grant select on asyncflow.queue_depth to asyncflow_client;
 

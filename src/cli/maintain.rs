@@ -28,6 +28,9 @@ pub struct MaintainArgs {
     /// Seconds between retention passes.
     #[arg(long, default_value_t = 60.0)]
     pub retention_interval: f64,
+    /// Seconds between scheduler passes (periodic schedules' due ticks).
+    #[arg(long, default_value_t = 1.0)]
+    pub schedule_interval: f64,
     /// Seconds between workflow checker passes.
     #[arg(long, default_value_t = 1.0)]
     pub check_interval: f64,
@@ -77,9 +80,15 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
     let rescue_interval = seconds("rescue-interval", args.rescue_interval)?;
     let shard_interval = seconds("shard-interval", args.shard_interval)?;
     let retention_interval = seconds("retention-interval", args.retention_interval)?;
+    let schedule_interval = seconds("schedule-interval", args.schedule_interval)?;
     let check_interval = seconds("check-interval", args.check_interval)?;
-    let tasks =
-        MaintenanceConfig { rescue_interval, shard_interval, retention_interval, ..MaintenanceConfig::default() };
+    let tasks = MaintenanceConfig {
+        rescue_interval,
+        shard_interval,
+        retention_interval,
+        schedule_interval,
+        ..MaintenanceConfig::default()
+    };
     let workflows = crate::workflow::ServiceConfig {
         check_interval,
         run_retention_interval: retention_interval,

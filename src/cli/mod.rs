@@ -8,6 +8,7 @@ pub mod maintain;
 pub mod pipeline;
 pub mod remote;
 pub mod run;
+pub mod schedule;
 pub mod status;
 pub mod task;
 pub mod task_type;
@@ -92,6 +93,15 @@ pub enum Command {
         #[command(subcommand)]
         command: run::RunCommand,
     },
+    /// List, set, pause, resume or remove periodic schedules (database, or --server).
+    Schedule {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: remote::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: schedule::ScheduleCommand,
+    },
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
 }
@@ -174,6 +184,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             | Command::Type { .. }
             | Command::Pipeline { .. }
             | Command::Run { .. }
+            | Command::Schedule { .. }
             | Command::Status
             | Command::Migrate
     ) {
@@ -195,7 +206,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Task { target, .. }
         | Command::Type { target, .. }
         | Command::Pipeline { target, .. }
-        | Command::Run { target, .. } => target.server.is_some(),
+        | Command::Run { target, .. }
+        | Command::Schedule { target, .. } => target.server.is_some(),
         _ => false,
     };
     if remote {
@@ -204,6 +216,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             Command::Type { target, command } => task_type::task_type(None, &target, command).await?,
             Command::Pipeline { target, command } => pipeline::pipeline(None, &target, command).await?,
             Command::Run { target, command } => run::run(None, &target, command).await?,
+            Command::Schedule { target, command } => schedule::schedule(None, &target, command).await?,
             _ => return Ok(()),
         };
         println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
@@ -246,6 +259,12 @@ pub async fn run(cli: Cli) -> Result<()> {
             db::migrate::migrate(&url).await?;
             let pool = db::pool(&url, 2)?;
             let output = run::run(Some(&pool), &target, command).await?;
+            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+        }
+        Command::Schedule { target, command } => {
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, 2)?;
+            let output = schedule::schedule(Some(&pool), &target, command).await?;
             println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Serve(args) => {

@@ -18,6 +18,7 @@ mod error;
 mod health;
 mod metrics;
 pub mod openapi;
+mod schedules;
 mod server;
 mod task_types;
 mod tasks;
@@ -113,6 +114,7 @@ pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
         .merge(task_types::routes())
         .merge(worker_protocol::routes())
         .merge(workflows::routes())
+        .merge(schedules::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())

@@ -9,10 +9,12 @@ use tokio_postgres::Row;
 
 mod bench;
 mod migration;
+mod schedule;
 mod workflow;
 
 pub use bench::*;
 pub use migration::*;
+pub use schedule::*;
 pub use workflow::*;
 
 use super::GenericClient;

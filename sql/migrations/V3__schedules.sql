@@ -1,0 +1,47 @@
+-- Periodic schedules, and the columns that say which schedule and tick a task or run was
+-- released for.
+
+-- A schedule: a cron expression in a time zone, and what each of its ticks releases (a task of
+-- task_type, or a run of pipeline). Ticks are computed by the maintenance scheduler; next_tick
+-- and error are what its last pass found.
+create table asyncflow.schedules (
+  name text primary key check (name ~ '^[a-z][a-z0-9_.-]{0,63}$'),
+  cron text not null check (length(cron) between 1 and 200),
+  time_zone text not null default 'UTC',
+  -- exactly one of task_type and pipeline
+  task_type text check (task_type ~ '^[a-z][a-z0-9_]{0,39}$'),
+  pipeline text check (pipeline ~ '^[a-z][a-z0-9_]{0,39}$'),
+  -- the spec as set (normalized: every key present)
+  spec jsonb not null,
+  missed text not null default 'skip' check (missed in ('skip', 'last', 'all')),
+  max_catch_up integer not null default 10 check (max_catch_up between 1 and 1000),
+  paused boolean not null default false,
+  -- only ticks after this are released: set when the schedule is created, when its cron or time
+  -- zone changes and when it is resumed
+  since timestamptz not null,
+  next_tick timestamptz,
+  last_tick timestamptz,
+  last_task_id text,
+  last_run_id text,
+  last_released_at timestamptz,
+  -- why the scheduler could not use the schedule on its last pass (null: it could)
+  error text,
+  created_at timestamptz not null default now(),
+  updated_at timestamptz not null default now(),
+  check ((task_type is null) <> (pipeline is null))
+);
+
+-- One row per released tick: the database's guarantee of exactly one task or run per tick,
+-- however many maintainers race. Rows older than a day behind the schedule's last tick are
+-- pruned (no maintainer looks that far back behind last_tick).
+create table asyncflow.schedule_ticks (
+  schedule text not null references asyncflow.schedules on delete cascade,
+  tick timestamptz not null,
+  task_id text,
+  run_id text,
+  created_at timestamptz not null,
+  primary key (schedule, tick)
+);
+
+alter table asyncflow.tasks add column schedule text, add column tick timestamptz;
+alter table asyncflow.runs add column schedule text, add column tick timestamptz;
