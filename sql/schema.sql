@@ -146,7 +146,7 @@ CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 49 lines, sha256 27e955b66ee40a71
+    AS -- body: 51 lines, sha256 4c014ec923ac3cf9
 
 CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -410,7 +410,8 @@ CREATE TABLE asyncflow.runs (
     updated_at timestamp with time zone NOT NULL,
     sub_runs integer DEFAULT 0 NOT NULL,
     schedule text,
-    tick timestamp with time zone
+    tick timestamp with time zone,
+    idempotency_key text
 )
 PARTITION BY RANGE (day);
 
@@ -418,7 +419,7 @@ COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline ru
 
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 6 lines, sha256 c226722973665dca
+    AS -- body: 6 lines, sha256 94fea8aee2fc5b33
 
 CREATE TABLE asyncflow.schedules (
     name text NOT NULL,
@@ -483,10 +484,10 @@ CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 1 lines, sha256 338de94b7a964063
 
-CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, idempotency_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 6 lines, sha256 2abe3fd3798b1a2b
+    AS -- body: 27 lines, sha256 3a32587d78ad0580
 
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
@@ -852,6 +853,15 @@ CREATE TABLE asyncflow.run_days (
     dropped_at timestamp with time zone
 );
 
+CREATE TABLE asyncflow.run_idempotency_keys (
+    pipeline text NOT NULL,
+    idempotency_key text NOT NULL,
+    run_id text NOT NULL,
+    day date NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT run_idempotency_keys_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255)))
+);
+
 CREATE TABLE asyncflow.run_segments (
     day date NOT NULL,
     segment_id text NOT NULL,
@@ -976,6 +986,9 @@ ALTER TABLE ONLY asyncflow.run_days
 ALTER TABLE ONLY asyncflow.run_events
     ADD CONSTRAINT run_events_pkey PRIMARY KEY (event_id, day);
 
+ALTER TABLE ONLY asyncflow.run_idempotency_keys
+    ADD CONSTRAINT run_idempotency_keys_pkey PRIMARY KEY (pipeline, idempotency_key);
+
 ALTER TABLE ONLY asyncflow.run_segments
     ADD CONSTRAINT run_segments_pkey PRIMARY KEY (segment_id, day);
 
@@ -1017,6 +1030,8 @@ CREATE UNIQUE INDEX pipelines_one_active ON asyncflow.pipelines USING btree (nam
 CREATE INDEX run_events_deadline ON ONLY asyncflow.run_events USING btree (deadline) WHERE (status = ANY (ARRAY['pending'::text, 'running'::text, 'external'::text]));
 
 CREATE INDEX run_events_run ON ONLY asyncflow.run_events USING btree (run_id);
+
+CREATE INDEX run_idempotency_keys_day ON asyncflow.run_idempotency_keys USING btree (day);
 
 CREATE INDEX run_segments_deadline ON ONLY asyncflow.run_segments USING btree (deadline) WHERE (status = ANY (ARRAY['pending'::text, 'running'::text]));
 
@@ -1256,8 +1271,8 @@ REVOKE ALL ON FUNCTION asyncflow.shorten(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_json(t asyncflow.tasks) FROM PUBLIC;
 

@@ -45,3 +45,22 @@ create table asyncflow.schedule_ticks (
 
 alter table asyncflow.tasks add column schedule text, add column tick timestamptz;
 alter table asyncflow.runs add column schedule text, add column tick timestamptz;
+
+-- Idempotent start_run: a key per pipeline names the run it started, for as long as the run's
+-- records are kept (the key leaves with its day, see drop_expired_runs). The runs are partitioned
+-- by day, so the uniqueness lives here, beside them (as idempotency_keys does for tasks).
+alter table asyncflow.runs add column idempotency_key text;
+
+create table asyncflow.run_idempotency_keys (
+  pipeline text not null,
+  idempotency_key text not null check (length(idempotency_key) between 1 and 255),
+  run_id text not null,
+  day date not null,
+  created_at timestamptz not null,
+  primary key (pipeline, idempotency_key)
+);
+
+create index run_idempotency_keys_day on asyncflow.run_idempotency_keys (day);
+
+-- start_run takes an idempotency key: the signature without it goes
+drop function if exists asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz);
