@@ -125,14 +125,14 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
     LANGUAGE plpgsql
     AS -- body: 16 lines, sha256 9f86fc72b7da4a03
 
-CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 66 lines, sha256 f34185c6c97b373e
+    AS -- body: 66 lines, sha256 8e9fbf9b3d5f6df3
 
-CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 60 lines, sha256 aa66a4f08526c867
+    AS -- body: 97 lines, sha256 a2209c98593421f2
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -947,6 +947,16 @@ CREATE TABLE asyncflow.type_counters (
     rescued bigint DEFAULT 0 NOT NULL
 );
 
+CREATE TABLE asyncflow.unique_keys (
+    task_type text NOT NULL,
+    unique_key text NOT NULL,
+    shard integer NOT NULL,
+    id bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT unique_keys_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255)))
+);
+
 ALTER TABLE ONLY asyncflow.callbacks
     ADD CONSTRAINT callbacks_pkey PRIMARY KEY (callback_id, day);
 
@@ -1019,6 +1029,9 @@ ALTER TABLE ONLY asyncflow.task_types
 ALTER TABLE ONLY asyncflow.type_counters
     ADD CONSTRAINT type_counters_pkey PRIMARY KEY (task_type, slot);
 
+ALTER TABLE ONLY asyncflow.unique_keys
+    ADD CONSTRAINT unique_keys_pkey PRIMARY KEY (task_type, unique_key);
+
 CREATE INDEX callbacks_due ON ONLY asyncflow.callbacks USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 
 CREATE INDEX callbacks_run ON ONLY asyncflow.callbacks USING btree (run_id);
@@ -1046,6 +1059,8 @@ CREATE INDEX runs_open ON ONLY asyncflow.runs USING btree (status, deadline) WHE
 CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created_at);
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
+
+CREATE INDEX unique_keys_expires ON asyncflow.unique_keys USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
 CREATE TRIGGER tg_config__enqueue_info AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON asyncflow.config FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
 
@@ -1081,6 +1096,9 @@ ALTER TABLE ONLY asyncflow.schedule_ticks
 
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
+ALTER TABLE ONLY asyncflow.unique_keys
+    ADD CONSTRAINT unique_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
 GRANT USAGE ON SCHEMA asyncflow TO asyncflow_client;
 GRANT USAGE ON SCHEMA asyncflow TO asyncflow_worker;
@@ -1123,10 +1141,10 @@ GRANT ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jso
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) TO asyncflow_client;

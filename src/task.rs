@@ -175,6 +175,15 @@ pub struct NewTask {
     /// by turns (a crawler's site, a tenant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_key: Option<String>,
+    /// Uniqueness by key within the type (1 to 255 characters): while the key's newest task
+    /// blocks (see `unique_for`), its id is answered and nothing is created. One task at a time
+    /// (`create_task` only; `create_tasks` refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<String>,
+    /// With `unique_key`: the window in seconds (1..=31,536,000) from the key's newest task's
+    /// creation; absent: for as long as that task is pending or running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_for: Option<i32>,
 }
 
 impl NewTask {

@@ -83,3 +83,81 @@ async fn a_concurrent_start_run_with_the_same_key_waits_and_answers_the_first_ru
     let runs: i64 = setup.query_one("select count(*) from asyncflow.runs", &[]).await.unwrap().get(0);
     assert_eq!(runs, 2);
 }
+
+fn at(minutes: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z").unwrap().with_timezone(&chrono::Utc)
+        + chrono::Duration::minutes(minutes)
+}
+
+/// create_task with a unique key at `now`: the id answered.
+async fn unique(c: &impl tokio_postgres::GenericClient, ty: &str, key: &str, window: Option<i32>, now: i64) -> String {
+    c.query_one(
+        "select asyncflow.create_task($1, unique_key => $2, unique_for => $3, p_now => $4)",
+        &[&ty, &key, &window, &at(now)],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test]
+async fn a_unique_key_gives_one_task_per_window_and_outlives_the_tasks_shard() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    // retention 0: a closed shard may be dropped at once; 10 rows fill a shard
+    register(&**c, "hourly", json!({"retention": 0, "shard_max_rows": 10})).await;
+    let first = unique(&**c, "hourly", "tenant-1", Some(3600), 0).await;
+    assert_eq!(unique(&**c, "hourly", "tenant-1", Some(3600), 10).await, first);
+    assert_ne!(unique(&**c, "hourly", "tenant-2", Some(3600), 10).await, first, "another key, another task");
+    // the task ends and its shard is dropped: the window still holds
+    c.execute("select asyncflow.create_tasks('hourly', $1)", &[&json!([{}, {}, {}, {}, {}, {}, {}, {}])])
+        .await
+        .unwrap();
+    c.execute(
+        "select asyncflow.cancel_task(asyncflow.format_task_id(task_type, shard, id)) from asyncflow.tasks
+         where task_type = 'hourly'",
+        &[],
+    )
+    .await
+    .unwrap();
+    api::roll_shard(&c, "hourly", Some(at(20))).await.unwrap();
+    api::advance_begin_pos(&c, "hourly", Some(at(20))).await.unwrap();
+    assert_eq!(api::drop_expired_shards(&c, "hourly", Some(at(21))).await.unwrap(), vec![1]);
+    assert!(api::get_task(&c, &first).await.unwrap().is_none(), "the task is gone with its shard");
+    assert_eq!(unique(&**c, "hourly", "tenant-1", Some(3600), 30).await, first);
+    // after the window, a new task
+    let second = unique(&**c, "hourly", "tenant-1", Some(3600), 61).await;
+    assert_ne!(second, first);
+    assert_eq!(unique(&**c, "hourly", "tenant-1", Some(3600), 62).await, second);
+    // bad input changes nothing
+    for (key, window) in [("", None), ("k", Some(0))] {
+        let e = c
+            .query_one("select asyncflow.create_task('hourly', unique_key => $1, unique_for => $2)", &[&key, &window])
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&e), "AF006");
+    }
+}
+
+#[tokio::test]
+async fn a_unique_key_without_a_window_holds_while_its_task_is_pending_or_running() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "sync", json!({})).await;
+    let first = unique(&**c, "sync", "user-9", None, 0).await;
+    assert_eq!(unique(&**c, "sync", "user-9", None, 1).await, first);
+    let w = asyncflow::WorkerId::new("w").unwrap();
+    let claimed = api::claim_tasks(&c, "sync", &w, 10, Some(at(2))).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(unique(&**c, "sync", "user-9", None, 3).await, first, "running: still the same");
+    assert!(api::cancel_task(&c, &first).await.unwrap());
+    let second = unique(&**c, "sync", "user-9", None, 4).await;
+    assert_ne!(second, first, "ended: a new task");
+    // over HTTP: the same key answers the same id
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&[], 64 * 1024));
+    let body = json!({"type": "sync", "unique_key": "user-9"}).to_string();
+    let (status, _, bytes) =
+        common::request(&app, "POST", "/v1/tasks", Some(body), Some("application/json"), None).await;
+    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!((status.as_u16(), answer["id"].as_str()), (201, Some(second.as_str())), "{answer}");
+}

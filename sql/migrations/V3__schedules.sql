@@ -64,3 +64,23 @@ create index run_idempotency_keys_day on asyncflow.run_idempotency_keys (day);
 
 -- start_run takes an idempotency key: the signature without it goes
 drop function if exists asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz);
+
+-- Uniqueness by key over a window, or while the task is pending or running (create_task's
+-- unique_key and unique_for): the key's newest task, independent of the shards' retention.
+create table asyncflow.unique_keys (
+  task_type text not null references asyncflow.task_types on delete cascade,
+  unique_key text not null check (length(unique_key) between 1 and 255),
+  shard integer not null,
+  id bigint not null,
+  created_at timestamptz not null,
+  -- the end of the window; null: for as long as the task is pending or running
+  expires_at timestamptz,
+  primary key (task_type, unique_key)
+);
+
+create index unique_keys_expires on asyncflow.unique_keys (expires_at) where expires_at is not null;
+
+-- create_task and create_task_general take unique_key and unique_for: the signatures without
+-- them go
+drop function if exists asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text);
+drop function if exists asyncflow.create_task_general(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text);

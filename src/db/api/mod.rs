@@ -97,7 +97,7 @@ pub async fn register_task_type<C: GenericClient>(
 pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTask) -> Result<TaskId> {
     let row = query_one(
         c,
-        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8) as id",
+        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8, unique_key => $9, unique_for => $10) as id",
         &[
             &task_type,
             &task.context,
@@ -107,6 +107,8 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
             &task.idempotency_key,
             &task.user_id,
             &task.queue_key,
+            &task.unique_key,
+            &task.unique_for,
         ],
     )
     .await?;
