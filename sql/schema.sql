@@ -83,7 +83,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs integer[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 58 lines, sha256 0693cccd4b0d2f17
+    AS -- body: 60 lines, sha256 9fe3a892f29697fa
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -517,13 +517,14 @@ CREATE TABLE asyncflow.tasks (
     finished_at timestamp with time zone,
     run_ref text,
     schedule text,
-    tick timestamp with time zone
+    tick timestamp with time zone,
+    progress jsonb
 )
 PARTITION BY LIST (task_type);
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 9 lines, sha256 4209abc88f114cb9
+    AS -- body: 9 lines, sha256 c312402de11561b1
 
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE

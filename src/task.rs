@@ -131,6 +131,10 @@ pub struct Task {
     /// The schedule's tick it was released for.
     #[serde(default)]
     pub tick: Option<DateTime<Utc>>,
+    /// The latest progress its running call reported (with a heartbeat).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<Value>,
 }
 
 /// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`
@@ -274,8 +278,13 @@ pub enum ReportKind {
     },
     /// Handed back unfinished (shutdown): ready again at once, the try given back.
     Release,
-    /// Still working: extend the lease.
-    Heartbeat,
+    /// Still working: extend the lease, and set the task's progress when given.
+    Heartbeat {
+        /// The call's progress, a small JSON value (shown by `get_task`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
+        progress: Option<Value>,
+    },
 }
 
 /// A report on one claimed task, fenced by its claim.

@@ -161,3 +161,111 @@ async fn a_unique_key_without_a_window_holds_while_its_task_is_pending_or_runnin
     let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!((status.as_u16(), answer["id"].as_str()), (201, Some(second.as_str())), "{answer}");
 }
+
+fn worker_config() -> asyncflow::worker::WorkerConfig {
+    asyncflow::worker::WorkerConfig {
+        worker_id: asyncflow::WorkerId::new("progress-worker").unwrap(),
+        concurrency: 2,
+        shutdown_grace: std::time::Duration::from_millis(300),
+        heartbeat_check: std::time::Duration::from_millis(100),
+        ..Default::default()
+    }
+}
+
+/// Waits until the task shows `progress` while it is still running.
+async fn progress_seen_while_running(db: &TestDb, id: &str, progress: serde_json::Value) {
+    common::wait_until(std::time::Duration::from_secs(15), "progress in get_task while running", || async {
+        let t = api::get_task(&db.conn().await, id).await.unwrap().unwrap();
+        t.status == asyncflow::task::TaskStatus::Running && t.progress.as_ref() == Some(&progress)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn progress_reported_by_an_executable_and_a_rust_handler_shows_in_get_task_while_the_call_runs() {
+    let db = TestDb::new().await;
+    let folder = common::Folder::new(&[(
+        "convert",
+        "command = [\"./run\"]\n",
+        "cat >/dev/null\necho 'asyncflow:progress {\"percent\": 40, \"message\": \"converting\"}' >&2\n\
+         while [ ! -e \"$0.go\" ]; do sleep 0.05; done\necho '{\"result\": {}}'",
+    )]);
+    let specs = asyncflow::function::registry::load_dir(&folder.0).unwrap();
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    let handler_go = go.clone();
+    let worker = asyncflow::worker::Worker::new(db.pool.clone(), db.url.clone(), worker_config())
+        .register_specs(specs.values())
+        .unwrap()
+        .register(
+            asyncflow::TypeName::new("index").unwrap(),
+            move |call: asyncflow::function::StageCall| {
+                let go = handler_go.clone();
+                async move {
+                    call.progress.report(json!({"percent": 75})).unwrap();
+                    go.notified().await;
+                    asyncflow::function::StageReply::Succeeded { result: json!({}) }
+                }
+            },
+            None,
+            Default::default(),
+        );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let c = db.conn().await;
+    common::wait_until(std::time::Duration::from_secs(10), "types registered", || async {
+        api::list_task_types(&db.conn().await).await.map(|t| t.len() == 2).unwrap_or(false)
+    })
+    .await;
+    let exec_task = api::create_task(&c, "convert", &Default::default()).await.unwrap();
+    let rust_task = api::create_task(&c, "index", &Default::default()).await.unwrap();
+    progress_seen_while_running(&db, exec_task.as_str(), json!({"percent": 40, "message": "converting"})).await;
+    progress_seen_while_running(&db, rust_task.as_str(), json!({"percent": 75})).await;
+    // let both calls end: the tasks succeed and keep their last progress
+    std::fs::write(folder.0.join("convert/run.go"), "").unwrap();
+    go.notify_one();
+    for id in [&exec_task, &rust_task] {
+        common::wait_until(std::time::Duration::from_secs(10), "the task succeeds", || async {
+            api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap().status
+                == asyncflow::task::TaskStatus::Succeeded
+        })
+        .await;
+    }
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_heartbeat_over_the_worker_protocol_carries_progress_and_a_large_one_is_refused() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "remote", json!({})).await;
+    let id = api::create_task(&c, "remote", &Default::default()).await.unwrap();
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&[], 64 * 1024));
+    let post = |uri: &'static str, body: serde_json::Value| {
+        let app = app.clone();
+        async move {
+            let (status, _, bytes) =
+                common::request(&app, "POST", uri, Some(body.to_string()), Some("application/json"), None).await;
+            (status.as_u16(), serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default())
+        }
+    };
+    let (status, held) = post("/v1/worker/hold", json!({"worker_id": "far", "type": "remote", "limit": 1})).await;
+    assert_eq!(status, 200, "{held}");
+    let claim_seq = held["tasks"][0]["claim_seq"].clone();
+    let (status, body) = post(
+        "/v1/worker/heartbeat",
+        json!({"worker_id": "far", "task_id": id.as_str(), "claim_seq": claim_seq, "progress": {"step": 2, "of": 5}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!(t.progress, Some(json!({"step": 2, "of": 5})));
+    let big = "x".repeat(5000);
+    let (status, _) = post(
+        "/v1/worker/heartbeat",
+        json!({"worker_id": "far", "task_id": id.as_str(), "claim_seq": claim_seq, "progress": {"m": big}}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(api::get_task(&c, id.as_str()).await.unwrap().unwrap().progress, Some(json!({"step": 2, "of": 5})));
+}

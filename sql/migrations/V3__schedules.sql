@@ -84,3 +84,6 @@ create index unique_keys_expires on asyncflow.unique_keys (expires_at) where exp
 -- them go
 drop function if exists asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text);
 drop function if exists asyncflow.create_task_general(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text);
+
+-- A running call's progress (a small JSON value), set by the worker's heartbeats.
+alter table asyncflow.tasks add column progress jsonb;

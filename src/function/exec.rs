@@ -4,8 +4,8 @@
 //!   worker ── StageCall JSON ──> stdin   ┐
 //!          ── ASYNCFLOW_* env ─────────> │ the function's process (its own process group,
 //!   worker <── one reply object ─ stdout │ working directory = its folder)
-//!   log    <── lines ─────────── stderr  ┘
-//! ```
+//!   log    <── lines ─────────── stderr  ┘   (a line `asyncflow:progress <json>` is the call's
+//! ```                                          progress instead: see [`PROGRESS_PREFIX`])
 //!
 //! Exit 0 means "the reply is on stdout". A non-zero exit, a reply that is not one of the four
 //! forms, or stdout past the limit (which kills the process group at once) is a failure with
@@ -33,6 +33,10 @@ pub const WORKER_CREDENTIALS: [&str; 4] =
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
 /// How much of stderr is kept for the error message.
 const STDERR_TAIL_BYTES: usize = 2048;
+/// A stderr line starting with this reports the call's progress: the rest of the line is a JSON
+/// value of at most [`crate::function::PROGRESS_BYTES_MAX`] bytes, sent with the worker's next
+/// heartbeat and shown by `get_task` as `progress`. It is not logged.
+pub const PROGRESS_PREFIX: &str = "asyncflow:progress ";
 /// Longest piece of a stderr line logged at once.
 const STDERR_LINE_BYTES: usize = 4096;
 /// How long the pipes are read after the process exited and its group was killed: only a
@@ -191,6 +195,7 @@ impl ExecInner {
             }
         };
         let (name, task) = (self.name.clone(), call.task_id.clone());
+        let progress = call.progress.clone();
         let kept = &mut err;
         let read_err = async move {
             // Read as bytes to the end whatever they are: a line that is not UTF-8 is logged
@@ -201,7 +206,15 @@ impl ExecInner {
             let mut chunk = [0u8; 8192];
             let log = |line: &[u8]| {
                 let text = String::from_utf8_lossy(line);
-                tracing::info!(function = %name, task = %task, "stderr: {}", text.trim_end_matches(['\r', '\n']));
+                let text = text.trim_end_matches(['\r', '\n']);
+                // `asyncflow:progress <json>`: the call's progress, sent with the next heartbeat
+                if let Some(json) = text.strip_prefix(PROGRESS_PREFIX) {
+                    match serde_json::from_str(json).map_err(|e| e.to_string()).and_then(|v| progress.report(v)) {
+                        Ok(()) => return,
+                        Err(e) => tracing::warn!(function = %name, task = %task, error = %e, "progress line not taken"),
+                    }
+                }
+                tracing::info!(function = %name, task = %task, "stderr: {}", text);
             };
             loop {
                 let n = match stderr.read(&mut chunk).await {

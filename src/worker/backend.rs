@@ -420,7 +420,7 @@ impl RemoteClient {
             .zip(results)
             .map(|(report, r)| {
                 // A report answered for good ends the call; an accepted heartbeat does not.
-                if !r.accepted || !matches!(report.kind, ReportKind::Heartbeat) {
+                if !r.accepted || !matches!(report.kind, ReportKind::Heartbeat { .. }) {
                     outstanding.remove(report.task_id.as_str());
                 }
                 ReportResult {

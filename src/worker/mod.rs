@@ -204,6 +204,9 @@ struct InFlight {
     lease_secs: i64,
     /// Fired when the lease is lost: the call is abandoned without a report.
     lost: CancellationToken,
+    /// The call's progress, and the version of it the last accepted heartbeat carried.
+    progress: crate::function::Progress,
+    progress_sent: u64,
 }
 
 /// What producers, executors and the heartbeater share.

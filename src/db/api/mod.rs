@@ -304,7 +304,8 @@ pub async fn report_tasks<C: GenericClient>(
             ReportKind::Fail { error, retry } => ("fail", None, None, None, Some(error.as_str()), Some(*retry), None),
             ReportKind::Later { delay, context } => ("later", None, context.as_ref(), None, None, None, Some(*delay)),
             ReportKind::Release => ("release", None, None, None, None, None, None),
-            ReportKind::Heartbeat => ("heartbeat", None, None, None, None, None, None),
+            // a heartbeat's progress travels in the context slot, which a heartbeat has no use for
+            ReportKind::Heartbeat { progress } => ("heartbeat", None, progress.as_ref(), None, None, None, None),
         };
         outcomes.push(outcome);
         stages.push(stage);

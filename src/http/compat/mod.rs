@@ -344,7 +344,7 @@ fn decide(task: &Task, r: SetReport, now: i64) -> Result<ReportKind, Failure> {
                     "status 2 (processing) keeps the task as it is; report status 1 to change its stage or context",
                 ));
             }
-            ReportKind::Heartbeat
+            ReportKind::Heartbeat { progress: None }
         }
     })
 }
