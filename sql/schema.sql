@@ -304,6 +304,14 @@ CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 4 lines, sha256 6e902ec7cc94598f
 
+CREATE FUNCTION asyncflow.rate_allowance(p_task_type text, p_now timestamp with time zone) RETURNS integer
+    LANGUAGE sql
+    AS -- body: 6 lines, sha256 fd3256c71e1f1dc2
+
+CREATE FUNCTION asyncflow.rate_spend(p_task_type text, p_started integer) RETURNS void
+    LANGUAGE sql
+    AS -- body: 1 lines, sha256 5d04faf5a1df0948
+
 CREATE FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -467,6 +475,11 @@ CREATE FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 39 lines, sha256 adea781dba7b642d
 
+CREATE FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 24 lines, sha256 db87ff8af6d628aa
+
 CREATE FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -547,6 +560,7 @@ CREATE TABLE asyncflow.task_types (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     fair_queues boolean DEFAULT false NOT NULL,
     queue_concurrency integer,
+    rate_limited boolean DEFAULT false NOT NULL,
     CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
     CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
     CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
@@ -841,6 +855,17 @@ CREATE VIEW asyncflow.queue_depth AS
            FROM asyncflow.tasks t
           WHERE ((t.task_type = y.task_type) AND (t.status = 'running'::asyncflow.task_status))) r ON (true));
 
+CREATE TABLE asyncflow.rate_limits (
+    task_type text NOT NULL,
+    max_starts integer NOT NULL,
+    period double precision NOT NULL,
+    tokens double precision NOT NULL,
+    refilled_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT rate_limits_max_starts_check CHECK (((max_starts >= 1) AND (max_starts <= 1000000))),
+    CONSTRAINT rate_limits_period_check CHECK (((period >= (0.001)::double precision) AND (period <= (86400)::double precision)))
+);
+
 CREATE TABLE asyncflow.refinery_schema_history (
     version integer NOT NULL,
     name character varying(255),
@@ -988,6 +1013,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (task_type, queue_key);
 
+ALTER TABLE ONLY asyncflow.rate_limits
+    ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (task_type);
+
 ALTER TABLE ONLY asyncflow.refinery_schema_history
     ADD CONSTRAINT refinery_schema_history_pkey PRIMARY KEY (version);
 
@@ -1091,6 +1119,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
+ALTER TABLE ONLY asyncflow.rate_limits
+    ADD CONSTRAINT rate_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
 ALTER TABLE ONLY asyncflow.schedule_ticks
     ADD CONSTRAINT schedule_ticks_schedule_fkey FOREIGN KEY (schedule) REFERENCES asyncflow.schedules(name) ON DELETE CASCADE;
@@ -1230,6 +1261,10 @@ GRANT ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_lim
 
 REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.rate_allowance(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.rate_spend(p_task_type text, p_started integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) FROM PUBLIC;
@@ -1280,6 +1315,9 @@ REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolea
 
 REVOKE ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone) TO asyncflow_client;

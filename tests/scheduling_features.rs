@@ -269,3 +269,102 @@ async fn a_heartbeat_over_the_worker_protocol_carries_progress_and_a_large_one_i
     assert_eq!(status, 400);
     assert_eq!(api::get_task(&c, id.as_str()).await.unwrap().unwrap().progress, Some(json!({"step": 2, "of": 5})));
 }
+
+/// Two workers claim a type limited to 10 starts a second for 30 s: the starts in any 30 s
+/// stay within 10 % of 300 (plus the bucket's first 10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_limit_holds_within_ten_percent_over_30_s_across_two_workers() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "limited", json!({"schedule_interval": 0.05, "schedule_limit": 50})).await;
+    let set = api::set_rate_limit(&c, "limited", Some(10), 1.0).await.unwrap();
+    assert_eq!((set["max_starts"].as_i64(), set["period"].as_f64()), (Some(10), Some(1.0)));
+    let tasks: Vec<serde_json::Value> = (0..1000).map(|_| json!({})).collect();
+    c.execute("select asyncflow.create_tasks('limited', $1)", &[&json!(tasks)]).await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut workers = Vec::new();
+    for n in 0..2 {
+        let config = asyncflow::worker::WorkerConfig {
+            worker_id: asyncflow::WorkerId::new(&format!("rate-{n}")).unwrap(),
+            concurrency: 20,
+            ..worker_config()
+        };
+        let worker = asyncflow::worker::Worker::new(db.pool.clone(), db.url.clone(), config).register(
+            asyncflow::TypeName::new("limited").unwrap(),
+            |_call: asyncflow::function::StageCall| async {
+                asyncflow::function::StageReply::Succeeded { result: json!({}) }
+            },
+            None,
+            Default::default(),
+        );
+        workers.push(tokio::spawn(worker.run(stop.clone())));
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(33)).await;
+    stop.cancel();
+    let mut by_worker = Vec::new();
+    for w in workers {
+        by_worker.push(w.await.unwrap().unwrap());
+    }
+    // starts in the 30 s from the first one, by their claim times
+    let row = c
+        .query_one(
+            "with s as (select min(claimed_at) as first from asyncflow.tasks where task_type = 'limited')
+             select count(*) filter (where t.claimed_at < s.first + interval '30 seconds'),
+               count(distinct t.owner) filter (where t.claimed_at < s.first + interval '30 seconds')
+             from asyncflow.tasks t, s where t.task_type = 'limited' and t.claimed_at is not null",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (started, owners): (i64, i64) = (row.get(0), row.get(1));
+    eprintln!("started in 30 s: {started} (limit 300 + a bucket of 10), by {owners} workers");
+    assert_eq!(owners, 2, "both workers started tasks");
+    assert!((270..=330).contains(&started), "{started} starts in 30 s at 10 per second");
+    // without the limit the same workers start far more: the limit, not the workers, held it
+    api::set_rate_limit(&c, "limited", None, 1.0).await.unwrap();
+    let w = asyncflow::WorkerId::new("unlimited").unwrap();
+    assert_eq!(api::claim_tasks(&c, "limited", &w, 50, None).await.unwrap().len(), 50);
+}
+
+#[tokio::test]
+async fn a_rate_limit_bounds_plain_and_fair_claims_and_refills_with_the_clock() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    let w = asyncflow::WorkerId::new("w").unwrap();
+    register(&**c, "plain", json!({})).await;
+    register(&**c, "fair", json!({"fair_queues": true})).await;
+    let t0 = at(0);
+    for ty in ["plain", "fair"] {
+        // 5 starts per hour: a bucket of 5, one more token every 720 s
+        api::set_rate_limit(&c, ty, Some(5), 3600.0).await.unwrap();
+        let tasks: Vec<serde_json::Value> = (0..20).map(|i| json!({"queue_key": format!("k{i}")})).collect();
+        c.execute(
+            "select asyncflow.create_tasks($1, $2, $3)",
+            &[&ty, &json!(tasks), &(t0 - chrono::Duration::hours(1))],
+        )
+        .await
+        .unwrap();
+        c.execute("update asyncflow.rate_limits set refilled_at = $1 where task_type = $2", &[&t0, &ty]).await.unwrap();
+        let claim = |secs: i64| {
+            let c = &c;
+            let w = &w;
+            async move { api::claim_tasks(c, ty, w, 20, Some(t0 + chrono::Duration::seconds(secs))).await.unwrap().len() }
+        };
+        assert_eq!(claim(0).await, 5, "{ty}: the bucket");
+        assert_eq!(claim(1).await, 0, "{ty}: empty");
+        assert_eq!(claim(1441).await, 2, "{ty}: two tokens after 1440 s");
+        // the held claim of a plain type goes through the limited claim too
+        let held: i64 = c
+            .query_one(&format!("select count(*) from asyncflow.type_hold__{ty}('w', 20)"), &[])
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        assert_eq!(held, 0, "{ty}: a hold took {held} with no token left");
+        api::set_rate_limit(&c, ty, None, 1.0).await.unwrap();
+        assert!(claim(1442).await >= 10, "{ty}: no limit, no bound");
+    }
+    let e = c.query_one("select asyncflow.set_rate_limit('plain', 0)", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "AF006");
+    let e = c.query_one("select asyncflow.set_rate_limit('nope', 1)", &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "AF001");
+}

@@ -87,3 +87,17 @@ drop function if exists asyncflow.create_task_general(text, jsonb, integer, time
 
 -- A running call's progress (a small JSON value), set by the worker's heartbeats.
 alter table asyncflow.tasks add column progress jsonb;
+
+-- Rate limits: a type's claims start at most max_starts tasks per period seconds, across all
+-- workers (a token bucket of max_starts tokens, refilled continuously). rate_limited on the type
+-- tells its claim to look, so types without a limit read nothing more.
+alter table asyncflow.task_types add column rate_limited boolean not null default false;
+
+create table asyncflow.rate_limits (
+  task_type text primary key references asyncflow.task_types on delete cascade,
+  max_starts integer not null check (max_starts between 1 and 1000000),
+  period double precision not null check (period between 0.001 and 86400),
+  tokens double precision not null,
+  refilled_at timestamptz not null,
+  updated_at timestamptz not null
+);

@@ -61,6 +61,12 @@ begin
       return;
     end if;
   end if;
+  if v_type.rate_limited then
+    v_limit := least(v_limit, coalesce(asyncflow.rate_allowance(v_task_type, v_now), v_limit));
+    if v_limit <= 0 then
+      return;
+    end if;
+  end if;
   perform set_config('synchronous_commit', 'off', true);
 
 
@@ -206,6 +212,9 @@ begin
     insert into asyncflow.queue_cursors as c (task_type, after_key, updated_at)
     values (v_task_type, v_at, v_now)
     on conflict (task_type) do update set after_key = excluded.after_key, updated_at = excluded.updated_at;
+  end if;
+  if v_type.rate_limited then
+    perform asyncflow.rate_spend(v_task_type, v_got);
   end if;
   if v_got > 0 then
     insert into asyncflow.type_counters as k (task_type, slot, claimed)

@@ -8,7 +8,7 @@
 -- its calls end: the calls that succeed while it is open go from 'pending' straight to
 -- 'succeeded'. While a hold is open its tasks read as 'pending' and cancel_task waits for it. If
 -- the worker dies, the transaction rolls back: the tasks are ready again at once and the try is
--- not counted. Types under a concurrency limit (which counts running rows), with fair_queues, or
+-- not counted. Types under a concurrency limit (which counts running rows) or a rate limit, with fair_queues, or
 -- watched by a pipeline (whose trigger follows running tasks) are claimed with type_claim__
 -- instead, and say so (held = false).
 -- Placeholders: {{hold}} this function, {{claim}} the type's claim, {{tasks}}, {{task_type}}.
@@ -33,7 +33,7 @@ begin
   if v_type.paused or coalesce(p_limit, 0) <= 0 then
     return;
   end if;
-  if v_type.concurrency is not null or v_type.fair_queues or exists (select 1 from pg_catalog.pg_trigger
+  if v_type.concurrency is not null or v_type.fair_queues or v_type.rate_limited or exists (select 1 from pg_catalog.pg_trigger
       where tgrelid = 'asyncflow.{{tasks}}'::regclass and tgname = 'tg_tasks__workflow') then
     return query select c.*, false from asyncflow.{{claim}}(p_owner, p_limit) c;
     return;

@@ -9,11 +9,13 @@ use tokio_postgres::Row;
 
 mod bench;
 mod migration;
+mod rate_limit;
 mod schedule;
 mod workflow;
 
 pub use bench::*;
 pub use migration::*;
+pub use rate_limit::*;
 pub use schedule::*;
 pub use workflow::*;
 
