@@ -277,8 +277,9 @@ async fn a_rate_limit_holds_within_ten_percent_over_30_s_across_two_workers() {
     let db = TestDb::new().await;
     let c = db.conn().await;
     register(&**c, "limited", json!({"schedule_interval": 0.05, "schedule_limit": 50})).await;
-    let set = api::set_rate_limit(&c, "limited", Some(10), 1.0).await.unwrap();
-    assert_eq!((set["max_starts"].as_i64(), set["period"].as_f64()), (Some(10), Some(1.0)));
+    let limit = |max_starts| asyncflow::task_type::RateLimit { max_starts, period: 1.0 };
+    let set = api::set_rate_limit(&c, "limited", &limit(Some(10))).await.unwrap();
+    assert_eq!(set, limit(Some(10)));
     let tasks: Vec<serde_json::Value> = (0..1000).map(|_| json!({})).collect();
     c.execute("select asyncflow.create_tasks('limited', $1)", &[&json!(tasks)]).await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -321,7 +322,7 @@ async fn a_rate_limit_holds_within_ten_percent_over_30_s_across_two_workers() {
     assert_eq!(owners, 2, "both workers started tasks");
     assert!((270..=330).contains(&started), "{started} starts in 30 s at 10 per second");
     // without the limit the same workers start far more: the limit, not the workers, held it
-    api::set_rate_limit(&c, "limited", None, 1.0).await.unwrap();
+    api::set_rate_limit(&c, "limited", &limit(None)).await.unwrap();
     let w = asyncflow::WorkerId::new("unlimited").unwrap();
     assert_eq!(api::claim_tasks(&c, "limited", &w, 50, None).await.unwrap().len(), 50);
 }
@@ -336,7 +337,8 @@ async fn a_rate_limit_bounds_plain_and_fair_claims_and_refills_with_the_clock() 
     let t0 = at(0);
     for ty in ["plain", "fair"] {
         // 5 starts per hour: a bucket of 5, one more token every 720 s
-        api::set_rate_limit(&c, ty, Some(5), 3600.0).await.unwrap();
+        let hourly = asyncflow::task_type::RateLimit { max_starts: Some(5), period: 3600.0 };
+        api::set_rate_limit(&c, ty, &hourly).await.unwrap();
         let tasks: Vec<serde_json::Value> = (0..20).map(|i| json!({"queue_key": format!("k{i}")})).collect();
         c.execute(
             "select asyncflow.create_tasks($1, $2, $3)",
@@ -360,9 +362,23 @@ async fn a_rate_limit_bounds_plain_and_fair_claims_and_refills_with_the_clock() 
             .map(|r| r.get(0))
             .unwrap_or(0);
         assert_eq!(held, 0, "{ty}: a hold took {held} with no token left");
-        api::set_rate_limit(&c, ty, None, 1.0).await.unwrap();
+        api::set_rate_limit(&c, ty, &asyncflow::task_type::RateLimit { max_starts: None, period: 1.0 }).await.unwrap();
         assert!(claim(1442).await >= 10, "{ty}: no limit, no bound");
     }
+    // over HTTP
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&[], 64 * 1024));
+    let put = |body: serde_json::Value| {
+        let app = app.clone();
+        async move {
+            let uri = "/v1/task-types/plain/rate-limit";
+            let (status, _, bytes) =
+                common::request(&app, "PUT", uri, Some(body.to_string()), Some("application/json"), None).await;
+            (status.as_u16(), serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default())
+        }
+    };
+    assert_eq!(put(json!({"max_starts": 3, "period": 2.5})).await, (200, json!({"max_starts": 3, "period": 2.5})));
+    assert_eq!(put(json!({"period": 2})).await.0, 400, "max_starts is required (null removes)");
+    assert_eq!(put(json!({"max_starts": null})).await, (200, json!({"max_starts": null, "period": 1.0})));
     let e = c.query_one("select asyncflow.set_rate_limit('plain', 0)", &[]).await.unwrap_err();
     assert_eq!(sqlstate(&e), "AF006");
     let e = c.query_one("select asyncflow.set_rate_limit('nope', 1)", &[]).await.unwrap_err();
