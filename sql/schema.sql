@@ -153,6 +153,11 @@ CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp 
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 45 lines, sha256 b7a447aad125c998
 
+CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 10000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 13 lines, sha256 cc48b80d4c87e218
+
 CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 18 lines, sha256 b1fe35c82cb5419d
@@ -1186,6 +1191,8 @@ REVOKE ALL ON FUNCTION asyncflow.create_type_functions(p_task_type text) FROM PU
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.ensure_run_day(p_day date) FROM PUBLIC;
 

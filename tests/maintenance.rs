@@ -421,6 +421,7 @@ async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
             "begin_advancer",
             "retention",
             "scheduler",
+            "unique_key_retention",
             "run_checker",
             "run_retention",
             "callbacks"

@@ -125,7 +125,10 @@ async fn a_unique_key_gives_one_task_per_window_and_outlives_the_tasks_shard() {
     assert_eq!(api::drop_expired_shards(&c, "hourly", Some(at(21))).await.unwrap(), vec![1]);
     assert!(api::get_task(&c, &first).await.unwrap().is_none(), "the task is gone with its shard");
     assert_eq!(unique(&**c, "hourly", "tenant-1", Some(3600), 30).await, first);
-    // after the window, a new task
+    // after the window, the key's row is dead weight that maintenance removes; a new task
+    let pruned = asyncflow::maintenance::UniqueKeyRetention::new(db.pool.clone(), std::time::Duration::from_secs(60));
+    let report = asyncflow::maintenance::Service::run_once(&pruned, Some(at(61))).await.unwrap();
+    assert_eq!(report.changed, 1, "tenant-1's hour is over, tenant-2's (from minute 10) is not");
     let second = unique(&**c, "hourly", "tenant-1", Some(3600), 61).await;
     assert_ne!(second, first);
     assert_eq!(unique(&**c, "hourly", "tenant-1", Some(3600), 62).await, second);

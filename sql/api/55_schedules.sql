@@ -256,3 +256,25 @@ begin
     and k.tick < (select s.last_tick - interval '1 day' from asyncflow.schedules s where s.name = p_name);
 end
 $$;
+
+-- drop_expired_unique_keys (maintenance): removes up to p_limit uniqueness keys whose window
+-- has ended (create_task's unique_for): such a key blocks nothing, so its row is dead weight.
+-- Keys held while a task is pending or running (no window) are replaced when next used.
+-- Returns how many went.
+create or replace function asyncflow.drop_expired_unique_keys(p_now timestamptz default null, p_limit integer default 10000)
+returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := asyncflow.check_now(p_now);
+  v_n integer;
+begin
+  delete from asyncflow.unique_keys k
+  where (k.task_type, k.unique_key) in (
+    select x.task_type, x.unique_key from asyncflow.unique_keys x
+    where x.expires_at is not null and x.expires_at <= v_now
+    order by x.expires_at limit greatest(coalesce(p_limit, 10000), 1)
+    for update skip locked);
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$$;

@@ -10,6 +10,7 @@
 //!     begin_advancer    begin_pos = oldest shard with a live task
 //!     retention         closed shards below end_pos, closed longer than retention -> dropped whole
 //!     scheduler         due ticks of periodic schedules -> one task or run per tick
+//!     unique keys       uniqueness keys whose window ended -> removed
 //!     ...               any other service the caller hands over (the workflows' checker, run
 //!                       retention and callback delivery)
 //! ```
@@ -31,7 +32,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 pub use rescuer::Rescuer;
-pub use scheduler::{Scheduler, SCHEDULE_INTERVAL_DEFAULT};
+pub use scheduler::{Scheduler, UniqueKeyRetention, SCHEDULE_INTERVAL_DEFAULT};
 pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
 
 use crate::db::DbPool;
@@ -99,7 +100,7 @@ impl Default for MaintenanceConfig {
 }
 
 /// The task engine's services, in the order a pass runs them: rescuer, shard roller, begin_pos
-/// advancer, retention, scheduler.
+/// advancer, retention, scheduler, uniqueness-key retention.
 pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Service>> {
     vec![
         Box::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
@@ -107,6 +108,7 @@ pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Servic
         Box::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
         Box::new(RetentionDropper::new(pool.clone(), config.retention_interval)),
         Box::new(Scheduler::new(pool.clone(), config.schedule_interval)),
+        Box::new(UniqueKeyRetention::new(pool.clone(), config.retention_interval)),
     ]
 }
 

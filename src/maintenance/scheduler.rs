@@ -1,4 +1,5 @@
-//! The scheduler: releases the due ticks of every periodic schedule.
+//! The scheduler: releases the due ticks of every periodic schedule. Also here, the time-based
+//! keys' retention: uniqueness keys whose window ended ([`UniqueKeyRetention`]).
 //!
 //! ```text
 //!   list_schedules ──> per schedule (not paused):
@@ -95,6 +96,49 @@ impl Service for Scheduler {
                 }
             }
             Ok(RunOnceReport { service: self.name(), changed: detail.len() as u64, detail })
+        })
+    }
+}
+
+/// Removes uniqueness keys whose window has ended (`create_task`'s `unique_for`), a batch at a
+/// time until none is left.
+pub struct UniqueKeyRetention {
+    pool: DbPool,
+    interval: Duration,
+}
+
+impl UniqueKeyRetention {
+    /// Most keys one statement removes.
+    const BATCH: i32 = 10_000;
+
+    /// The service, run every `interval`.
+    pub fn new(pool: DbPool, interval: Duration) -> Self {
+        UniqueKeyRetention { pool, interval }
+    }
+}
+
+impl Service for UniqueKeyRetention {
+    fn name(&self) -> &'static str {
+        "unique_key_retention"
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>> {
+        Box::pin(async move {
+            let client = self.pool.get().await?;
+            let mut changed = 0u64;
+            loop {
+                let n = api::drop_expired_unique_keys(&client, now, Self::BATCH).await?;
+                changed += u64::try_from(n).unwrap_or(0);
+                if n < Self::BATCH {
+                    break;
+                }
+            }
+            let detail = if changed > 0 { vec![format!("{changed} expired uniqueness keys")] } else { Vec::new() };
+            Ok(RunOnceReport { service: self.name(), changed, detail })
         })
     }
 }

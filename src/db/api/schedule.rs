@@ -67,3 +67,9 @@ pub async fn pause_schedule<C: GenericClient>(c: &C, name: &str, paused: bool) -
     let row = query_one(c, "select asyncflow.pause_schedule($1, $2) as s", &[&name, &paused]).await?;
     from_json(get(&row, "s")?, "schedule")
 }
+
+/// `asyncflow.drop_expired_unique_keys`: how many uniqueness keys whose window ended went.
+pub async fn drop_expired_unique_keys<C: GenericClient>(c: &C, now: Option<DateTime<Utc>>, limit: i32) -> Result<i32> {
+    let row = query_one(c, "select asyncflow.drop_expired_unique_keys($1, $2) as n", &[&now, &limit]).await?;
+    get(&row, "n")
+}
