@@ -76,6 +76,7 @@ CREATE TABLE asyncflow.task_types (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     fair_queues boolean DEFAULT false NOT NULL,
     queue_concurrency integer,
+    rate_limited boolean DEFAULT false NOT NULL,
     CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
     CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
     CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
@@ -92,7 +93,7 @@ CREATE TABLE asyncflow.task_types (
 CREATE FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 5 lines, sha256 76be2fa35b45fd82
+    AS -- body: 5 lines, sha256 306d1d62ab0ac03f
 
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -118,7 +119,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 58 lines, sha256 0693cccd4b0d2f17
+    AS -- body: 60 lines, sha256 9fe3a892f29697fa
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -165,14 +166,14 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
     LANGUAGE plpgsql
     AS -- body: 16 lines, sha256 9f86fc72b7da4a03
 
-CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 66 lines, sha256 f34185c6c97b373e
+    AS -- body: 66 lines, sha256 8e9fbf9b3d5f6df3
 
-CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 60 lines, sha256 aa66a4f08526c867
+    AS -- body: 97 lines, sha256 a2209c98593421f2
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -186,12 +187,17 @@ CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 49 lines, sha256 27e955b66ee40a71
+    AS -- body: 51 lines, sha256 4c014ec923ac3cf9
 
 CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 45 lines, sha256 b7a447aad125c998
+
+CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 10000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 13 lines, sha256 cc48b80d4c87e218
 
 CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
@@ -272,6 +278,11 @@ CREATE FUNCTION asyncflow.list_runs(pipeline text DEFAULT NULL::text, status tex
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 2bd34bfb5f6eae02
 
+CREATE FUNCTION asyncflow.list_schedules() RETURNS SETOF jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 1 lines, sha256 844774f9aa758bbf
+
 CREATE FUNCTION asyncflow.list_task_types() RETURNS SETOF jsonb
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -296,6 +307,11 @@ CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 22 lines, sha256 d0b208e4e7777b38
 
+CREATE FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with time zone, p_error text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 7 lines, sha256 66161c9f77bfca92
+
 CREATE FUNCTION asyncflow.now_ok(p_now timestamp with time zone) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 3 lines, sha256 2679eb18dab7798c
@@ -303,6 +319,11 @@ CREATE FUNCTION asyncflow.now_ok(p_now timestamp with time zone) RETURNS boolean
 CREATE FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) RETURNS record
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 2 lines, sha256 6c4ad30ff753c68a
+
+CREATE FUNCTION asyncflow.pause_schedule(name text, p_paused boolean, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 10 lines, sha256 5da15f1aeb7de77c
 
 CREATE FUNCTION asyncflow.pipeline_error(p_message text) RETURNS void
     LANGUAGE plpgsql
@@ -347,6 +368,14 @@ CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 4 lines, sha256 6e902ec7cc94598f
 
+CREATE FUNCTION asyncflow.rate_allowance(p_task_type text, p_now timestamp with time zone) RETURNS integer
+    LANGUAGE sql
+    AS -- body: 6 lines, sha256 fd3256c71e1f1dc2
+
+CREATE FUNCTION asyncflow.rate_spend(p_task_type text, p_started integer) RETURNS void
+    LANGUAGE sql
+    AS -- body: 1 lines, sha256 5d04faf5a1df0948
+
 CREATE FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean DEFAULT false, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -361,6 +390,16 @@ CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFA
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 58 lines, sha256 ce3e922e195e7a84
+
+CREATE FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 38 lines, sha256 e2840b7cd2d93258
+
+CREATE FUNCTION asyncflow.remove_schedule(name text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 4 lines, sha256 be39451313321399
 
 CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text DEFAULT 'claim'::text) RETURNS text
     LANGUAGE plpgsql STABLE
@@ -441,7 +480,10 @@ CREATE TABLE asyncflow.runs (
     total_cost_ms bigint,
     created_at timestamp with time zone NOT NULL,
     updated_at timestamp with time zone NOT NULL,
-    sub_runs integer DEFAULT 0 NOT NULL
+    sub_runs integer DEFAULT 0 NOT NULL,
+    schedule text,
+    tick timestamp with time zone,
+    idempotency_key text
 )
 PARTITION BY RANGE (day);
 
@@ -449,7 +491,39 @@ COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline ru
 
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 5 lines, sha256 e94d8f88cb962fe4
+    AS -- body: 6 lines, sha256 00ac2c5ed0f9c1f4
+
+CREATE TABLE asyncflow.schedules (
+    name text NOT NULL,
+    cron text NOT NULL,
+    time_zone text DEFAULT 'UTC'::text NOT NULL,
+    task_type text,
+    pipeline text,
+    spec jsonb NOT NULL,
+    missed text DEFAULT 'skip'::text NOT NULL,
+    max_catch_up integer DEFAULT 10 NOT NULL,
+    paused boolean DEFAULT false NOT NULL,
+    since timestamp with time zone NOT NULL,
+    next_tick timestamp with time zone,
+    last_tick timestamp with time zone,
+    last_task_id text,
+    last_run_id text,
+    last_released_at timestamp with time zone,
+    error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_check CHECK (((task_type IS NULL) <> (pipeline IS NULL))),
+    CONSTRAINT schedules_cron_check CHECK (((length(cron) >= 1) AND (length(cron) <= 200))),
+    CONSTRAINT schedules_max_catch_up_check CHECK (((max_catch_up >= 1) AND (max_catch_up <= 1000))),
+    CONSTRAINT schedules_missed_check CHECK ((missed = ANY (ARRAY['skip'::text, 'last'::text, 'all'::text]))),
+    CONSTRAINT schedules_name_check CHECK ((name ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
+    CONSTRAINT schedules_pipeline_check CHECK ((pipeline ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
+    CONSTRAINT schedules_task_type_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text))
+);
+
+CREATE FUNCTION asyncflow.schedule_json(s asyncflow.schedules) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS -- body: 5 lines, sha256 47a8a889f4a3acbc
 
 CREATE FUNCTION asyncflow.schema_state() RETURNS TABLE(version bigint, sql_api_checksum text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -469,6 +543,16 @@ CREATE FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 39 lines, sha256 adea781dba7b642d
+
+CREATE FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 24 lines, sha256 db87ff8af6d628aa
+
+CREATE FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 129 lines, sha256 f27984ed1d963908
 
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE
@@ -492,10 +576,10 @@ CREATE FUNCTION asyncflow.stage_time_totals() RETURNS TABLE(task_type text, stag
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 5 lines, sha256 cf200d72fcc61754
 
-CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, idempotency_key text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 6 lines, sha256 2abe3fd3798b1a2b
+    AS -- body: 27 lines, sha256 3a32587d78ad0580
 
 CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -533,13 +617,16 @@ CREATE TABLE asyncflow.tasks (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     finished_at timestamp with time zone,
-    run_ref text
+    run_ref text,
+    schedule text,
+    tick timestamp with time zone,
+    progress jsonb
 )
 PARTITION BY LIST (task_type);
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 9 lines, sha256 899a7ec28369e4c3
+    AS -- body: 10 lines, sha256 98bb5ea5adccbce0
 
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -835,6 +922,17 @@ CREATE VIEW asyncflow.queue_depth AS
            FROM asyncflow.tasks t
           WHERE ((t.task_type = y.task_type) AND (t.status = 'running'::asyncflow.task_status))) r ON (true));
 
+CREATE TABLE asyncflow.rate_limits (
+    task_type text NOT NULL,
+    max_starts integer NOT NULL,
+    period double precision NOT NULL,
+    tokens double precision NOT NULL,
+    refilled_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT rate_limits_max_starts_check CHECK (((max_starts >= 1) AND (max_starts <= 1000000))),
+    CONSTRAINT rate_limits_period_check CHECK (((period >= (0.001)::double precision) AND (period <= (86400)::double precision)))
+);
+
 CREATE TABLE asyncflow.refinery_schema_history (
     version integer NOT NULL,
     name character varying(255),
@@ -846,6 +944,15 @@ CREATE TABLE asyncflow.run_days (
     day date NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     dropped_at timestamp with time zone
+);
+
+CREATE TABLE asyncflow.run_idempotency_keys (
+    pipeline text NOT NULL,
+    idempotency_key text NOT NULL,
+    run_id text NOT NULL,
+    day date NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT run_idempotency_keys_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255)))
 );
 
 CREATE TABLE asyncflow.run_segments (
@@ -891,6 +998,14 @@ CREATE TABLE asyncflow.run_traces (
 )
 PARTITION BY RANGE (day);
 
+CREATE TABLE asyncflow.schedule_ticks (
+    schedule text NOT NULL,
+    tick timestamp with time zone NOT NULL,
+    task_id text,
+    run_id text,
+    created_at timestamp with time zone NOT NULL
+);
+
 CREATE TABLE asyncflow.shards (
     task_type text NOT NULL,
     shard integer NOT NULL,
@@ -925,6 +1040,16 @@ CREATE TABLE asyncflow.type_counters (
     rescued bigint DEFAULT 0 NOT NULL
 );
 
+CREATE TABLE asyncflow.unique_keys (
+    task_type text NOT NULL,
+    unique_key text NOT NULL,
+    shard integer NOT NULL,
+    id bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT unique_keys_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255)))
+);
+
 ALTER TABLE ONLY asyncflow.callbacks
     ADD CONSTRAINT callbacks_pkey PRIMARY KEY (callback_id, day);
 
@@ -955,6 +1080,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (task_type, queue_key);
 
+ALTER TABLE ONLY asyncflow.rate_limits
+    ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (task_type);
+
 ALTER TABLE ONLY asyncflow.refinery_schema_history
     ADD CONSTRAINT refinery_schema_history_pkey PRIMARY KEY (version);
 
@@ -964,6 +1092,9 @@ ALTER TABLE ONLY asyncflow.run_days
 ALTER TABLE ONLY asyncflow.run_events
     ADD CONSTRAINT run_events_pkey PRIMARY KEY (event_id, day);
 
+ALTER TABLE ONLY asyncflow.run_idempotency_keys
+    ADD CONSTRAINT run_idempotency_keys_pkey PRIMARY KEY (pipeline, idempotency_key);
+
 ALTER TABLE ONLY asyncflow.run_segments
     ADD CONSTRAINT run_segments_pkey PRIMARY KEY (segment_id, day);
 
@@ -972,6 +1103,12 @@ ALTER TABLE ONLY asyncflow.run_traces
 
 ALTER TABLE ONLY asyncflow.runs
     ADD CONSTRAINT runs_pkey PRIMARY KEY (run_id, day);
+
+ALTER TABLE ONLY asyncflow.schedule_ticks
+    ADD CONSTRAINT schedule_ticks_pkey PRIMARY KEY (schedule, tick);
+
+ALTER TABLE ONLY asyncflow.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
 
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_pkey PRIMARY KEY (task_type, shard);
@@ -988,6 +1125,9 @@ ALTER TABLE ONLY asyncflow.task_types
 ALTER TABLE ONLY asyncflow.type_counters
     ADD CONSTRAINT type_counters_pkey PRIMARY KEY (task_type, slot);
 
+ALTER TABLE ONLY asyncflow.unique_keys
+    ADD CONSTRAINT unique_keys_pkey PRIMARY KEY (task_type, unique_key);
+
 CREATE INDEX callbacks_due ON ONLY asyncflow.callbacks USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 
 CREATE INDEX callbacks_run ON ONLY asyncflow.callbacks USING btree (run_id);
@@ -999,6 +1139,8 @@ CREATE UNIQUE INDEX pipelines_one_active ON asyncflow.pipelines USING btree (nam
 CREATE INDEX run_events_deadline ON ONLY asyncflow.run_events USING btree (deadline) WHERE (status = ANY (ARRAY['pending'::text, 'running'::text, 'external'::text]));
 
 CREATE INDEX run_events_run ON ONLY asyncflow.run_events USING btree (run_id);
+
+CREATE INDEX run_idempotency_keys_day ON asyncflow.run_idempotency_keys USING btree (day);
 
 CREATE INDEX run_segments_deadline ON ONLY asyncflow.run_segments USING btree (deadline) WHERE (status = ANY (ARRAY['pending'::text, 'running'::text]));
 
@@ -1013,6 +1155,8 @@ CREATE INDEX runs_open ON ONLY asyncflow.runs USING btree (status, deadline) WHE
 CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created_at);
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
+
+CREATE INDEX unique_keys_expires ON asyncflow.unique_keys USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
 CREATE TRIGGER tg_config__enqueue_info AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON asyncflow.config FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
 
@@ -1043,8 +1187,17 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
+ALTER TABLE ONLY asyncflow.rate_limits
+    ADD CONSTRAINT rate_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
+ALTER TABLE ONLY asyncflow.schedule_ticks
+    ADD CONSTRAINT schedule_ticks_schedule_fkey FOREIGN KEY (schedule) REFERENCES asyncflow.schedules(name) ON DELETE CASCADE;
+
 ALTER TABLE ONLY asyncflow.shards
     ADD CONSTRAINT shards_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
+ALTER TABLE ONLY asyncflow.unique_keys
+    ADD CONSTRAINT unique_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
 GRANT USAGE ON SCHEMA asyncflow TO asyncflow_client;
 GRANT USAGE ON SCHEMA asyncflow TO asyncflow_worker;
@@ -1092,10 +1245,10 @@ GRANT ALL ON FUNCTION asyncflow.count_by_status(p_task_type text) TO asyncflow_c
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) TO asyncflow_client;
@@ -1105,6 +1258,8 @@ REVOKE ALL ON FUNCTION asyncflow.create_type_functions(p_task_type text) FROM PU
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.ensure_run_day(p_day date) FROM PUBLIC;
 
@@ -1148,6 +1303,9 @@ GRANT ALL ON FUNCTION asyncflow.list_pipelines() TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_runs(pipeline text, status text, p_limit integer, p_before text) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.list_schedules() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.list_schedules() TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.list_task_types() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_task_types() TO asyncflow_client;
 
@@ -1161,9 +1319,14 @@ REVOKE ALL ON FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;
 
+REVOKE ALL ON FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with time zone, p_error text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.now_ok(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.pause_schedule(name text, p_paused boolean, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.pause_schedule(name text, p_paused boolean, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.pipeline_error(p_message text) FROM PUBLIC;
 
@@ -1181,12 +1344,21 @@ GRANT ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_lim
 
 REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.rate_allowance(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.rate_spend(p_task_type text, p_started integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.record_callback(p_callback_id text, p_attempt integer, p_http_status integer, p_error text, p_cost_ms integer, p_give_up boolean, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.register_task_type(task_type text, settings jsonb) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick timestamp with time zone, p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.remove_schedule(name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.remove_schedule(name text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text) FROM PUBLIC;
 
@@ -1217,6 +1389,8 @@ REVOKE ALL ON FUNCTION asyncflow.run_day(p_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.run_json(r asyncflow.runs) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.schedule_json(s asyncflow.schedules) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.schema_state() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.schema_state() TO asyncflow_client;
 
@@ -1227,6 +1401,12 @@ REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolea
 
 REVOKE ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) FROM PUBLIC;
 
@@ -1240,8 +1420,8 @@ REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.stage_time_totals() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.stage_time_totals() TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_counter_totals() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.task_counter_totals() TO asyncflow_client;

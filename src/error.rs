@@ -53,6 +53,9 @@ pub enum Error {
     /// AF013: the run or node is not in a state that allows the operation.
     #[error("{0}")]
     WrongState(String),
+    /// AF014: no schedule with that name.
+    #[error("{0}")]
+    UnknownSchedule(String),
     /// Another database error (connection, SQL, constraint). Not for clients' eyes.
     #[error("database error: {}", db_text(.0))]
     Database(#[from] tokio_postgres::Error),
@@ -205,6 +208,7 @@ impl Error {
             "AF011" => Error::UnknownPipeline(message),
             "AF012" => Error::UnknownRun(message),
             "AF013" => Error::WrongState(message),
+            "AF014" => Error::UnknownSchedule(message),
             _ if *db.code() == SqlState::INVALID_TEXT_REPRESENTATION => Error::InvalidArgument(message),
             // a NUL character (U+0000), which PostgreSQL text and JSON strings cannot hold: the
             // client's input, never the server's trouble
@@ -252,6 +256,7 @@ impl Error {
                 | Error::UnknownPipeline(_)
                 | Error::UnknownRun(_)
                 | Error::WrongState(_)
+                | Error::UnknownSchedule(_)
         )
     }
 }

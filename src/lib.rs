@@ -27,7 +27,7 @@
 //!
 //! ## Module map
 //! - [`db`]: pool, embedded PostgreSQL, migrations, [`db::api`] (the only SQL text), LISTEN.
-//! - [`task`], [`task_type`], [`run`], [`ids`]: the data the SQL API takes and gives.
+//! - [`task`], [`task_type`], [`run`], [`schedule`], [`ids`]: the data the SQL API takes and gives.
 //! - [`client`]: enqueue and admin from Rust.
 //! - [`worker`]: producer / executor / reporter running [`function`]s, on the database or on a
 //!   server through the HTTP worker protocol.
@@ -73,6 +73,7 @@ pub mod out;
 pub mod protocol;
 pub mod reaper;
 pub mod run;
+pub mod schedule;
 pub mod task;
 pub mod task_type;
 pub mod worker;

@@ -167,6 +167,10 @@ pub struct ReportRequest {
     pub retry: Option<bool>,
     /// later: seconds until the task is ready again (required).
     pub delay: Option<f64>,
+    /// heartbeat: the call's progress, a small JSON value (shown by `get_task`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<Value>,
 }
 
 /// An accepted report on one task.

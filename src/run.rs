@@ -30,6 +30,10 @@ pub struct StartRun {
     /// A given version instead of the active one (not a retired one).
     #[serde(default)]
     pub version: Option<i32>,
+    /// A second start with the same pipeline and key starts nothing and answers the first run's
+    /// id (1 to 255 characters), for as long as that run's records are kept.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 /// One callback due for delivery (`asyncflow.claim_callbacks`).

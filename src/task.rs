@@ -134,11 +134,21 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub raw: Option<serde_json::Map<String, Value>>,
+    /// The periodic schedule that released it, if any.
+    #[serde(default)]
+    pub schedule: Option<String>,
+    /// The schedule's tick it was released for.
+    #[serde(default)]
+    pub tick: Option<DateTime<Utc>>,
+    /// The latest progress its running call reported (with a heartbeat).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<Value>,
 }
 
 /// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`
 /// is None, and a field left out is an error (serde reads a plain `Option` left out as None).
-fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+pub(crate) fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     Option::<T>::deserialize(d)
 }
 
@@ -178,6 +188,15 @@ pub struct NewTask {
     /// by turns (a crawler's site, a tenant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_key: Option<String>,
+    /// Uniqueness by key within the type (1 to 255 characters): while the key's newest task
+    /// blocks (see `unique_for`), its id is answered and nothing is created. One task at a time
+    /// (`create_task` only; `create_tasks` refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<String>,
+    /// With `unique_key`: the window in seconds (1..=31,536,000) from the key's newest task's
+    /// creation; absent: for as long as that task is pending or running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_for: Option<i32>,
 }
 
 impl NewTask {
@@ -269,8 +288,13 @@ pub enum ReportKind {
     },
     /// Handed back unfinished (shutdown): ready again at once, the try given back.
     Release,
-    /// Still working: extend the lease.
-    Heartbeat,
+    /// Still working: extend the lease, and set the task's progress when given.
+    Heartbeat {
+        /// The call's progress, a small JSON value (shown by `get_task`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
+        progress: Option<Value>,
+    },
 }
 
 /// A report on one claimed task, fenced by its claim.

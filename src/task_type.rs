@@ -90,3 +90,23 @@ pub struct TaskTypeUpdate {
     #[schema(value_type = Option<i32>, nullable)]
     pub queue_concurrency: Option<Option<i32>>,
 }
+
+/// A type's rate limit (`asyncflow.set_rate_limit`): at most `max_starts` task starts per
+/// `period` seconds, across all workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Most starts per period, 1 to 1,000,000; null removes the limit. Required: a body that
+    /// leaves it out is refused rather than read as a removal.
+    #[serde(deserialize_with = "crate::task::nullable")]
+    #[schema(nullable, required = true)]
+    pub max_starts: Option<i32>,
+    /// The period in seconds, 0.001 to 86,400 (default 1).
+    #[serde(default = "one_second")]
+    #[schema(default = 1.0)]
+    pub period: f64,
+}
+
+fn one_second() -> f64 {
+    1.0
+}

@@ -22,6 +22,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
         queue_key: None,
         cancel: Default::default(),
+        progress: Default::default(),
     }
 }
 

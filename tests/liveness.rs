@@ -865,6 +865,7 @@ async fn the_stage_call_carries_the_tasks_queue_key() {
         deadline: chrono::Utc::now(),
         queue_key: Some("site-a".into()),
         cancel: Default::default(),
+        progress: Default::default(),
     };
     assert_eq!(serde_json::to_value(&call).unwrap()["queue_key"], "site-a");
 }

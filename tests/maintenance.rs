@@ -415,7 +415,17 @@ async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
     let names: Vec<&str> = reports.iter().map(|r| r.service).collect();
     assert_eq!(
         names,
-        vec!["rescuer", "shard_roller", "begin_advancer", "retention", "run_checker", "run_retention", "callbacks"]
+        vec![
+            "rescuer",
+            "shard_roller",
+            "begin_advancer",
+            "retention",
+            "scheduler",
+            "unique_key_retention",
+            "run_checker",
+            "run_retention",
+            "callbacks"
+        ]
     );
 }
 

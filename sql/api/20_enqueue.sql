@@ -192,7 +192,7 @@ begin
 end
 $_$;
 
-create or replace function asyncflow.create_task(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text) returns text
+create or replace function asyncflow.create_task(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer) returns text
     language plpgsql security definer
     as $_$
 declare
@@ -214,7 +214,7 @@ begin
   -- take the collation of the call's arguments, and under a nondeterministic one of the
   -- caller's (CREATE COLLATION needs no privilege) 'a_b' = 'ab', so the lookup would find
   -- another type's row.
-  if idempotency_key is null then
+  if idempotency_key is null and unique_key is null then
     -- What the checks and the row need, in one read of enqueue_info (one table, not task_types,
     -- positions and config: each table read costs a transaction about 25,000 instructions); the
     -- checks in one expression, the same as create_task_general's; the wake written out
@@ -259,11 +259,11 @@ begin
   end if;
   -- the explicit collation makes the call's, so every text parameter's, the default one
   return asyncflow.create_task_general(create_task.task_type collate pg_catalog."default", context, priority, run_at, stage,
-    idempotency_key, user_id, p_now, queue_key);
+    idempotency_key, user_id, p_now, queue_key, unique_key, unique_for);
 end
 $_$;
 
-create or replace function asyncflow.create_task_general(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text) returns text
+create or replace function asyncflow.create_task_general(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer) returns text
     language plpgsql security definer
     set search_path to 'pg_catalog', 'pg_temp'
     as $_$
@@ -274,7 +274,44 @@ declare
   v_pos integer;
   v_id bigint;
   v_max_bytes integer;
+  v_unique asyncflow.unique_keys;
+  v_key record;
+  v_task_id text;
 begin
+  -- With a unique key: the key's newest task while it blocks (inside its window, or pending or
+  -- running), else a new task that becomes the key's. The key's row is taken first (inserted,
+  -- or locked): a concurrent call with the same key waits, then sees the task made here.
+  if unique_key is not null then
+    if length(unique_key) not between 1 and 255 then
+      perform asyncflow.raise_error('AF006', 'unique_key must be a string of 1 to 255 characters');
+    elsif unique_for is not null and unique_for not between 1 and 31536000 then
+      perform asyncflow.raise_error('AF006', format('unique_for must be between 1 and 31536000 seconds, got %s', unique_for));
+    end if;
+    if not exists (select 1 from asyncflow.task_types y where y.task_type = create_task_general.task_type) then
+      perform asyncflow.check_type_name(create_task_general.task_type);
+      perform asyncflow.raise_error('AF001', format('unknown task type %L', create_task_general.task_type));
+    end if;
+    insert into asyncflow.unique_keys (task_type, unique_key, shard, id, created_at, expires_at)
+    values (create_task_general.task_type, unique_key, 0, 0, v_now, null)
+    on conflict do nothing;
+    if not found then
+      select * into v_unique from asyncflow.unique_keys k
+      where k.task_type = create_task_general.task_type and k.unique_key = create_task_general.unique_key for update;
+      if (v_unique.expires_at is not null and v_unique.expires_at > v_now)
+        or (v_unique.expires_at is null and exists (select 1 from asyncflow.tasks t
+          where t.task_type = v_unique.task_type and t.shard = v_unique.shard and t.id = v_unique.id
+            and t.status in ('pending', 'running'))) then
+        return asyncflow.format_task_id(v_unique.task_type, v_unique.shard, v_unique.id);
+      end if;
+    end if;
+    v_task_id := asyncflow.create_task_general(create_task_general.task_type, context, priority, run_at, stage,
+      idempotency_key, user_id, p_now, queue_key);
+    select * into v_key from asyncflow.parse_task_id(v_task_id);
+    update asyncflow.unique_keys k set shard = v_key.shard, id = v_key.id, created_at = v_now,
+      expires_at = v_now + make_interval(secs => unique_for)
+    where k.task_type = create_task_general.task_type and k.unique_key = create_task_general.unique_key;
+    return v_task_id;
+  end if;
   -- Without an idempotency key: the checks, each with its error, then one INSERT ... VALUES.
   if idempotency_key is null then
     select * into v_type from asyncflow.task_types y where y.task_type = create_task_general.task_type;

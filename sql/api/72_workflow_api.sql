@@ -7,6 +7,10 @@
 -- With run_at in the future the run waits until then (the checker begins it). Returns the run id.
 -- The input obeys the JSON rule (asyncflow.json_ok) here, where it comes in; the inputs the engine
 -- makes for sub-pipeline runs from it are not checked again.
+-- With an idempotency key (1 to 255 characters), a second call with the same pipeline and key
+-- starts nothing and returns the first call's run id (whatever its input), for as long as that
+-- run's records are kept. Locks: the key's row (a concurrent call with the same key waits for
+-- the first to commit or roll back).
 create or replace function asyncflow.start_run(
   pipeline text,
   input jsonb default '{}',
@@ -14,14 +18,36 @@ create or replace function asyncflow.start_run(
   run_at timestamptz default null,
   notify_key text default null,
   version integer default null,
-  p_now timestamptz default null
+  p_now timestamptz default null,
+  idempotency_key text default null
 ) returns text
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_now timestamptz := asyncflow.check_now($7);
+  v_run_id text;
 begin
   perform asyncflow.check_json($2, 'input');
-  return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now);
+  if $8 is null then
+    return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now);
+  end if;
+  if length($8) not between 1 and 255 then
+    perform asyncflow.raise_error('AF006', 'idempotency_key must be a string of 1 to 255 characters');
+  end if;
+  -- the key first: a concurrent call with the same key waits here, then finds it taken
+  insert into asyncflow.run_idempotency_keys as k (pipeline, idempotency_key, run_id, day, created_at)
+  values ($1, $8, '', (v_now at time zone 'UTC')::date, v_now)
+  on conflict do nothing;
+  if not found then
+    select k.run_id into v_run_id from asyncflow.run_idempotency_keys k
+    where k.pipeline = $1 and k.idempotency_key = $8;
+    return v_run_id;
+  end if;
+  v_run_id := asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now);
+  update asyncflow.run_idempotency_keys k set run_id = v_run_id, day = asyncflow.run_day(v_run_id)
+  where k.pipeline = $1 and k.idempotency_key = $8;
+  update asyncflow.runs r set idempotency_key = $8
+  where r.day = asyncflow.run_day(v_run_id) and r.run_id = v_run_id;
+  return v_run_id;
 end
 $$;
 
@@ -33,7 +59,8 @@ language sql stable as $$
     'input', r.input, 'result', r.result, 'error', r.error, 'notify_url', r.notify_url, 'notify_key', r.notify_key,
     'parent_event', r.parent_event, 'attempt', r.attempt, 'retry_of', r.retry_of, 'retried_by', r.retried_by,
     'run_at', r.run_at, 'deadline', r.deadline, 'started_at', r.started_at, 'finished_at', r.finished_at,
-    'total_cost_ms', r.total_cost_ms, 'created_at', r.created_at, 'updated_at', r.updated_at), '{input,result}')
+    'total_cost_ms', r.total_cost_ms, 'created_at', r.created_at, 'updated_at', r.updated_at,
+    'schedule', r.schedule, 'tick', r.tick, 'idempotency_key', r.idempotency_key), '{input,result}')
 $$;
 
 -- get_run: the run with its events (in plan order; a dynamic node's with its segments), the
@@ -562,6 +589,8 @@ begin
       continue;
     end;
     update asyncflow.run_days set dropped_at = v_now where day = v_day;
+    -- a key lasts as long as its run's records
+    delete from asyncflow.run_idempotency_keys k where k.day = v_day;
     return next v_day;
   end loop;
 end

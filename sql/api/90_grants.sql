@@ -7,7 +7,7 @@ revoke all on all functions in schema asyncflow from public;
 -- Applications: enqueue, read, cancel and retry tasks; register types; the workflow API.
 grant execute on function
   asyncflow.register_task_type(text, jsonb),
-  asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text),
+  asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text, text, integer),
   asyncflow.create_tasks(text, jsonb, timestamptz),
   asyncflow.task_created_here(text),
   asyncflow.get_task(text),
@@ -20,13 +20,18 @@ grant execute on function
   asyncflow.set_pipeline_status(text, integer, text),
   asyncflow.get_pipeline(text, integer),
   asyncflow.list_pipelines(),
-  asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz),
+  asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz, text),
   asyncflow.get_run(text),
   asyncflow.list_runs(text, text, integer, text),
   asyncflow.cancel_run(text, timestamptz),
   asyncflow.retry_run(text, timestamptz),
   asyncflow.retry_node(text, text, timestamptz),
-  asyncflow.complete_node(text, text, jsonb, text, timestamptz)
+  asyncflow.complete_node(text, text, jsonb, text, timestamptz),
+  asyncflow.set_schedule(text, text, jsonb, timestamptz),
+  asyncflow.remove_schedule(text),
+  asyncflow.pause_schedule(text, boolean, timestamptz),
+  asyncflow.list_schedules(),
+  asyncflow.set_rate_limit(text, integer, double precision, timestamptz)
 to asyncflow_client;
 grant select on asyncflow.queue_depth to asyncflow_client;
 

@@ -28,6 +28,9 @@ pub struct MaintainArgs {
     /// Time between retention passes (e.g. 60s; a plain number is seconds).
     #[arg(long, value_parser = super::args::interval, default_value = "60s")]
     pub retention_interval: Duration,
+    /// Time between scheduler passes: periodic schedules' due ticks (e.g. 1s; a plain number is seconds).
+    #[arg(long, value_parser = super::args::interval, default_value = "1s")]
+    pub schedule_interval: Duration,
     /// Time between workflow checker passes (e.g. 1s; a plain number is seconds).
     #[arg(long, value_parser = super::args::interval, default_value = "1s")]
     pub check_interval: Duration,
@@ -65,8 +68,14 @@ pub(super) fn callback_config(secret: Option<String>, targets: Targets) -> Callb
 pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
     let (rescue_interval, shard_interval) = (args.rescue_interval, args.shard_interval);
     let (retention_interval, check_interval) = (args.retention_interval, args.check_interval);
-    let tasks =
-        MaintenanceConfig { rescue_interval, shard_interval, retention_interval, ..MaintenanceConfig::default() };
+    let schedule_interval = args.schedule_interval;
+    let tasks = MaintenanceConfig {
+        rescue_interval,
+        shard_interval,
+        retention_interval,
+        schedule_interval,
+        ..MaintenanceConfig::default()
+    };
     let workflows = crate::workflow::ServiceConfig {
         check_interval,
         run_retention_interval: retention_interval,

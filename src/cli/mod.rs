@@ -9,6 +9,7 @@ pub mod maintain;
 pub mod pipeline;
 pub mod remote;
 pub mod run;
+pub mod schedule;
 pub mod status;
 pub mod task;
 pub mod task_type;
@@ -104,6 +105,15 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: run::RunCommand,
+    },
+    /// List, set, pause, resume or remove periodic schedules (database, or --server).
+    Schedule {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: remote::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: schedule::ScheduleCommand,
     },
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
@@ -206,6 +216,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             | Command::Pipeline { .. }
             | Command::Run { .. }
             | Command::Status { .. }
+            | Command::Schedule { .. }
             | Command::Migrate
     ) {
         quiet_on_closed_output();
@@ -232,6 +243,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         | Command::Type { target, .. }
         | Command::Pipeline { target, .. }
         | Command::Run { target, .. }
+        | Command::Schedule { target, .. }
         | Command::Status { target } => target.server.is_some(),
         _ => false,
     };
@@ -241,6 +253,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             Command::Type { target, command } => print_json(&task_type::task_type(None, &target, command).await?),
             Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
             Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
+            Command::Schedule { target, command } => print_json(&schedule::schedule(None, &target, command).await?),
             Command::Status { target } => status::print_remote(&target).await?,
             _ => {}
         }
@@ -278,6 +291,12 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Run { target, command } => {
             db::migrate::check_current(&url).await?;
             print_json(&run::run(Some(&db::pool(&url, 2)?), &target, command).await?);
+        }
+        Command::Schedule { target, command } => {
+            db::migrate::migrate(&url).await?;
+            let pool = db::pool(&url, 2)?;
+            let output = schedule::schedule(Some(&pool), &target, command).await?;
+            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
         }
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {

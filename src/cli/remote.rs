@@ -49,6 +49,7 @@ pub(super) async fn call(target: &Target, method: reqwest::Method, path: &str, b
         404 if value["code"] == "unknown_task_type" => Error::UnknownTaskType(message),
         404 if value["code"] == "unknown_run" => Error::UnknownRun(message),
         404 if value["code"] == "unknown_pipeline" => Error::UnknownPipeline(message),
+        404 if value["code"] == "unknown_schedule" => Error::UnknownSchedule(message),
         400 if value["code"] == "invalid_pipeline" => Error::InvalidPipeline(message),
         409 if value["code"] == "wrong_state" => Error::WrongState(message),
         404 => Error::UnknownTask(message),

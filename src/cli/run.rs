@@ -35,6 +35,9 @@ pub enum RunCommand {
         /// A given version instead of the active one.
         #[arg(long)]
         version: Option<i32>,
+        /// Start at most one run per key: again with the same key answers the first run.
+        #[arg(long)]
+        idempotency_key: Option<String>,
         /// Wait until the run ends and print it (exit status 1 unless it succeeded).
         #[arg(long)]
         wait: bool,
@@ -97,7 +100,17 @@ pub enum RunCommand {
 /// Runs a `run` command; the JSON to print.
 pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) -> Result<Value> {
     match command {
-        RunCommand::Start { pipeline, input, notify_url, notify_key, run_at, version, wait, timeout } => {
+        RunCommand::Start {
+            pipeline,
+            input,
+            notify_url,
+            notify_key,
+            run_at,
+            version,
+            idempotency_key,
+            wait,
+            timeout,
+        } => {
             let start = StartRun {
                 pipeline,
                 input: Some(json_arg("--input", &input)?),
@@ -105,6 +118,7 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
                 notify_key,
                 run_at,
                 version,
+                idempotency_key,
             };
             let run_id = match pool {
                 Some(pool) => api::start_run(&pool.get().await?, &start, None).await?,

@@ -1,6 +1,7 @@
 //! `asyncflow status`: per task type, what is ready, delayed, running, succeeded and failed, the
-//! age of the oldest ready task, and the shard positions; from the database, or from a server's
-//! `GET /v1/dashboard` with `--server`.
+//! age of the oldest ready task, and the shard positions, then the periodic schedules with their
+//! next and last tick and their last task or run; from the database, or from a server's
+//! `GET /v1/dashboard` with `--server` (without the schedules).
 
 use std::collections::HashMap;
 
@@ -54,6 +55,40 @@ pub async fn print(pool: &DbPool) -> Result<()> {
         });
     }
     print_lines(&lines);
+    let schedules = api::list_schedules(&client).await?;
+    if !schedules.is_empty() {
+        let time = |t: Option<chrono::DateTime<chrono::Utc>>| {
+            t.map_or_else(|| "-".to_string(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        };
+        crate::outln!();
+        crate::outln!(
+            "{:<24} {:<20} {:<16} {:<20} {:<20} {:<28}  state",
+            "schedule",
+            "cron",
+            "releases",
+            "next tick (UTC)",
+            "last tick (UTC)",
+            "last task or run"
+        );
+        for s in schedules {
+            let target = s.spec["type"].as_str().or(s.spec["pipeline"].as_str()).unwrap_or_default().to_string();
+            let state = match (&s.error, s.paused) {
+                (Some(e), _) => format!("error: {e}"),
+                (None, true) => "paused".to_string(),
+                (None, false) => format!("missed: {}", s.missed.as_str()),
+            };
+            crate::outln!(
+                "{:<24} {:<20} {:<16} {:<20} {:<20} {:<28}  {}",
+                s.name,
+                s.cron,
+                target,
+                time(s.next_tick),
+                time(s.last_tick),
+                s.last_task_id.or(s.last_run_id).unwrap_or_else(|| "-".into()),
+                state
+            );
+        }
+    }
     Ok(())
 }
 

@@ -39,6 +39,12 @@ pub enum TaskCommand {
         /// The queue within the type (taken by turns when the type has fair_queues).
         #[arg(long)]
         queue_key: Option<String>,
+        /// Uniqueness key: while its newest task blocks, that task's id and nothing created.
+        #[arg(long)]
+        unique_key: Option<String>,
+        /// With --unique-key: the window in seconds (default: while the task is pending or running).
+        #[arg(long, requires = "unique_key")]
+        unique_for: Option<i32>,
     },
     /// Show a task.
     Get {
@@ -96,7 +102,18 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
     match (pool, command) {
         (
             _,
-            TaskCommand::Create { task_type, context, priority, run_at, stage, idempotency_key, user_id, queue_key },
+            TaskCommand::Create {
+                task_type,
+                context,
+                priority,
+                run_at,
+                stage,
+                idempotency_key,
+                user_id,
+                queue_key,
+                unique_key,
+                unique_for,
+            },
         ) => {
             let task = NewTask {
                 context: Some(json_arg("--context", &context)?),
@@ -106,6 +123,8 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 idempotency_key,
                 user_id,
                 queue_key,
+                unique_key,
+                unique_for,
             };
             match pool {
                 Some(p) => {

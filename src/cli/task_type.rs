@@ -11,7 +11,7 @@ use crate::db::DbPool;
 use crate::error::{Error, Result};
 use crate::ids::TypeName;
 use crate::task::QueueLimit;
-use crate::task_type::TaskTypeUpdate;
+use crate::task_type::{RateLimit, TaskTypeUpdate};
 
 /// `type` subcommands.
 #[derive(Debug, Subcommand)]
@@ -46,6 +46,20 @@ pub enum TypeCommand {
         /// Page size (1..1000).
         #[arg(long, default_value_t = 100)]
         limit: i32,
+    },
+    /// Limit the type to N task starts per period across all workers, or remove its limit.
+    RateLimit {
+        /// Type name.
+        name: String,
+        /// Most starts per period, 1..1000000.
+        #[arg(long, conflicts_with = "remove", required_unless_present = "remove")]
+        max_starts: Option<i32>,
+        /// The period in seconds.
+        #[arg(long, default_value_t = 1.0)]
+        period: f64,
+        /// Remove the type's rate limit.
+        #[arg(long)]
+        remove: bool,
     },
     /// Give one queue key a limit of its own on running tasks (0 holds the key), or remove it.
     QueueLimit {
@@ -93,6 +107,16 @@ pub async fn task_type(pool: Option<&DbPool>, target: &Target, command: TypeComm
                 path.push_str(&format!("&after={}", encode(&after)));
             }
             call(target, Method::GET, &path, None).await
+        }
+        (pool, TypeCommand::RateLimit { name, max_starts, period, remove }) => {
+            let limit = RateLimit { max_starts: if remove { None } else { max_starts }, period };
+            match pool {
+                Some(p) => Ok(json!(api::set_rate_limit(&p.get().await?, &name, &limit).await?)),
+                None => {
+                    let path = format!("/v1/task-types/{}/rate-limit", encode(&name));
+                    call(target, Method::PUT, &path, Some(json!(limit))).await
+                }
+            }
         }
         (pool, TypeCommand::QueueLimit { name, queue_key, concurrency, remove }) => {
             let limit = QueueLimit { queue_key, concurrency: if remove { None } else { concurrency } };

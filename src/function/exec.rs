@@ -4,8 +4,8 @@
 //!   worker ── StageCall JSON ──> stdin   ┐
 //!          ── ASYNCFLOW_* env ─────────> │ the function's process (its own process group,
 //!   worker <── one reply object ─ stdout │ working directory = its folder)
-//!   log    <── lines ─────────── stderr  ┘
-//! ```
+//!   log    <── lines ─────────── stderr  ┘   (a line `asyncflow:progress <json>` is the call's
+//! ```                                          progress instead: see [`PROGRESS_PREFIX`])
 //!
 //! Exit 0 means "the reply is on stdout". A non-zero exit, a reply that is not one of the four
 //! forms, or stdout past the limit (which kills the process group at once) is a failure with
@@ -28,6 +28,10 @@ pub use super::process::{kill_running_groups, WORKER_CREDENTIALS};
 
 /// Largest reply read from stdout (and the longest reply line of a warm function).
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
+/// A stderr line starting with this reports the call's progress: the rest of the line is a JSON
+/// value of at most [`crate::function::PROGRESS_BYTES_MAX`] bytes, sent with the worker's next
+/// heartbeat and shown by `get_task` as `progress`. It is not logged.
+pub const PROGRESS_PREFIX: &str = "asyncflow:progress ";
 /// How long the pipes are read after the process exited and its group was killed: only a
 /// process that left the group (setsid) can still hold them open then, and it is not waited for.
 const PIPES_AFTER_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -117,10 +121,20 @@ impl ExecInner {
             }
         };
         let (name, task) = (self.name.clone(), call.task_id.clone());
+        let progress = call.progress.clone();
         let kept = &mut err;
         let read_err = read_stderr(
             stderr,
-            move |line| tracing::info!(function = %name, task = %task, "stderr: {line}"),
+            move |line| {
+                // `asyncflow:progress <json>`: the call's progress, sent with the next heartbeat
+                if let Some(json) = line.strip_prefix(PROGRESS_PREFIX) {
+                    match serde_json::from_str(json).map_err(|e| e.to_string()).and_then(|v| progress.report(v)) {
+                        Ok(()) => return,
+                        Err(e) => tracing::warn!(function = %name, task = %task, error = %e, "progress line not taken"),
+                    }
+                }
+                tracing::info!(function = %name, task = %task, "stderr: {line}")
+            },
             |chunk| keep_tail(kept, chunk),
         );
         let mut pipes = Box::pin(async {

@@ -46,6 +46,50 @@ pub struct StageCall {
     /// Fired when the call is to stop (not on the wire).
     #[serde(skip)]
     pub cancel: CallCancel,
+    /// Where the call reports its progress (not on the wire): the worker sends the latest value
+    /// with its next heartbeat, and `get_task` shows it as `progress`.
+    #[serde(skip)]
+    pub progress: Progress,
+}
+
+/// Largest progress value, as JSON text: progress is a small value (a percentage, a message).
+pub const PROGRESS_BYTES_MAX: usize = 4096;
+
+/// A running call's progress: a small JSON value (e.g. `{"percent": 40, "message": "..."}`),
+/// sent with the worker's next heartbeat (no round trip of its own) and shown by `get_task`.
+/// Rust handlers call [`Progress::report`] on [`StageCall::progress`]; executables write a line
+/// `asyncflow:progress <json>` to stderr.
+#[derive(Debug, Clone, Default)]
+pub struct Progress(std::sync::Arc<std::sync::Mutex<(u64, Option<Value>)>>);
+
+impl Progress {
+    /// Sets the call's progress; refused (and the previous value kept) when its JSON is larger
+    /// than [`PROGRESS_BYTES_MAX`].
+    pub fn report(&self, value: Value) -> Result<(), String> {
+        let size = value.to_string().len();
+        if size > PROGRESS_BYTES_MAX {
+            return Err(format!("progress is {size} bytes of JSON, the limit is {PROGRESS_BYTES_MAX}"));
+        }
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.0 += 1;
+        slot.1 = Some(value);
+        Ok(())
+    }
+
+    /// The latest value and its version, when newer than version `seen`.
+    pub fn newer_than(&self, seen: u64) -> Option<(u64, Value)> {
+        let slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &slot.1 {
+            Some(v) if slot.0 > seen => Some((slot.0, v.clone())),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for Progress {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Fired when a call is to stop: its task was cancelled (or its workflow run or node ended
@@ -92,6 +136,7 @@ impl From<ClaimedTask> for StageCall {
             deadline: t.lease_until,
             queue_key: t.queue_key,
             cancel: CallCancel::default(),
+            progress: Progress::default(),
         }
     }
 }

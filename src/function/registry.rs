@@ -14,6 +14,12 @@
 //! [settings]                  # task type settings; the ones not named are left as they are
 //! initial_stage = "probe"
 //! max_retry_num = 3
+//!
+//! [[schedules]]               # periodic tasks of this type, set when the worker starts
+//! name = "media.nightly"
+//! cron = "0 3 * * *"          # five fields, six with seconds first, or @hourly and the like
+//! time_zone = "Europe/Paris"  # optional, as are context, priority, queue_key, stage,
+//! context = { scan = true }   # missed (skip | last | all), max_catch_up and paused
 //! ```
 
 use std::collections::BTreeMap;
@@ -30,6 +36,7 @@ use super::warm::{WarmFunction, WarmOptions, IDLE_STOP};
 use super::Function;
 use crate::error::{Error, Result};
 use crate::ids::TypeName;
+use crate::schedule::{Missed, ScheduleSpec, SetSchedule};
 use crate::task_type::TaskTypeUpdate;
 
 #[derive(Debug, Deserialize)]
@@ -48,6 +55,24 @@ struct FunctionToml {
     description: Option<String>,
     #[serde(default)]
     settings: TaskTypeUpdate,
+    #[serde(default)]
+    schedules: Vec<ScheduleToml>,
+}
+
+/// One `[[schedules]]` entry: a schedule of the file's own type.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleToml {
+    name: String,
+    cron: String,
+    context: Option<serde_json::Value>,
+    priority: Option<i32>,
+    queue_key: Option<String>,
+    stage: Option<String>,
+    time_zone: Option<String>,
+    missed: Option<Missed>,
+    max_catch_up: Option<i32>,
+    paused: Option<bool>,
 }
 
 /// How a function is called.
@@ -98,6 +123,8 @@ pub struct FunctionSpec {
     pub build: Option<Vec<String>>,
     /// Type settings to apply at start.
     pub settings: TaskTypeUpdate,
+    /// Schedules (name, cron and spec) of this type to set at start.
+    pub schedules: Vec<(String, SetSchedule)>,
     /// Free text.
     pub description: Option<String>,
     /// The variable its HMAC key is read from (HTTP functions).
@@ -297,6 +324,25 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
             return Err(bad(file, "build", "must not be empty"));
         }
     }
+    let mut schedules = Vec::with_capacity(parsed.schedules.len());
+    for s in parsed.schedules {
+        let spec = ScheduleSpec {
+            task_type: Some(task_type.to_string()),
+            context: s.context,
+            priority: s.priority,
+            queue_key: s.queue_key,
+            stage: s.stage,
+            time_zone: s.time_zone,
+            missed: s.missed,
+            max_catch_up: s.max_catch_up,
+            paused: s.paused,
+            ..Default::default()
+        };
+        let set = SetSchedule { cron: s.cron, spec };
+        crate::schedule::check_name(&s.name).map_err(|why| bad(file, "schedules", &why))?;
+        set.check().map_err(|why| bad(file, &format!("schedules {:?}", s.name), &why))?;
+        schedules.push((s.name, set));
+    }
     Ok(FunctionSpec {
         file: file.to_path_buf(),
         dir,
@@ -305,6 +351,7 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
         timeout,
         build: parsed.build,
         settings: parsed.settings,
+        schedules,
         description: parsed.description,
         secret_env: parsed.secret_env,
         hidden_env: Vec::new(),

@@ -87,6 +87,7 @@ impl From<Error> for ApiError {
             Error::UnknownPipeline(_) => (StatusCode::NOT_FOUND, "unknown_pipeline"),
             Error::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run"),
             Error::WrongState(_) => (StatusCode::CONFLICT, "wrong_state"),
+            Error::UnknownSchedule(_) => (StatusCode::NOT_FOUND, "unknown_schedule"),
             Error::Pool(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             // the connection went away under the request: a client may try again (503), where a
             // 500 reads as final

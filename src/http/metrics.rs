@@ -38,6 +38,16 @@
 //! - `asyncflow_stage_duration_seconds{type, stage}` (histogram): stage call durations as the
 //!   reports' schedule-log entries give them (claim to report), from `asyncflow.stage_times`.
 //!
+//! Periodic schedules (one series per schedule, label `schedule`):
+//! - `asyncflow_schedule_next_tick_timestamp_seconds{schedule}` (gauge): the next tick, as of the
+//!   scheduler's last pass (no sample while paused or before the first pass).
+//! - `asyncflow_schedule_last_tick_timestamp_seconds{schedule}` (gauge): the newest tick released.
+//! - `asyncflow_schedule_last_released{schedule, id}` (gauge): the newest tick's time, labelled
+//!   with the task or run id released for it (the label changes at every tick).
+//! - `asyncflow_schedule_paused{schedule}` (gauge): 1 while the schedule is paused.
+//! - `asyncflow_schedule_error{schedule}` (gauge): 1 while the scheduler cannot use the schedule
+//!   (its `error` in `asyncflow.list_schedules`).
+//!
 //! From this process (since it started):
 //! - `asyncflow_runs{pipeline, status}` (gauge): workflow runs scheduled or running.
 //! - `asyncflow_runs_ended_total{pipeline, status}` (counter): workflow runs ended, by outcome
@@ -245,11 +255,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             api::type_counters(&c).await?,
             api::stage_times(&c).await?,
             api::workflow_figures(&c).await?,
+            api::list_schedules(&c).await?,
         ))
     }
     .await;
     out.family("asyncflow_database_up", "gauge", "1 when the database answered this scrape, else 0.");
-    let (figures, depth, counters, stages, workflows) = match figures {
+    let (figures, depth, counters, stages, workflows, schedules) = match figures {
         Ok(f) => {
             out.sample("asyncflow_database_up", &[], 1);
             f
@@ -263,6 +274,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     database_families(&mut out, &figures, &depth);
     activity_families(&mut out, &counters, &stages);
     workflow_families(&mut out, &workflows);
+    schedule_families(&mut out, &schedules);
     process_families(&mut out, &state.metrics);
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], out.text).into_response()
 }
@@ -376,6 +388,39 @@ fn workflow_families(out: &mut Exposition, figures: &[(String, String, String, i
     }
     out.family("asyncflow_callbacks_pending", "gauge", "Workflow callbacks waiting for delivery.");
     out.sample("asyncflow_callbacks_pending", &[], of("callbacks").map(|f| f.3).sum::<i64>());
+}
+
+fn schedule_families(out: &mut Exposition, schedules: &[crate::schedule::Schedule]) {
+    let seconds = |t: chrono::DateTime<chrono::Utc>| t.timestamp_millis() as f64 / 1000.0;
+    let name = "asyncflow_schedule_next_tick_timestamp_seconds";
+    out.family(name, "gauge", "The schedule's next tick (Unix time), as of the scheduler's last pass.");
+    for s in schedules {
+        if let Some(next) = s.next_tick.filter(|_| !s.paused) {
+            out.sample(name, &[("schedule", &s.name)], seconds(next));
+        }
+    }
+    let name = "asyncflow_schedule_last_tick_timestamp_seconds";
+    out.family(name, "gauge", "The newest tick released (Unix time).");
+    for s in schedules {
+        if let Some(last) = s.last_tick {
+            out.sample(name, &[("schedule", &s.name)], seconds(last));
+        }
+    }
+    let name = "asyncflow_schedule_last_released";
+    out.family(name, "gauge", "The newest tick released (Unix time), labelled with its task or run id.");
+    for s in schedules {
+        if let (Some(last), Some(id)) = (s.last_tick, s.last_task_id.as_ref().or(s.last_run_id.as_ref())) {
+            out.sample(name, &[("schedule", &s.name), ("id", id)], seconds(last));
+        }
+    }
+    out.family("asyncflow_schedule_paused", "gauge", "1 while the schedule is paused.");
+    for s in schedules {
+        out.sample("asyncflow_schedule_paused", &[("schedule", &s.name)], u8::from(s.paused));
+    }
+    out.family("asyncflow_schedule_error", "gauge", "1 while the scheduler cannot use the schedule.");
+    for s in schedules {
+        out.sample("asyncflow_schedule_error", &[("schedule", &s.name)], u8::from(s.error.is_some()));
+    }
 }
 
 fn process_families(out: &mut Exposition, metrics: &Metrics) {

@@ -19,6 +19,7 @@ mod error;
 mod health;
 mod metrics;
 pub mod openapi;
+mod schedules;
 mod server;
 mod task_types;
 mod tasks;
@@ -130,6 +131,7 @@ pub fn router_with_cancels(
         .merge(worker_protocol::routes())
         .merge(cancels::routes())
         .merge(workflows::routes())
+        .merge(schedules::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())

@@ -42,7 +42,7 @@ use crate::task::Task;
         description = "The HTTP API of asyncflow, a Postgres-native runner for long, multi-stage \
 asynchronous tasks: create and follow tasks, manage task types, read queue depth, the fenced \
 worker protocol (hold, then heartbeat / advance / succeed / fail / later) for workers that cannot \
-reach the database, and workflows (versioned DAG pipelines and their runs).\n\n\
+reach the database, workflows (versioned DAG pipelines and their runs) and periodic schedules.\n\n\
 Auth: when the server is started with tokens (`--token`, `ASYNCFLOW_TOKENS`), every route under \
 `/v1` and `/metrics` needs `Authorization: Bearer <token>`; `/healthz`, `/readyz`, \
 `/openapi.json` and the dashboard's page and assets never do.\n\n\
@@ -67,6 +67,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::task_types::depth,
         super::task_types::queues,
         super::task_types::queue_limit,
+        super::task_types::rate_limit,
         super::worker_protocol::hold,
         super::worker_protocol::report_batch,
         heartbeat,
@@ -98,6 +99,11 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::workflows::retry_run,
         super::workflows::retry_node,
         super::workflows::complete_node,
+        super::schedules::list,
+        super::schedules::put,
+        super::schedules::remove,
+        super::schedules::pause,
+        super::schedules::resume,
     ),
     modifiers(&BearerAuth, &StrictBodies, &PathParameterErrors),
     security(("bearer" = [])),
@@ -109,6 +115,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         (name = "metrics", description = "Prometheus metrics"),
         (name = "dashboard", description = "The web dashboard's page, assets and figures"),
         (name = "workflows", description = "Versioned DAG pipelines and their runs"),
+        (name = "schedules", description = "Periodic (cron) schedules releasing tasks and runs"),
     )
 )]
 pub struct ApiDoc;

@@ -12,7 +12,7 @@ use crate::db::api;
 use crate::error::echo;
 use crate::ids::TypeName;
 use crate::task::{QueueDepth, QueueKeyDepth, QueueLimit};
-use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
+use crate::task_type::{RateLimit, TaskTypeSettings, TaskTypeUpdate};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -23,6 +23,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/queue-depth", get(depth))
         .route("/v1/task-types/:name/queues", get(queues))
         .route("/v1/task-types/:name/queue-limit", axum::routing::put(queue_limit))
+        .route("/v1/task-types/:name/rate-limit", axum::routing::put(rate_limit))
 }
 
 /// The parameters of `GET /v1/task-types/{name}/queues`; any other is refused.
@@ -79,6 +80,28 @@ async fn queue_limit(
     let c = state.pool.get().await.map_err(crate::Error::from)?;
     let applies = api::set_queue_limit(&c, &name, &limit).await?;
     Ok(Json(QueueLimit { queue_key: limit.queue_key, concurrency: applies }))
+}
+
+/// Limits the type to `max_starts` task starts per `period` seconds across all workers, or
+/// removes its limit (`max_starts: null`). Answers with the limit as stored.
+#[utoipa::path(put, path = "/v1/task-types/{name}/rate-limit", operation_id = "put_rate_limit", tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$")),
+    request_body = RateLimit,
+    responses(
+        (status = 200, description = "The limit that now applies", body = RateLimit),
+        (status = 400, description = "max_starts or period out of range, unknown field", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+async fn rate_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<RateLimit>> {
+    let limit: RateLimit = parse_body(&state, body)?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    Ok(Json(api::set_rate_limit(&c, &name, &limit).await?))
 }
 
 /// Every registered task type's settings, by name.

@@ -114,7 +114,7 @@ async fn single(
     let b: ReportRequest = parse_body(&state, body)?;
     let missing = |field: &str| ApiError::bad_request(format!("{field} is required"));
     let report_kind = match kind {
-        Kind::Heartbeat => ReportKind::Heartbeat,
+        Kind::Heartbeat => ReportKind::Heartbeat { progress: b.progress },
         Kind::Advance => ReportKind::Advance { stage: b.stage.ok_or_else(|| missing("stage"))?, context: b.context },
         Kind::Succeed => ReportKind::Succeed { result: b.result.unwrap_or(Value::Null) },
         Kind::Fail => {

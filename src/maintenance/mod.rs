@@ -9,6 +9,8 @@
 //!     shard_roller      end shard past shard_max_rows -> new shard, end_pos + 1
 //!     begin_advancer    begin_pos = oldest shard with a live task
 //!     retention         closed shards below end_pos, closed longer than retention -> dropped whole
+//!     scheduler         due ticks of periodic schedules -> one task or run per tick
+//!     unique keys       uniqueness keys whose window ended -> removed
 //!     ...               any other service the caller hands over (the workflows' checker, run
 //!                       retention and callback delivery)
 //! ```
@@ -20,6 +22,7 @@
 
 pub mod leader;
 mod rescuer;
+mod scheduler;
 mod shards;
 
 use std::sync::Arc;
@@ -29,6 +32,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 pub use rescuer::Rescuer;
+pub use scheduler::{Scheduler, UniqueKeyRetention, SCHEDULE_INTERVAL_DEFAULT};
 pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
 
 use crate::db::DbPool;
@@ -67,6 +71,8 @@ pub struct MaintenanceConfig {
     pub shard_interval: Duration,
     /// Retention pass interval.
     pub retention_interval: Duration,
+    /// Scheduler (periodic schedules) pass interval.
+    pub schedule_interval: Duration,
     /// How often leadership is tried for or checked.
     pub leader_check: Duration,
 }
@@ -87,19 +93,22 @@ impl Default for MaintenanceConfig {
             rescue_batch: 1000,
             shard_interval: SHARD_INTERVAL_DEFAULT,
             retention_interval: RETENTION_INTERVAL_DEFAULT,
+            schedule_interval: SCHEDULE_INTERVAL_DEFAULT,
             leader_check: LEADER_CHECK_DEFAULT,
         }
     }
 }
 
 /// The task engine's services, in the order a pass runs them: rescuer, shard roller, begin_pos
-/// advancer, retention.
+/// advancer, retention, scheduler, uniqueness-key retention.
 pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Service>> {
     vec![
         Box::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
         Box::new(ShardRoller::new(pool.clone(), config.shard_interval)),
         Box::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
         Box::new(RetentionDropper::new(pool.clone(), config.retention_interval)),
+        Box::new(Scheduler::new(pool.clone(), config.schedule_interval)),
+        Box::new(UniqueKeyRetention::new(pool.clone(), config.retention_interval)),
     ]
 }
 

@@ -49,6 +49,7 @@ use crate::protocol::{
     CancelNotice, Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ReportBatchRequest, ReportResults,
     HOLD_LIMIT_MAX, REPORTS_PER_CALL_MAX,
 };
+use crate::schedule::SetSchedule;
 use crate::task::{ClaimedTask, Report, ReportKind, ReportResult};
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
@@ -105,6 +106,22 @@ impl Backend {
             }
         }
         Ok(registered)
+    }
+
+    /// Sets (creates or replaces) the periodic schedule `name`.
+    pub(super) async fn set_schedule(&self, name: &str, set: &SetSchedule) -> Result<()> {
+        match self {
+            Backend::Database(pool) => {
+                api::set_schedule(&pool.get().await?, name, &set.cron, &set.spec, None).await?;
+            }
+            Backend::Server(remote) => {
+                // a checked name (schedule::check_name) is safe in a path as it is
+                crate::schedule::check_name(name).map_err(Error::InvalidArgument)?;
+                let path = format!("/v1/schedules/{name}");
+                let _: Value = remote.call(Method::PUT, &path, Some(set)).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Claims up to `want` ready tasks of `task_type` for `owner`.
@@ -487,7 +504,7 @@ impl RemoteClient {
             .zip(results)
             .map(|(report, r)| {
                 // A report answered for good ends the call; an accepted heartbeat does not.
-                if !r.accepted || !matches!(report.kind, ReportKind::Heartbeat) {
+                if !r.accepted || !matches!(report.kind, ReportKind::Heartbeat { .. }) {
                     outstanding.remove(report.task_id.as_str());
                 }
                 ReportResult {

@@ -39,6 +39,7 @@ pub(super) async fn run(
         None => CancellationToken::new(),
     };
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+    let stage_call = StageCall::from(task);
     shared.lock_inflight().insert(
         key.clone(),
         InFlight {
@@ -48,12 +49,13 @@ pub(super) async fn run(
             lease_until,
             lease_secs,
             lost: lost.clone(),
+            progress: stage_call.progress.clone(),
+            progress_sent: 0,
         },
     );
 
     // Polled here rather than spawned (a second task per call cost about a tenth of the
     // worker's CPU in a burn-down); dropping it abandons the call, and a panic is caught.
-    let stage_call = StageCall::from(task);
     // stops what the function started outside its future, however the call ends
     let cancel = stage_call.cancel.clone();
     let call = AssertUnwindSafe(registered.function.call(stage_call)).catch_unwind();
@@ -127,7 +129,7 @@ pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i
         ReportKind::Succeed { .. } => &shared.stats.succeeded,
         ReportKind::Later { .. } => &shared.stats.later,
         ReportKind::Release => &shared.stats.released,
-        ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
+        ReportKind::Fail { .. } | ReportKind::Heartbeat { .. } => &shared.stats.retried,
     };
     // what an operator wants to see in the log at INFO: a call that failed, and what became of it
     let failure = match &kind {
@@ -251,14 +253,17 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
             _ = stop.cancelled() => return,
         }
         let now = Utc::now();
-        let (due, shortest): (Vec<(String, i64)>, Option<i64>) = {
+        // due: a lease a third gone, or new progress to show (it rides on the heartbeat)
+        type Due = (String, i64, Option<(u64, serde_json::Value)>);
+        let (due, shortest): (Vec<Due>, Option<i64>) = {
             let inflight = shared.lock_inflight();
             let shortest = inflight.values().map(|f| f.lease_secs).min();
             let due = inflight
                 .iter()
-                .filter(|(_, f)| extension_due(f.lease_until, f.lease_secs, now))
                 .filter(|(_, f)| !f.hold.as_ref().is_some_and(|h| h.is_open()))
-                .map(|(k, f)| (k.clone(), f.claim_seq))
+                .map(|(k, f)| (k, f, f.progress.newer_than(f.progress_sent)))
+                .filter(|(_, f, progress)| progress.is_some() || extension_due(f.lease_until, f.lease_secs, now))
+                .map(|(k, f, progress)| (k.clone(), f.claim_seq, progress))
                 .collect();
             (due, shortest)
         };
@@ -267,9 +272,10 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
             continue;
         }
         let mut reports = Vec::with_capacity(due.len());
-        for (key, claim_seq) in &due {
+        for (key, claim_seq, progress) in &due {
             if let Ok(id) = crate::ids::TaskId::parse(key) {
-                reports.push(report(&id, *claim_seq, ReportKind::Heartbeat));
+                let progress = progress.as_ref().map(|(_, v)| v.clone());
+                reports.push(report(&id, *claim_seq, ReportKind::Heartbeat { progress }));
             }
         }
         let results = shared.reporter.send(reports).await;
@@ -279,7 +285,12 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
                 continue;
             };
             match (result.accepted, result.lease_until) {
-                (true, Some(until)) => f.lease_until = until,
+                (true, Some(until)) => {
+                    f.lease_until = until;
+                    if let Some((_, _, Some((version, _)))) = due.iter().find(|d| d.0 == result.task_id) {
+                        f.progress_sent = f.progress_sent.max(*version);
+                    }
+                }
                 _ => f.lost.cancel(),
             }
         }

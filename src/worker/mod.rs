@@ -45,6 +45,7 @@ use crate::db::{self, DbPool};
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::ids::{TypeName, WorkerId};
+use crate::schedule::SetSchedule;
 use crate::task::{Report, ReportKind};
 use crate::task_type::TaskTypeUpdate;
 
@@ -203,6 +204,9 @@ struct InFlight {
     lease_secs: i64,
     /// Fired when the lease is lost: the call is abandoned without a report.
     lost: CancellationToken,
+    /// The call's progress, and the version of it the last accepted heartbeat carried.
+    progress: crate::function::Progress,
+    progress_sent: u64,
 }
 
 /// What producers, executors and the heartbeater share.
@@ -305,6 +309,8 @@ pub struct Worker {
     listen_url: Option<String>,
     config: WorkerConfig,
     functions: BTreeMap<TypeName, Registered>,
+    /// Schedules set at start, after the types: name, cron and spec, where each was declared.
+    schedules: Vec<(String, SetSchedule, String)>,
 }
 
 impl Worker {
@@ -315,12 +321,19 @@ impl Worker {
             listen_url: Some(database_url.into()),
             config,
             functions: BTreeMap::new(),
+            schedules: Vec::new(),
         }
     }
 
     /// A worker on an `asyncflow serve` (the HTTP worker protocol), with no functions yet.
     pub fn remote(client: RemoteClient, config: WorkerConfig) -> Self {
-        Worker { backend: Backend::Server(client), listen_url: None, config, functions: BTreeMap::new() }
+        Worker {
+            backend: Backend::Server(client),
+            listen_url: None,
+            config,
+            functions: BTreeMap::new(),
+            schedules: Vec::new(),
+        }
     }
 
     /// Registers `function` for `task_type`; at start the type is created or its `settings`
@@ -359,7 +372,20 @@ impl Worker {
                 spec.settings.clone(),
                 spec.file.display().to_string(),
             );
+            for (name, set) in &spec.schedules {
+                self.schedules.push((name.clone(), set.clone(), spec.file.display().to_string()));
+            }
         }
+        Ok(self)
+    }
+
+    /// Sets the periodic schedule `name` when the worker starts (after the types are
+    /// registered), as `asyncflow.set_schedule` does; the cron expression is read here.
+    pub fn schedule(mut self, name: impl Into<String>, set: SetSchedule) -> Result<Self> {
+        let name = name.into();
+        crate::schedule::check_name(&name).map_err(Error::InvalidArgument)?;
+        set.check().map_err(Error::InvalidArgument)?;
+        self.schedules.push((name, set, "rust handler".into()));
         Ok(self)
     }
 
@@ -386,6 +412,12 @@ impl Worker {
             (true, Some(reg)) => Error::Config(format!("{}: settings: {e}", reg.origin)),
             _ => e,
         })?;
+        for (name, set, origin) in &self.schedules {
+            self.backend
+                .set_schedule(name, set)
+                .await
+                .map_err(|e| Error::Config(format!("{origin}: schedules {name:?}: {e}")))?;
+        }
         let types: Vec<_> = self
             .functions
             .iter()

@@ -94,6 +94,12 @@ begin
       return;
     end if;
   end if;
+  if v_type.rate_limited then
+    v_limit := least(v_limit, coalesce(asyncflow.rate_allowance(v_task_type, v_now), v_limit));
+    if v_limit <= 0 then
+      return;
+    end if;
+  end if;
   perform set_config('synchronous_commit', 'off', true); --@claim
 
 
@@ -336,6 +342,9 @@ begin
       insert into asyncflow.queue_cursors (task_type, after_key, updated_at) values (v_task_type, v_at, v_now) --@hold
       on conflict (task_type) do nothing; --@hold
     end if; --@hold
+  end if;
+  if v_type.rate_limited then
+    perform asyncflow.rate_spend(v_task_type, v_got);
   end if;
   -- claimed tasks are counted here by a claim, at the finish for a hold; failed ones here by both
   if v_got > 0 or v_failed > 0 then --@claim

@@ -17,6 +17,7 @@ declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_limit integer;
   v_running bigint;
+  v_started integer;
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -33,6 +34,12 @@ begin
     perform 1 from asyncflow.task_types where task_type = v_task_type for update;
     select count(*) into v_running from asyncflow.{{tasks}} where status = 'running';
     v_limit := least(v_limit, v_type.concurrency - v_running);
+    if v_limit <= 0 then
+      return;
+    end if;
+  end if;
+  if v_type.rate_limited then
+    v_limit := least(v_limit, coalesce(asyncflow.rate_allowance(v_task_type, v_now), v_limit));
     if v_limit <= 0 then
       return;
     end if;
@@ -72,5 +79,9 @@ begin
   select c.task_id, c.task_type, c.stage, c.context, c.priority, c.attempt, c.claim_seq, c.user_id, c.lease_until,
     c.claimed_at, c.queue_key
   from claimed c where c.unreadable is null;
+  if v_type.rate_limited then
+    get diagnostics v_started = row_count;
+    perform asyncflow.rate_spend(v_task_type, v_started);
+  end if;
 end
 $body$;

@@ -9,10 +9,10 @@
 -- its calls end: the calls that succeed while it is open go from 'pending' straight to
 -- 'succeeded'. While a hold is open its tasks read as 'pending' and cancel_task waits for it. If
 -- the worker dies, the transaction rolls back: the tasks are ready again at once and the try is
--- not counted. Types under a concurrency limit (which counts running rows) or watched by a
--- pipeline (whose trigger follows running tasks) are claimed with type_claim__ instead, and say
--- so (held = false): see asyncflow.can_hold. A type with fair_queues has its hold rendered from
--- claim_fair.sql instead of this file.
+-- not counted. Types under a concurrency limit (which counts running rows) or a rate limit, or
+-- watched by a pipeline (whose trigger follows running tasks) are claimed with type_claim__
+-- instead, and say so (held = false): see asyncflow.can_hold. A type with fair_queues has its
+-- hold rendered from claim_fair.sql instead of this file.
 -- Placeholders: {{hold}} this function, {{claim}} the type's claim, {{tasks}}, {{task_type}}.
 create or replace function asyncflow.{{hold}}(p_owner text, p_limit integer)
 returns setof asyncflow.held_task

@@ -4,7 +4,8 @@
 -- running under the same owner and claim_seq (the fence); anything else is answered as refused
 -- and changes nothing. Outcomes: succeed, advance (next stage, context), fail (retried with
 -- backoff while tries are left and retry is true), later (pending again in `delay` seconds, the
--- try given back), release (handed back, the try given back), heartbeat (lease extended).
+-- try given back), release (handed back, the try given back), heartbeat (lease extended, and
+-- the task's progress set when the context slot holds one).
 -- Counters and the stage-time histogram are written in the same statement.
 -- Placeholders: {{report}} this function, {{tasks}}, {{task_type}}.
 create or replace function asyncflow.{{report}}(p_owner text, p_task_ids text[], p_claim_seqs bigint[],
@@ -95,6 +96,8 @@ begin
         else 'pending' end::asyncflow.task_status,
       stage = case when r.outcome = 'advance' then r.stage else t.stage end,
       context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
+      -- a heartbeat's context slot carries the call's progress
+      progress = case when r.outcome = 'heartbeat' then coalesce(r.context, t.progress) else t.progress end,
       result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
       last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed') else t.last_error end,
       attempt = case

@@ -9,10 +9,14 @@ use tokio_postgres::Row;
 
 mod bench;
 mod migration;
+mod rate_limit;
+mod schedule;
 mod workflow;
 
 pub use bench::*;
 pub use migration::*;
+pub use rate_limit::*;
+pub use schedule::*;
 pub use workflow::*;
 
 use super::GenericClient;
@@ -95,7 +99,7 @@ pub async fn register_task_type<C: GenericClient>(
 pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTask) -> Result<TaskId> {
     let row = query_one(
         c,
-        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8) as id",
+        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8, unique_key => $9, unique_for => $10) as id",
         &[
             &task_type,
             &task.context,
@@ -105,6 +109,8 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
             &task.idempotency_key,
             &task.user_id,
             &task.queue_key,
+            &task.unique_key,
+            &task.unique_for,
         ],
     )
     .await?;
@@ -319,7 +325,8 @@ pub async fn report_tasks<C: GenericClient>(
             ReportKind::Fail { error, retry } => ("fail", None, None, None, Some(error.as_str()), Some(*retry), None),
             ReportKind::Later { delay, context } => ("later", None, context.as_ref(), None, None, None, Some(*delay)),
             ReportKind::Release => ("release", None, None, None, None, None, None),
-            ReportKind::Heartbeat => ("heartbeat", None, None, None, None, None, None),
+            // a heartbeat's progress travels in the context slot, which a heartbeat has no use for
+            ReportKind::Heartbeat { progress } => ("heartbeat", None, progress.as_ref(), None, None, None, None),
         };
         outcomes.push(outcome);
         stages.push(stage);

@@ -44,8 +44,17 @@ pub async fn start_run<C: GenericClient>(c: &C, run: &StartRun, now: Option<Date
     let input = run.input.clone().unwrap_or_else(|| Value::Object(Default::default()));
     let row = query_one(
         c,
-        "select asyncflow.start_run($1, $2, $3, $4, $5, $6, $7) as id",
-        &[&run.pipeline, &input, &run.notify_url, &run.run_at, &run.notify_key, &run.version, &now],
+        "select asyncflow.start_run($1, $2, $3, $4, $5, $6, $7, $8) as id",
+        &[
+            &run.pipeline,
+            &input,
+            &run.notify_url,
+            &run.run_at,
+            &run.notify_key,
+            &run.version,
+            &now,
+            &run.idempotency_key,
+        ],
     )
     .await?;
     get(&row, "id")

@@ -280,8 +280,10 @@ async fn create_task(state: &AppState, input: &Input) -> Outcome {
         stage: text(find(&data, "task_stage"), "task_stage")?,
         idempotency_key: text(find(&data, "task_id"), "task_id")?,
         user_id: text(find(&data, "user_id"), "user_id")?,
-        // the original protocol has no queues
+        // the original protocol has no queues, no uniqueness windows
         queue_key: None,
+        unique_key: None,
+        unique_for: None,
     };
     let id = api::create_task(&state.pool.get().await?, &task_type, &task).await?;
     let mut reply = Map::new();
@@ -342,7 +344,7 @@ fn decide(task: &Task, r: SetReport, now: i64) -> Result<ReportKind, Failure> {
                     "status 2 (processing) keeps the task as it is; report status 1 to change its stage or context",
                 ));
             }
-            ReportKind::Heartbeat
+            ReportKind::Heartbeat { progress: None }
         }
     })
 }

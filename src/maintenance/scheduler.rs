@@ -1,0 +1,144 @@
+//! The scheduler: releases the due ticks of every periodic schedule. Also here, the time-based
+//! keys' retention: uniqueness keys whose window ended ([`UniqueKeyRetention`]).
+//!
+//! ```text
+//!   list_schedules ──> per schedule (not paused):
+//!     Cron::parse(cron, time_zone)  ── unusable ──> note_schedule(error), next schedule
+//!     Cron::due(max(since, last_tick), now, missed, max_catch_up)
+//!       └─ each tick, oldest first: release_schedule_tick(name, tick)
+//!            one transaction: (schedule, tick) key inserted ─> task created / run started
+//!            key already there ─> nothing (another maintainer released it)
+//!     note_schedule(next tick after now)
+//! ```
+//!
+//! Exactly one task or run per tick rests on the unique (schedule, tick) key alone, not on
+//! leadership: two maintainers that both believe they lead, or a maintainer killed halfway, can
+//! only lose a race or roll back, never release a tick twice. A schedule that fails (its type
+//! gone, its context too large for a new limit) is noted and skipped; the others go on.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{RunOnceReport, Service};
+use crate::db::{api, DbPool};
+use crate::error::Result;
+use crate::function::BoxFuture;
+use crate::schedule::{Cron, Schedule};
+
+/// Default scheduler pass interval: a per-second schedule is released within about a second.
+pub const SCHEDULE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+
+/// Releases due schedule ticks.
+pub struct Scheduler {
+    pool: DbPool,
+    interval: Duration,
+}
+
+impl Scheduler {
+    /// The scheduler, run every `interval`.
+    pub fn new(pool: DbPool, interval: Duration) -> Self {
+        Scheduler { pool, interval }
+    }
+
+    async fn release(
+        &self,
+        schedule: &Schedule,
+        now: DateTime<Utc>,
+        fixed_clock: bool,
+        detail: &mut Vec<String>,
+    ) -> Result<()> {
+        let client = self.pool.get().await?;
+        let cron = match Cron::parse(&schedule.cron, &schedule.time_zone) {
+            Ok(cron) => cron,
+            Err(why) => return api::note_schedule(&client, &schedule.name, None, Some(&why)).await,
+        };
+        let after = schedule.last_tick.map_or(schedule.since, |last| last.max(schedule.since));
+        let cap = u32::try_from(schedule.max_catch_up).unwrap_or(1);
+        for tick in cron.due(after, now, schedule.missed, cap) {
+            let clock = if fixed_clock { Some(now) } else { None };
+            if let Some(id) = api::release_schedule_tick(&client, &schedule.name, tick, clock).await? {
+                detail.push(format!("{} {} -> {id}", schedule.name, tick.to_rfc3339()));
+            }
+        }
+        api::note_schedule(&client, &schedule.name, cron.next_after(now), None).await
+    }
+}
+
+impl Service for Scheduler {
+    fn name(&self) -> &'static str {
+        "scheduler"
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>> {
+        Box::pin(async move {
+            let (schedules, clock) = {
+                let client = self.pool.get().await?;
+                let schedules = api::list_schedules(&client).await?;
+                let clock = match now {
+                    Some(t) => t,
+                    None => api::database_now(&client).await?,
+                };
+                (schedules, clock)
+            };
+            let mut detail = Vec::new();
+            for schedule in schedules.iter().filter(|s| !s.paused) {
+                if let Err(e) = self.release(schedule, clock, now.is_some(), &mut detail).await {
+                    tracing::warn!(schedule = %schedule.name, error = %e, "schedule tick not released");
+                    if let Ok(client) = self.pool.get().await {
+                        let _ =
+                            api::note_schedule(&client, &schedule.name, schedule.next_tick, Some(&e.to_string())).await;
+                    }
+                }
+            }
+            Ok(RunOnceReport { service: self.name(), changed: detail.len() as u64, detail })
+        })
+    }
+}
+
+/// Removes uniqueness keys whose window has ended (`create_task`'s `unique_for`), a batch at a
+/// time until none is left.
+pub struct UniqueKeyRetention {
+    pool: DbPool,
+    interval: Duration,
+}
+
+impl UniqueKeyRetention {
+    /// Most keys one statement removes.
+    const BATCH: i32 = 10_000;
+
+    /// The service, run every `interval`.
+    pub fn new(pool: DbPool, interval: Duration) -> Self {
+        UniqueKeyRetention { pool, interval }
+    }
+}
+
+impl Service for UniqueKeyRetention {
+    fn name(&self) -> &'static str {
+        "unique_key_retention"
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>> {
+        Box::pin(async move {
+            let client = self.pool.get().await?;
+            let mut changed = 0u64;
+            loop {
+                let n = api::drop_expired_unique_keys(&client, now, Self::BATCH).await?;
+                changed += u64::try_from(n).unwrap_or(0);
+                if n < Self::BATCH {
+                    break;
+                }
+            }
+            let detail = if changed > 0 { vec![format!("{changed} expired uniqueness keys")] } else { Vec::new() };
+            Ok(RunOnceReport { service: self.name(), changed, detail })
+        })
+    }
+}
