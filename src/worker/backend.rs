@@ -347,10 +347,7 @@ impl RemoteClient {
         query: &[(&str, String)],
         cancels: &tokio::sync::broadcast::Sender<String>,
     ) -> std::result::Result<(), String> {
-        let mut request = self.inner.http.get(url).query(query).timeout(CANCELS_WAIT + CANCELS_SLACK);
-        if let Some(token) = &self.inner.token {
-            request = request.bearer_auth(token);
-        }
+        let request = self.request(Method::GET, url).query(query).timeout(CANCELS_WAIT + CANCELS_SLACK);
         let mut response = request.send().await.map_err(|e| with_causes(&e))?;
         if !response.status().is_success() {
             return Err(format!("GET {url}: {}", response.status()));
@@ -378,6 +375,15 @@ impl RemoteClient {
         Ok(())
     }
 
+    /// A request to `url` carrying the worker's bearer token, when it has one.
+    fn request(&self, method: Method, url: &str) -> reqwest::RequestBuilder {
+        let request = self.inner.http.request(method, url);
+        match &self.inner.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
     /// The server's base URL.
     pub fn server(&self) -> &str {
         &self.inner.base
@@ -389,10 +395,7 @@ impl RemoteClient {
     async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<&impl Serialize>) -> Result<T> {
         let url = format!("{}{path}", self.inner.base);
         let what = format!("{method} {url}");
-        let mut request = self.inner.http.request(method.clone(), &url);
-        if let Some(token) = &self.inner.token {
-            request = request.bearer_auth(token);
-        }
+        let mut request = self.request(method.clone(), &url);
         if let Some(body) = body {
             let body = serde_json::to_vec(body).map_err(|e| Error::InvalidArgument(e.to_string()))?;
             request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
