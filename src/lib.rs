@@ -38,6 +38,7 @@
 //! - [`workflow`]: versioned DAG pipelines run on top of tasks (engine in SQL): pipeline files,
 //!   and the checker, run retention and callbacks as maintenance services.
 //! - [`logging`]: the log's format (text or JSON) and filter.
+//! - [`trace`]: OpenTelemetry traces (OTLP export, off by default) continuing each task's enqueue.
 //! - [`reaper`]: a process running as PID 1 collects its functions' orphans.
 //! - [`cli`]: the command-line front ends; [`demo`]: the README's main command;
 //!   [`bench`](mod@bench): the throughput benchmark.
@@ -76,6 +77,7 @@ pub mod run;
 pub mod schedule;
 pub mod task;
 pub mod task_type;
+pub mod trace;
 pub mod worker;
 pub mod workflow;
 

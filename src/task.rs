@@ -144,6 +144,10 @@ pub struct Task {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub progress: Option<Value>,
+    /// The W3C trace context of its enqueue (`00-<trace id>-<parent id>-<flags>`), if it was
+    /// given one: workers continue that trace.
+    #[serde(default)]
+    pub traceparent: Option<String>,
 }
 
 /// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`
@@ -197,6 +201,10 @@ pub struct NewTask {
     /// creation; absent: for as long as that task is pending or running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_for: Option<i32>,
+    /// The W3C trace context of the enqueue, `00-<32 hex>-<16 hex>-<2 hex>` in lowercase (the
+    /// `traceparent` header's value): the worker's spans continue its trace, and functions get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl NewTask {
@@ -234,6 +242,9 @@ pub struct ClaimedTask {
     /// The task's queue key (None: none), for functions that act per queue (a crawler's site).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_key: Option<String>,
+    /// The W3C trace context the task was enqueued with (None: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A running task a worker holds, with the fencing token of its claim (`asyncflow.held_tasks`).

@@ -21,6 +21,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         user_id: Some("u".into()),
         deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
         queue_key: None,
+        traceparent: None,
         cancel: Default::default(),
         progress: Default::default(),
     }

@@ -115,6 +115,16 @@ language sql immutable parallel safe as $$
       and p_now operator(pg_catalog.<=) '9998-01-01 00:00:00+00'::pg_catalog.timestamptz)
 $$;
 
+-- A task's traceparent (the W3C trace context of its enqueue): version 00, a 32-digit trace id
+-- and a 16-digit parent id in lowercase hex, neither all zeros, and 2 hex digits of flags.
+-- traceparent_ok is the test alone (null passes), for create_task's direct path like now_ok.
+create or replace function asyncflow.traceparent_ok(p_traceparent text) returns boolean
+language sql immutable parallel safe as $$
+  select p_traceparent is null
+    or p_traceparent operator(pg_catalog.~)
+      '^00-(?!0{32}-)[0-9a-f]{32}-(?!0{16}-)[0-9a-f]{16}-[0-9a-f]{2}$'::pg_catalog.text
+$$;
+
 create or replace function asyncflow.check_now(p_now timestamptz) returns timestamptz
 language plpgsql stable as $$
 begin

@@ -2,7 +2,7 @@
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
 -- insert_tasks: the tasks of one type from a JSON array of objects (context, priority, run_at,
--- stage, idempotency_key, user_id, queue_key), checked and then inserted in one statement. Returns
+-- stage, idempotency_key, user_id, queue_key, traceparent), checked and then inserted in one statement. Returns
 -- their ids in input order; an idempotency key already taken gives that key's task id. With
 -- p_single (create_task's one task) an error does not name the element.
 create or replace function asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) returns text[]
@@ -44,9 +44,12 @@ begin
               || !(@.user_id like_regex "^.{0,255}$" flag "s")))
           || (@.queue_key.type() != "null" && (@.queue_key.type() != "string"
               || !(@.queue_key like_regex "^.{1,255}$" flag "s")))
+          || (@.traceparent.type() != "null" && (@.traceparent.type() != "string"
+              || !(@.traceparent like_regex "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+              || @.traceparent like_regex "^00-0{32}-" || @.traceparent like_regex "^00-.{32}-0{16}-"))
           || exists(@.keyvalue() ? (@.key != "context" && @.key != "priority" && @.key != "run_at"
               && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id"
-              && @.key != "queue_key")))', silent => true), true)
+              && @.key != "queue_key" && @.key != "traceparent")))', silent => true), true)
     -- the JSON rule (asyncflow.json_ok) for every context, in strict mode: lax would unwrap
     -- arrays and count their levels wrong (an element without a context is false here)
     or coalesce(jsonb_path_exists(p_tasks, 'strict $[*] ? (exists(@.context.**{64} ? (@.type() == "object"
@@ -56,10 +59,10 @@ begin
       select n, case
         when jsonb_typeof(e) <> 'object' then 'AF006must be a JSON object'
         when exists (select 1 from jsonb_object_keys(e) k
-                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key'))
-          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id, queue_key)',
+                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key', 'traceparent'))
+          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id, queue_key, traceparent)',
             (select k from jsonb_object_keys(e) k
-             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key') limit 1))
+             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key', 'traceparent') limit 1))
         when jsonb_typeof(e -> 'context') not in ('object', 'null') then 'AF006context must be a JSON object'
         when jsonb_typeof(e -> 'priority') not in ('number', 'null')
           or (jsonb_typeof(e -> 'priority') = 'number'
@@ -83,6 +86,9 @@ begin
           then 'AF006' || format('user_id must be a string of at most 255 characters, got %s', e -> 'user_id')
         when jsonb_typeof(e -> 'queue_key') not in ('string', 'null') or length(e ->> 'queue_key') not between 1 and 255
           then 'AF006' || format('queue_key must be a string of 1 to 255 characters, got %s', e -> 'queue_key')
+        when jsonb_typeof(e -> 'traceparent') not in ('string', 'null') or not asyncflow.traceparent_ok(e ->> 'traceparent')
+          then 'AF006' || format('traceparent must be a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros), got %s',
+            e -> 'traceparent')
       end as problem
       from jsonb_array_elements(p_tasks) with ordinality x(e, n)
     ) checked where problem is not null order by n limit 1;
@@ -100,13 +106,13 @@ begin
     -- ordering the ids orders them as the input
     with inserted as (
       insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-        max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
+        max_retry_interval, order_time, user_id, queue_key, traceparent, context, created_at, updated_at)
       select p_task_type, v_pos, nextval(v_type.id_seq), coalesce(x.stage, v_type.initial_stage), 'pending',
         coalesce(x.priority, 0)::integer, v_type.max_retry_num, v_type.max_retry_interval,
         coalesce(x.run_at, v_now) - coalesce(x.priority, 0) * interval '1 second',
-        x.user_id, x.queue_key, coalesce(nullif(x.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
+        x.user_id, x.queue_key, x.traceparent, coalesce(nullif(x.context, 'null'::jsonb), '{}'::jsonb), v_now, v_now
       from jsonb_to_recordset(p_tasks) as x(context jsonb, priority numeric, run_at timestamptz, stage text, user_id text,
-        queue_key text)
+        queue_key text, traceparent text)
       returning id
     )
     select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.id) into v_ids from inserted i;
@@ -134,11 +140,11 @@ begin
     returning idempotency_key, id
   ), inserted as (
     insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-      max_retry_interval, order_time, user_id, queue_key, idempotency_key, context, created_at, updated_at)
+      max_retry_interval, order_time, user_id, queue_key, traceparent, idempotency_key, context, created_at, updated_at)
     select p_task_type, v_pos, i.id, coalesce(i.e ->> 'stage', v_type.initial_stage), 'pending', i.priority,
       v_type.max_retry_num, v_type.max_retry_interval,
       coalesce((i.e ->> 'run_at')::timestamptz, v_now) - make_interval(secs => i.priority),
-      i.e ->> 'user_id', i.e ->> 'queue_key', i.ikey, coalesce(nullif(i.e -> 'context', 'null'::jsonb), '{}'::jsonb), v_now, v_now
+      i.e ->> 'user_id', i.e ->> 'queue_key', i.e ->> 'traceparent', i.ikey, coalesce(nullif(i.e -> 'context', 'null'::jsonb), '{}'::jsonb), v_now, v_now
     from input i
     where i.ikey is null or i.id in (select id from fresh_keys)
     returning id
@@ -192,7 +198,7 @@ begin
 end
 $_$;
 
-create or replace function asyncflow.create_task(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer) returns text
+create or replace function asyncflow.create_task(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer, traceparent text default null::text) returns text
     language plpgsql security definer
     as $_$
 declare
@@ -236,16 +242,17 @@ begin
       and coalesce(pg_catalog.length(user_id) operator(pg_catalog.<=) 255, true)
       and (queue_key is null or (pg_catalog.length(queue_key) operator(pg_catalog.>=) 1
         and pg_catalog.length(queue_key) operator(pg_catalog.<=) 255))
-      -- inlined SQL, every name in them qualified: the JSON rule and the clock's range
+      -- inlined SQL, every name in them qualified: the JSON rule, the clock's range, the trace context
+      and asyncflow.traceparent_ok(traceparent)
       and asyncflow.json_ok(context)
       and asyncflow.now_ok(p_now) then
       v_id := pg_catalog.nextval(v_seq);
       insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-        max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
+        max_retry_interval, order_time, user_id, queue_key, traceparent, context, created_at, updated_at)
       values (create_task.task_type, v_pos, v_id, coalesce(stage, v_initial_stage), 'pending',
         coalesce(priority, 0), v_retry_num, v_retry_interval,
         coalesce(run_at, v_now) operator(pg_catalog.-) pg_catalog.make_interval(secs => coalesce(priority, 0)),
-        user_id, queue_key,
+        user_id, queue_key, traceparent,
         case when context operator(pg_catalog.=) 'null'::pg_catalog.jsonb then '{}'::pg_catalog.jsonb
           else coalesce(context, '{}'::pg_catalog.jsonb) end,
         v_now, v_now);
@@ -259,11 +266,11 @@ begin
   end if;
   -- the explicit collation makes the call's, so every text parameter's, the default one
   return asyncflow.create_task_general(create_task.task_type collate pg_catalog."default", context, priority, run_at, stage,
-    idempotency_key, user_id, p_now, queue_key, unique_key, unique_for);
+    idempotency_key, user_id, p_now, queue_key, unique_key, unique_for, traceparent);
 end
 $_$;
 
-create or replace function asyncflow.create_task_general(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer) returns text
+create or replace function asyncflow.create_task_general(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer, traceparent text default null::text) returns text
     language plpgsql security definer
     set search_path to 'pg_catalog', 'pg_temp'
     as $_$
@@ -305,7 +312,7 @@ begin
       end if;
     end if;
     v_task_id := asyncflow.create_task_general(create_task_general.task_type, context, priority, run_at, stage,
-      idempotency_key, user_id, p_now, queue_key);
+      idempotency_key, user_id, p_now, queue_key, traceparent => traceparent);
     select * into v_key from asyncflow.parse_task_id(v_task_id);
     update asyncflow.unique_keys k set shard = v_key.shard, id = v_key.id, created_at = v_now,
       expires_at = v_now + make_interval(secs => unique_for)
@@ -343,15 +350,19 @@ begin
     elsif length(queue_key) not between 1 and 255 then
       perform asyncflow.raise_error('AF006',
         format('queue_key must be a string of 1 to 255 characters, got %s', to_jsonb(queue_key)));
+    elsif not asyncflow.traceparent_ok(traceparent) then
+      perform asyncflow.raise_error('AF006', format(
+        'traceparent must be a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros), got %s',
+        to_jsonb(traceparent)));
     end if;
     select end_pos into v_pos from asyncflow.positions p where p.task_type = create_task_general.task_type;
     v_id := nextval(v_type.id_seq);
     insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
-      max_retry_interval, order_time, user_id, queue_key, context, created_at, updated_at)
+      max_retry_interval, order_time, user_id, queue_key, traceparent, context, created_at, updated_at)
     values (create_task_general.task_type, v_pos, v_id, coalesce(stage, v_type.initial_stage), 'pending', coalesce(priority, 0),
       v_type.max_retry_num, v_type.max_retry_interval,
       coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
-      user_id, queue_key, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
+      user_id, queue_key, traceparent, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
     perform asyncflow.wake(create_task_general.task_type);
     return asyncflow.format_task_id(create_task_general.task_type, v_pos, v_id);
   end if;
@@ -362,6 +373,7 @@ begin
   if idempotency_key is not null then v_task := v_task || jsonb_build_object('idempotency_key', idempotency_key); end if;
   if user_id is not null then v_task := v_task || jsonb_build_object('user_id', user_id); end if;
   if queue_key is not null then v_task := v_task || jsonb_build_object('queue_key', queue_key); end if;
+  if traceparent is not null then v_task := v_task || jsonb_build_object('traceparent', traceparent); end if;
   return (asyncflow.insert_tasks(task_type, jsonb_build_array(v_task), p_now, true))[1];
 end
 $_$;

@@ -28,7 +28,8 @@ language sql stable as $$
     'order_time', t.order_time, 'user_id', t.user_id, 'queue_key', t.queue_key,
     'idempotency_key', t.idempotency_key, 'context', t.context, 'result', t.result, 'error', t.last_error,
     'schedule_log', asyncflow.task_log(t), 'created_at', t.created_at, 'updated_at', t.updated_at,
-    'finished_at', t.finished_at, 'schedule', t.schedule, 'tick', t.tick, 'progress', t.progress),
+    'finished_at', t.finished_at, 'schedule', t.schedule, 'tick', t.tick, 'progress', t.progress,
+    'traceparent', t.traceparent),
     '{context,result,schedule_log,progress}')
 $$;
 

@@ -7,7 +7,7 @@ revoke all on all functions in schema asyncflow from public;
 -- Applications: enqueue, read, cancel and retry tasks; register types; the workflow API.
 grant execute on function
   asyncflow.register_task_type(text, jsonb),
-  asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text, text, integer),
+  asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text, text, integer, text),
   asyncflow.create_tasks(text, jsonb, timestamptz),
   asyncflow.task_created_here(text),
   asyncflow.get_task(text),

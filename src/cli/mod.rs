@@ -45,6 +45,9 @@ pub struct Cli {
     /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
     #[arg(long, env = "ASYNCFLOW_LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: crate::logging::LogFormat,
+    /// Traces: where to export them (none by default).
+    #[command(flatten)]
+    pub trace: crate::trace::TraceConfig,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

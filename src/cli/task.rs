@@ -45,6 +45,9 @@ pub enum TaskCommand {
         /// With --unique-key: the window in seconds (default: while the task is pending or running).
         #[arg(long, requires = "unique_key")]
         unique_for: Option<i32>,
+        /// The W3C trace context the task continues (00-<trace id>-<parent id>-<flags>).
+        #[arg(long)]
+        traceparent: Option<String>,
     },
     /// Show a task.
     Get {
@@ -113,6 +116,7 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 queue_key,
                 unique_key,
                 unique_for,
+                traceparent,
             },
         ) => {
             let task = NewTask {
@@ -125,6 +129,7 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 queue_key,
                 unique_key,
                 unique_for,
+                traceparent,
             };
             match pool {
                 Some(p) => {

@@ -89,6 +89,11 @@ impl ExecInner {
             .env("ASYNCFLOW_STAGE", &call.stage)
             .env("ASYNCFLOW_ATTEMPT", call.attempt.to_string())
             .env("ASYNCFLOW_DEADLINE", call.deadline.to_rfc3339());
+        // the trace context to join, the W3C name for it in an environment; never the worker's own
+        match &call.traceparent {
+            Some(parent) => cmd.env("TRACEPARENT", parent),
+            None => cmd.env_remove("TRACEPARENT"),
+        };
         let program = self.argv.first().map(String::as_str).unwrap_or_default();
         // registered as awaited, so that a worker running as PID 1 never reaps it itself
         let (mut child, _awaited) = match crate::reaper::spawn(&mut cmd) {

@@ -101,6 +101,10 @@ impl HttpInner {
             .post(self.url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header("x-asyncflow-task-id", &call.task_id);
+        // a value no header can carry (a row written past the API) is left out, not a failure
+        if let Some(parent) = call.traceparent.as_deref().and_then(|p| reqwest::header::HeaderValue::from_str(p).ok()) {
+            request = request.header("traceparent", parent);
+        }
         if let Some(secret) = &self.secret {
             request = request.header(SIGNATURE_HEADER, sign(secret, &body));
         }

@@ -43,6 +43,11 @@ pub struct StageCall {
     /// The task's queue key, when it has one (many queues within a type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_key: Option<String>,
+    /// The W3C trace context to continue (`00-<trace id>-<span id>-<flags>`): the stage call's
+    /// span when the worker exports traces, else the one the task was enqueued with; None when
+    /// there is neither. Executables also get it as `TRACEPARENT`, HTTP functions as a header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// Fired when the call is to stop (not on the wire).
     #[serde(skip)]
     pub cancel: CallCancel,
@@ -135,6 +140,7 @@ impl From<ClaimedTask> for StageCall {
             user_id: t.user_id,
             deadline: t.lease_until,
             queue_key: t.queue_key,
+            traceparent: t.traceparent,
             cancel: CallCancel::default(),
             progress: Progress::default(),
         }

@@ -51,7 +51,8 @@ struct BulkBody {
 
 /// Creates one task; an `Idempotency-Key` header (or body field) returns the existing task's id.
 #[utoipa::path(post, path = "/v1/tasks", operation_id = "create_task", tag = "tasks",
-    params(("Idempotency-Key" = Option<String>, Header, description = "Same key, same type: the existing task's id, nothing created")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "Same key, same type: the existing task's id, nothing created"),
+        ("traceparent" = Option<String>, Header, description = TRACEPARENT_HEADER)),
     request_body = CreateBody,
     responses(
         (status = 201, description = "Created (`created`: true)", body = TaskCreated),
@@ -71,6 +72,9 @@ async fn create(
         let key = key.to_str().map_err(|_| ApiError::bad_request("Idempotency-Key must be visible ASCII"))?;
         body.task.idempotency_key = Some(key.to_string());
     }
+    if body.task.traceparent.is_none() {
+        body.task.traceparent = traceparent(&headers)?;
+    }
     let mut c = state.pool.get().await.map_err(crate::Error::from)?;
     let (id, created) = api::create_task_found(&mut c, &body.task_type, &body.task).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
@@ -79,6 +83,7 @@ async fn create(
 
 /// Creates many tasks of one type in one statement; their ids in input order.
 #[utoipa::path(post, path = "/v1/tasks/bulk", operation_id = "create_tasks", tag = "tasks",
+    params(("traceparent" = Option<String>, Header, description = TRACEPARENT_HEADER)),
     request_body = BulkBody,
     responses(
         (status = 201, description = "Created", body = TasksCreated),
@@ -89,15 +94,33 @@ async fn create(
     ))]
 async fn create_bulk(
     State(state): State<AppState>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let body: BulkBody = parse_body(&state, body)?;
+    let mut body: BulkBody = parse_body(&state, body)?;
     if body.tasks.len() > 10_000 {
         return Err(ApiError::bad_request("at most 10000 tasks per call"));
+    }
+    if let Some(parent) = traceparent(&headers)? {
+        for task in body.tasks.iter_mut().filter(|t| t.traceparent.is_none()) {
+            task.traceparent = Some(parent.clone());
+        }
     }
     let ids =
         api::create_tasks(&state.pool.get().await.map_err(crate::Error::from)?, &body.task_type, &body.tasks).await?;
     Ok((StatusCode::CREATED, Json(json!({"ids": ids}))))
+}
+
+const TRACEPARENT_HEADER: &str = "The W3C trace context of the enqueue, for the tasks whose body gives none \
+    (00-<32 hex>-<16 hex>-<2 hex>); a malformed one is refused (400)";
+
+/// The request's `traceparent` header, if any; its format is checked where the task is created
+/// (`create_task` refuses a malformed one, and nothing is created).
+fn traceparent(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    headers
+        .get("traceparent")
+        .map(|v| v.to_str().map(str::to_string).map_err(|_| ApiError::bad_request("traceparent must be visible ASCII")))
+        .transpose()
 }
 
 /// One task with its context, result and schedule log.

@@ -21,6 +21,7 @@ use super::{report, InFlight, Registered, Shared};
 use crate::function::{StageCall, StageReply};
 use crate::ids::TaskId;
 use crate::task::{ClaimedTask, ReportKind, TaskStatus};
+use crate::trace::CallSpans;
 
 pub(super) async fn run(
     shared: Arc<Shared>,
@@ -39,7 +40,13 @@ pub(super) async fn run(
         None => CancellationToken::new(),
     };
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
-    let stage_call = StageCall::from(task);
+    // with traces exported, the function continues the stage span, else the enqueue's context
+    let spans = CallSpans::start(&task);
+    let mut stage_call = StageCall::from(task);
+    match &spans {
+        Some(spans) => stage_call.traceparent = Some(spans.traceparent()),
+        None => stage_call.traceparent = stage_call.traceparent.filter(|t| crate::trace::is_traceparent(t)),
+    }
     shared.lock_inflight().insert(
         key.clone(),
         InFlight {
@@ -88,21 +95,34 @@ pub(super) async fn run(
         }
     }
 
+    let report_span = spans.map(|s| s.called(kind.as_ref()));
+
     // A held claim's success or advance is written by the hold while it is open, which then
     // also counts it and frees its slot; any other reply waits for the hold's end (the task is
     // claimed then).
     let (kind, permit, answer) = match (hold, kind) {
         (Some((hold, index)), Some(kind)) => match hold.take(index, kind, permit) {
-            Ok(()) => return,
+            Ok(()) => {
+                if let Some(span) = report_span {
+                    span.written("held");
+                }
+                return;
+            }
             Err((kind, permit)) => (Some(kind), permit, hold.ended(&task_id).await),
         },
         (Some((hold, _)), None) => (None, permit, hold.ended(&task_id).await),
         (None, kind) => (kind, permit, Answer::Report),
     };
-    match (kind, answer) {
+    let written = match (kind, answer) {
         (Some(kind), Answer::Report) => report_reply(&shared, &task_id, claim_seq, &call_log, kind).await,
-        (Some(_), Answer::Lost) => tracing::debug!(task = %key, "held claim failed: the call's reply is dropped"),
-        (None, _) => {}
+        (Some(_), Answer::Lost) => {
+            tracing::debug!(task = %key, "held claim failed: the call's reply is dropped");
+            "dropped"
+        }
+        (None, _) => "none",
+    };
+    if let Some(span) = report_span {
+        span.written(written);
     }
     drop(permit);
     shared.calls_ended(&task_type, 1);
@@ -122,8 +142,15 @@ impl From<&ClaimedTask> for CallLog {
     }
 }
 
-/// Reports a reply through the reporter and counts what became of it.
-pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i64, call: &CallLog, kind: ReportKind) {
+/// Reports a reply through the reporter and counts what became of it: `accepted`, `refused`
+/// (the fence did not match) or `unknown` (no answer, at shutdown).
+pub(super) async fn report_reply(
+    shared: &Shared,
+    task_id: &TaskId,
+    claim_seq: i64,
+    call: &CallLog,
+    kind: ReportKind,
+) -> &'static str {
     let counter = match &kind {
         ReportKind::Advance { .. } => &shared.stats.advanced,
         ReportKind::Succeed { .. } => &shared.stats.succeeded,
@@ -162,12 +189,14 @@ pub(super) async fn report_reply(shared: &Shared, task_id: &TaskId, claim_seq: i
                         "call failed; the task will be tried again");
                 }
             }
+            "accepted"
         }
         Some(r) => {
             shared.stats.refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(task = %r.task_id, status = ?r.status, "report refused: the task was rescued, cancelled or claimed again");
+            "refused"
         }
-        None => {}
+        None => "unknown",
     }
 }
 

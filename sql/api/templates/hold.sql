@@ -66,7 +66,7 @@ begin
     on conflict (task_type, slot) do update set failed = k.failed + excluded.failed
   )
   select asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, p.priority,
-    p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, true
+    p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, p.traceparent, true
   from picked p where p.unreadable is null
   order by p.order_time;
 end

@@ -99,7 +99,8 @@ pub async fn register_task_type<C: GenericClient>(
 pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTask) -> Result<TaskId> {
     let row = query_one(
         c,
-        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8, unique_key => $9, unique_for => $10) as id",
+        "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8, unique_key => $9, unique_for => $10, \
+         traceparent => $11) as id",
         &[
             &task_type,
             &task.context,
@@ -111,6 +112,7 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
             &task.queue_key,
             &task.unique_key,
             &task.unique_for,
+            &task.traceparent,
         ],
     )
     .await?;
@@ -212,6 +214,7 @@ fn claimed_task(r: &Row) -> Result<ClaimedTask> {
         lease_until: get(r, "lease_until")?,
         claimed_at: get(r, "claimed_at")?,
         queue_key: get(r, "queue_key")?,
+        traceparent: get(r, "traceparent")?,
     })
 }
 

@@ -284,6 +284,7 @@ async fn create_task(state: &AppState, input: &Input) -> Outcome {
         queue_key: None,
         unique_key: None,
         unique_for: None,
+        traceparent: None,
     };
     let id = api::create_task(&state.pool.get().await?, &task_type, &task).await?;
     let mut reply = Map::new();
