@@ -31,7 +31,8 @@ grant execute on function
   asyncflow.remove_schedule(text),
   asyncflow.pause_schedule(text, boolean, timestamptz),
   asyncflow.list_schedules(),
-  asyncflow.set_rate_limit(text, integer, double precision, timestamptz)
+  asyncflow.set_rate_limit(text, integer, double precision, timestamptz),
+  asyncflow.set_queue_rate_limit(text, text, integer, double precision, timestamptz)
 to asyncflow_client;
 grant select on asyncflow.queue_depth to asyncflow_client;
 

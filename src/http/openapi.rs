@@ -68,6 +68,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::task_types::queues,
         super::task_types::queue_limit,
         super::task_types::rate_limit,
+        super::task_types::queue_rate_limit,
         super::worker_protocol::hold,
         super::worker_protocol::report_batch,
         heartbeat,
