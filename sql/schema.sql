@@ -432,7 +432,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 46 lines, sha256 cf8b000fe5a6ad30
+    AS -- body: 50 lines, sha256 99979108c64ffba5
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -548,6 +548,12 @@ CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 b8edb3476b766102
+
+CREATE FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) RETURNS TABLE(accepted boolean, status asyncflow.task_status)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
+    AS -- body: 53 lines, sha256 d97a9c7052f7f9f4
 
 CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
     LANGUAGE plpgsql
@@ -1439,6 +1445,9 @@ GRANT ALL ON FUNCTION asyncflow.schema_state() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) FROM PUBLIC;
 

@@ -21,6 +21,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         user_id: Some("u".into()),
         deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
         queue_key: None,
+        claim_seq: 1_764_045_612_345_678,
         cancel: Default::default(),
         progress: Default::default(),
     }

@@ -864,6 +864,7 @@ async fn the_stage_call_carries_the_tasks_queue_key() {
         user_id: None,
         deadline: chrono::Utc::now(),
         queue_key: Some("site-a".into()),
+        claim_seq: 1,
         cancel: Default::default(),
         progress: Default::default(),
     };

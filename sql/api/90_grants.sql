@@ -57,5 +57,6 @@ grant execute on function
   asyncflow.report_task_arrays(text, text[], bigint[], text[], text[], jsonb[], jsonb[], text[], boolean[],
     double precision[], timestamptz),
   asyncflow.next_due(text),
-  asyncflow.held_tasks(text, text)
+  asyncflow.held_tasks(text, text),
+  asyncflow.set_progress(text, bigint, jsonb)
 to asyncflow_worker;

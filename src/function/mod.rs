@@ -43,6 +43,10 @@ pub struct StageCall {
     /// The task's queue key, when it has one (many queues within a type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_key: Option<String>,
+    /// The claim's fencing token: a call that posts its own progress (`POST
+    /// /v1/worker/progress`) sends it with `task_id`, and it is refused once the claim is over.
+    #[serde(default)]
+    pub claim_seq: i64,
     /// Fired when the call is to stop (not on the wire).
     #[serde(skip)]
     pub cancel: CallCancel,
@@ -135,6 +139,7 @@ impl From<ClaimedTask> for StageCall {
             user_id: t.user_id,
             deadline: t.lease_until,
             queue_key: t.queue_key,
+            claim_seq: t.claim_seq,
             cancel: CallCancel::default(),
             progress: Progress::default(),
         }

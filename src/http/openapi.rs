@@ -79,6 +79,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         release,
         super::worker_protocol::next_due,
         super::worker_protocol::held,
+        super::worker_protocol::progress,
         super::cancels::cancels,
         healthz,
         super::health::readyz,
