@@ -79,6 +79,9 @@ CREATE TABLE asyncflow.task_types (
     fair_queues boolean DEFAULT false NOT NULL,
     queue_concurrency integer,
     rate_limited boolean DEFAULT false NOT NULL,
+    queue_rate_limited boolean DEFAULT false NOT NULL,
+    queue_max_starts integer,
+    queue_rate_period double precision,
     CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
     CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
     CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
@@ -86,6 +89,9 @@ CREATE TABLE asyncflow.task_types (
     CONSTRAINT task_types_max_retry_num_check CHECK (((max_retry_num >= 0) AND (max_retry_num <= 1000))),
     CONSTRAINT task_types_name_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
     CONSTRAINT task_types_queue_concurrency_check CHECK (((queue_concurrency >= 1) AND (queue_concurrency <= 1000000))),
+    CONSTRAINT task_types_queue_max_starts_check CHECK (((queue_max_starts >= 1) AND (queue_max_starts <= 1000000))),
+    CONSTRAINT task_types_queue_rate_check CHECK (((queue_max_starts IS NULL) = (queue_rate_period IS NULL))),
+    CONSTRAINT task_types_queue_rate_period_check CHECK (((queue_rate_period >= (0.001)::double precision) AND (queue_rate_period <= (86400)::double precision))),
     CONSTRAINT task_types_retention_check CHECK (((retention >= 0) AND (retention <= 315360000))),
     CONSTRAINT task_types_schedule_interval_check CHECK (((schedule_interval >= (0.01)::double precision) AND (schedule_interval <= (86400)::double precision))),
     CONSTRAINT task_types_schedule_limit_check CHECK (((schedule_limit >= 1) AND (schedule_limit <= 10000))),
@@ -95,7 +101,7 @@ CREATE TABLE asyncflow.task_types (
 CREATE FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 5 lines, sha256 306d1d62ab0ac03f
+    AS -- body: 5 lines, sha256 7b967cfbcc035c47
 
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -366,6 +372,14 @@ CREATE FUNCTION asyncflow.queue_keys(p_task_type text, p_after text DEFAULT NULL
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 54 lines, sha256 05868381afdff90e
 
+CREATE FUNCTION asyncflow.queue_rate_allowance(p_type asyncflow.task_types, p_keys text[], p_now timestamp with time zone) RETURNS TABLE(queue_key text, allowance integer)
+    LANGUAGE plpgsql
+    AS -- body: 17 lines, sha256 62e3f96a414cb8ff
+
+CREATE FUNCTION asyncflow.queue_rate_spend(p_task_type text, p_keys text[]) RETURNS void
+    LANGUAGE sql
+    AS -- body: 3 lines, sha256 46f68a447172fb1f
+
 CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 4 lines, sha256 6e902ec7cc94598f
@@ -420,7 +434,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 46 lines, sha256 cf8b000fe5a6ad30
+    AS -- body: 50 lines, sha256 99979108c64ffba5
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -537,6 +551,12 @@ CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 b8edb3476b766102
 
+CREATE FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) RETURNS TABLE(accepted boolean, status asyncflow.task_status)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
+    AS -- body: 53 lines, sha256 d97a9c7052f7f9f4
+
 CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 22 lines, sha256 29dbeae400ec37d8
@@ -545,6 +565,11 @@ CREATE FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 39 lines, sha256 adea781dba7b642d
+
+CREATE FUNCTION asyncflow.set_queue_rate_limit(p_task_type text, p_queue_key text, p_max_starts integer, p_period double precision DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 65 lines, sha256 d9c5f28fa23a41ed
 
 CREATE FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
@@ -642,7 +667,7 @@ CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, crea
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 7 lines, sha256 f25eabcd7e3e1259
+    AS -- body: 17 lines, sha256 21c2563c24716abf
 
 CREATE FUNCTION asyncflow.tg_enqueue_info() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -929,6 +954,20 @@ CREATE VIEW asyncflow.queue_depth AS
            FROM asyncflow.tasks t
           WHERE ((t.task_type = y.task_type) AND (t.status = 'running'::asyncflow.task_status))) r ON (true));
 
+CREATE TABLE asyncflow.queue_rate_limits (
+    task_type text NOT NULL,
+    queue_key text NOT NULL,
+    max_starts integer,
+    period double precision,
+    tokens double precision NOT NULL,
+    refilled_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT queue_rate_limits_check CHECK (((max_starts IS NULL) = (period IS NULL))),
+    CONSTRAINT queue_rate_limits_max_starts_check CHECK (((max_starts >= 1) AND (max_starts <= 1000000))),
+    CONSTRAINT queue_rate_limits_period_check CHECK (((period >= (0.001)::double precision) AND (period <= (86400)::double precision))),
+    CONSTRAINT queue_rate_limits_queue_key_check CHECK ((length(queue_key) <= 255))
+);
+
 CREATE TABLE asyncflow.rate_limits (
     task_type text NOT NULL,
     max_starts integer NOT NULL,
@@ -1087,6 +1126,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (task_type, queue_key);
 
+ALTER TABLE ONLY asyncflow.queue_rate_limits
+    ADD CONSTRAINT queue_rate_limits_pkey PRIMARY KEY (task_type, queue_key);
+
 ALTER TABLE ONLY asyncflow.rate_limits
     ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (task_type);
 
@@ -1193,6 +1235,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
+ALTER TABLE ONLY asyncflow.queue_rate_limits
+    ADD CONSTRAINT queue_rate_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
 ALTER TABLE ONLY asyncflow.rate_limits
     ADD CONSTRAINT rate_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
@@ -1349,6 +1394,10 @@ GRANT ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status
 REVOKE ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.queue_rate_allowance(p_type asyncflow.task_types, p_keys text[], p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.queue_rate_spend(p_task_type text, p_keys text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.rate_allowance(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
@@ -1404,10 +1453,16 @@ GRANT ALL ON FUNCTION asyncflow.schema_state() TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) TO asyncflow_worker;
+
 REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_queue_rate_limit(p_task_type text, p_queue_key text, p_max_starts integer, p_period double precision, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_queue_rate_limit(p_task_type text, p_queue_key text, p_max_starts integer, p_period double precision, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) TO asyncflow_client;

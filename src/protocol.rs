@@ -184,6 +184,29 @@ pub struct ReportAccepted {
     pub lease_until: Option<DateTime<Utc>>,
 }
 
+/// `POST /v1/worker/progress`: a running call's progress, posted by the call itself (an HTTP
+/// function), fenced by the claim's token from its stage call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressRequest {
+    /// The task (the stage call's `task_id`).
+    pub task_id: String,
+    /// The claim's fencing token (the stage call's `claim_seq`).
+    pub claim_seq: i64,
+    /// The progress, a small JSON value (at most 4096 bytes; not null), shown by `get_task`.
+    #[schema(value_type = Object)]
+    pub progress: Value,
+}
+
+/// Progress recorded on a running task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProgressAccepted {
+    /// Task id.
+    pub task_id: String,
+    /// The task's status (running).
+    pub status: Option<TaskStatus>,
+}
+
 /// When a type's earliest pending task is due.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct NextDue {

@@ -38,6 +38,16 @@ pub struct TaskTypeSettings {
     /// With `fair_queues`: most tasks of one queue key running at once (None: no limit).
     #[serde(default)]
     pub queue_concurrency: Option<i32>,
+    /// The type's rate limit (`asyncflow.set_rate_limit`; None: no limit).
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    /// With `fair_queues`: the rate limit of every queue key without one of its own
+    /// (`asyncflow.set_queue_rate_limit` with no key; None: no limit).
+    #[serde(default)]
+    pub queue_rate_limit: Option<RateLimit>,
+    /// With `fair_queues`: the queue keys with a rate limit of their own, by key.
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub queue_rate_limits: std::collections::BTreeMap<String, RateLimit>,
     /// Created.
     pub created_at: DateTime<Utc>,
     /// Last changed.
@@ -109,4 +119,35 @@ pub struct RateLimit {
 
 fn one_second() -> f64 {
     1.0
+}
+
+/// A rate limit per queue key of a type with `fair_queues` (`asyncflow.set_queue_rate_limit`):
+/// at most `max_starts` starts of one key's tasks per `period` seconds, across all workers. As
+/// an answer: the limit that now applies to the key (its own, else the one for every key; both
+/// fields null when none does).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueRateLimit {
+    /// The queue key (`""`: the tasks created without one); null or left out: every key of the
+    /// type that has no rate limit of its own.
+    #[serde(default)]
+    pub queue_key: Option<String>,
+    /// Most starts per period, 1 to 1,000,000; null removes the limit. Required: a body that
+    /// leaves it out is refused rather than read as a removal.
+    #[serde(deserialize_with = "crate::task::nullable")]
+    #[schema(nullable, required = true)]
+    pub max_starts: Option<i32>,
+    /// The period in seconds, 0.001 to 86,400 (default 1).
+    #[serde(default)]
+    #[schema(nullable, default = 1.0)]
+    pub period: Option<f64>,
+}
+
+/// A JSON null read as an empty map.
+fn null_is_empty<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }

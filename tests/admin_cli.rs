@@ -68,6 +68,18 @@ fn scenario(db: &TestDb, server: Option<&str>) {
     assert_eq!(freed["concurrency"], 1, "the type's queue_concurrency applies again");
     let err = run(db, server, &["type", "queues", "clip"]).unwrap_err();
     assert!(err.contains("fair_queues"), "{err}");
+    // Rate limits per queue key: every key, one key of its own, shown by the type's settings.
+    let every = run(db, server, &["type", "rate-limit", "site", "--every-key", "--max-starts", "2"]).unwrap();
+    assert_eq!(every, serde_json::json!({"queue_key": null, "max_starts": 2, "period": 1.0}));
+    let own = ["type", "rate-limit", "site", "--queue-key", "a b/c", "--max-starts", "5", "--period", "60"];
+    assert_eq!(run(db, server, &own).unwrap()["max_starts"], 5);
+    let site = run(db, server, &["type", "list"]).unwrap()[1].clone();
+    assert_eq!(site["queue_rate_limit"], serde_json::json!({"max_starts": 2, "period": 1.0}), "{site}");
+    assert_eq!(site["queue_rate_limits"]["a b/c"], serde_json::json!({"max_starts": 5, "period": 60.0}), "{site}");
+    let back = run(db, server, &["type", "rate-limit", "site", "--queue-key", "a b/c", "--remove"]).unwrap();
+    assert_eq!(back["max_starts"], 2, "the limit for every key applies again: {back}");
+    let err = run(db, server, &["type", "rate-limit", "clip", "--every-key", "--max-starts", "2"]).unwrap_err();
+    assert!(err.contains("fair_queues"), "{err}");
     // Errors: a clear message and a non-zero exit, nothing changed.
     let err = run(db, server, &["task", "get", "clip-1-999"]).unwrap_err();
     assert!(err.contains("unknown task"), "{err}");

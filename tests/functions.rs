@@ -22,6 +22,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
         queue_key: None,
         traceparent: None,
+        claim_seq: 1_764_045_612_345_678,
         cancel: Default::default(),
         progress: Default::default(),
     }

@@ -342,6 +342,7 @@ async fn the_stage_call_carries_the_tasks_queue_key() {
         deadline: chrono::Utc::now(),
         queue_key: Some("site-a".into()),
         traceparent: None,
+        claim_seq: 1,
         cancel: Default::default(),
         progress: Default::default(),
     };

@@ -64,6 +64,16 @@ language sql stable as $$
     'max_retry_interval', p.max_retry_interval, 'shard_max_rows', p.shard_max_rows, 'retention', p.retention,
     'concurrency', p.concurrency, 'paused', p.paused, 'initial_stage', p.initial_stage,
     'fair_queues', p.fair_queues, 'queue_concurrency', p.queue_concurrency,
+    -- the rate limits (56_rate_limits.sql), read only for a type that has one: the type's, the
+    -- one for every queue key, and the keys' own ({key: {max_starts, period}})
+    'rate_limit', (select jsonb_build_object('max_starts', r.max_starts, 'period', r.period)
+                   from asyncflow.rate_limits r where p.rate_limited and r.task_type = p.task_type),
+    'queue_rate_limit', case when p.queue_max_starts is not null
+      then jsonb_build_object('max_starts', p.queue_max_starts, 'period', p.queue_rate_period) end,
+    'queue_rate_limits', (select jsonb_object_agg(r.queue_key,
+                            jsonb_build_object('max_starts', r.max_starts, 'period', r.period))
+                          from asyncflow.queue_rate_limits r
+                          where p.queue_rate_limited and r.task_type = p.task_type and r.max_starts is not null),
     'created_at', p.created_at, 'updated_at', p.updated_at)
 $$;
 

@@ -25,12 +25,12 @@ $$;
 -- can_hold: whether a type's tasks may be claimed as a hold (row locks, not updated, until the
 -- calls end; see templates/hold.sql). Not when its claims count running tasks (the type's
 -- concurrency, or with fair_queues a queue_concurrency or a key's own limit), which a held task
--- is not yet; not under a rate limit (its claims spend the type's allowance); and not when a
--- pipeline watches its table (the workflow trigger follows running tasks).
+-- is not yet; not under a rate limit, the type's or its keys' (its claims spend the allowance);
+-- and not when a pipeline watches its table (the workflow trigger follows running tasks).
 create or replace function asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) returns boolean
 language sql stable set search_path = pg_catalog, pg_temp as $$
   select p_type.concurrency is null and not p_type.rate_limited
-    and not (p_type.fair_queues and (p_type.queue_concurrency is not null
+    and not (p_type.fair_queues and (p_type.queue_concurrency is not null or p_type.queue_rate_limited
              or exists (select 1 from asyncflow.queue_limits l where l.task_type = p_type.task_type)))
     and not exists (select 1 from pg_catalog.pg_trigger g
                     where g.tgrelid = p_tasks and g.tgname = 'tg_tasks__workflow')

@@ -98,7 +98,7 @@ end
 $_$;
 
 -- report_tasks: the JSON form of report_task_arrays (for SQL callers and the HTTP worker
--- protocol). Its JSON is checked, then its fields go to report_task_arrays in one pass of
+-- protocol); a heartbeat's progress is its `progress` key. Its JSON is checked, then its fields go to report_task_arrays in one pass of
 -- jsonb_to_recordset. It refuses a delay outside 0 .. 31536000 s by itself, with
 -- report_task_arrays' message, and reads it as numeric, to the microsecond: a JSON number beyond
 -- a double precision's range (1e400, -1e400, and 1e-400, which underflows) would fail a double
@@ -131,6 +131,8 @@ begin
       when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
       when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
       when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
+      when jsonb_typeof(e -> 'progress') <> 'null' and e ->> 'outcome' <> 'heartbeat'
+        then 'progress is for a heartbeat only'
     end as problem
     from jsonb_array_elements(p_reports) with ordinality x(e, n)
   ) checked where problem is not null order by n limit 1;
@@ -141,13 +143,15 @@ begin
   -- one plain aggregate over the ordered scan: the arrays keep the reports' order
   select array_agg(x.task_id) as task_ids, array_agg(x.claim_seq) as claim_seqs,
     array_agg(x.outcome) as outcomes, array_agg(x.stage) as stages,
-    array_agg(x.context) as contexts, array_agg(x.result) as results,
+    -- a heartbeat's progress goes in the context slot (its context, the older spelling, too)
+    array_agg(case when x.outcome = 'heartbeat' then coalesce(nullif(x.progress, 'null'), x.context) else x.context end)
+      as contexts, array_agg(x.result) as results,
     array_agg(x.error) as errors, array_agg(x.retry) as retries,
     array_agg(round(x.delay, 6)::double precision) as delays
   into v
   from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq bigint, outcome text, stage text,
-    context jsonb, result jsonb, error text, retry boolean, delay numeric))
-    with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n);
+    context jsonb, result jsonb, error text, retry boolean, delay numeric, progress jsonb))
+    with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, progress, n);
   return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
     coalesce(v.claim_seqs, '{}'), coalesce(v.outcomes, '{}'), v.stages, v.contexts, v.results, v.errors, v.retries,
     v.delays, p_now);

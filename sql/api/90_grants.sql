@@ -31,7 +31,8 @@ grant execute on function
   asyncflow.remove_schedule(text),
   asyncflow.pause_schedule(text, boolean, timestamptz),
   asyncflow.list_schedules(),
-  asyncflow.set_rate_limit(text, integer, double precision, timestamptz)
+  asyncflow.set_rate_limit(text, integer, double precision, timestamptz),
+  asyncflow.set_queue_rate_limit(text, text, integer, double precision, timestamptz)
 to asyncflow_client;
 grant select on asyncflow.queue_depth to asyncflow_client;
 
@@ -56,5 +57,6 @@ grant execute on function
   asyncflow.report_task_arrays(text, text[], bigint[], text[], text[], jsonb[], jsonb[], text[], boolean[],
     double precision[], timestamptz),
   asyncflow.next_due(text),
-  asyncflow.held_tasks(text, text)
+  asyncflow.held_tasks(text, text),
+  asyncflow.set_progress(text, bigint, jsonb)
 to asyncflow_worker;

@@ -11,7 +11,7 @@ use crate::db::DbPool;
 use crate::error::{Error, Result};
 use crate::ids::TypeName;
 use crate::task::QueueLimit;
-use crate::task_type::{RateLimit, TaskTypeUpdate};
+use crate::task_type::{QueueRateLimit, RateLimit, TaskTypeUpdate};
 
 /// `type` subcommands.
 #[derive(Debug, Subcommand)]
@@ -47,10 +47,17 @@ pub enum TypeCommand {
         #[arg(long, default_value_t = 100)]
         limit: i32,
     },
-    /// Limit the type to N task starts per period across all workers, or remove its limit.
+    /// Limit the type to N task starts per period across all workers, or remove its limit; with
+    /// --queue-key or --every-key (a type with fair_queues), one queue key or every key instead.
     RateLimit {
         /// Type name.
         name: String,
+        /// Limit this queue key ("" for the tasks created without one) rather than the type.
+        #[arg(long, conflicts_with = "every_key")]
+        queue_key: Option<String>,
+        /// Limit every queue key that has no limit of its own, each on its own.
+        #[arg(long)]
+        every_key: bool,
         /// Most starts per period, 1..1000000.
         #[arg(long, conflicts_with = "remove", required_unless_present = "remove")]
         max_starts: Option<i32>,
@@ -108,7 +115,20 @@ pub async fn task_type(pool: Option<&DbPool>, target: &Target, command: TypeComm
             }
             call(target, Method::GET, &path, None).await
         }
-        (pool, TypeCommand::RateLimit { name, max_starts, period, remove }) => {
+        (pool, TypeCommand::RateLimit { name, queue_key, every_key, max_starts, period, remove })
+            if queue_key.is_some() || every_key =>
+        {
+            let limit =
+                QueueRateLimit { queue_key, max_starts: if remove { None } else { max_starts }, period: Some(period) };
+            match pool {
+                Some(p) => Ok(json!(api::set_queue_rate_limit(&p.get().await?, &name, &limit).await?)),
+                None => {
+                    let path = format!("/v1/task-types/{}/queue-rate-limit", encode(&name));
+                    call(target, Method::PUT, &path, Some(json!(limit))).await
+                }
+            }
+        }
+        (pool, TypeCommand::RateLimit { name, max_starts, period, remove, .. }) => {
             let limit = RateLimit { max_starts: if remove { None } else { max_starts }, period };
             match pool {
                 Some(p) => Ok(json!(api::set_rate_limit(&p.get().await?, &name, &limit).await?)),

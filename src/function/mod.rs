@@ -48,6 +48,10 @@ pub struct StageCall {
     /// there is neither. Executables also get it as `TRACEPARENT`, HTTP functions as a header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The claim's fencing token: a call that posts its own progress (`POST
+    /// /v1/worker/progress`) sends it with `task_id`, and it is refused once the claim is over.
+    #[serde(default)]
+    pub claim_seq: i64,
     /// Fired when the call is to stop (not on the wire).
     #[serde(skip)]
     pub cancel: CallCancel,
@@ -141,6 +145,7 @@ impl From<ClaimedTask> for StageCall {
             deadline: t.lease_until,
             queue_key: t.queue_key,
             traceparent: t.traceparent,
+            claim_seq: t.claim_seq,
             cancel: CallCancel::default(),
             progress: Progress::default(),
         }

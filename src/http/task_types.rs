@@ -1,5 +1,5 @@
 //! Task type routes: list, get, create or update settings, pause, resume; queue depth; the
-//! queues of a type with fair_queues and their per-key limits.
+//! queues of a type with fair_queues and their per-key limits; rate limits.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -12,7 +12,7 @@ use crate::db::api;
 use crate::error::echo;
 use crate::ids::TypeName;
 use crate::task::{QueueDepth, QueueKeyDepth, QueueLimit};
-use crate::task_type::{RateLimit, TaskTypeSettings, TaskTypeUpdate};
+use crate::task_type::{QueueRateLimit, RateLimit, TaskTypeSettings, TaskTypeUpdate};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -24,6 +24,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/task-types/:name/queues", get(queues))
         .route("/v1/task-types/:name/queue-limit", axum::routing::put(queue_limit))
         .route("/v1/task-types/:name/rate-limit", axum::routing::put(rate_limit))
+        .route("/v1/task-types/:name/queue-rate-limit", axum::routing::put(queue_rate_limit))
 }
 
 /// The parameters of `GET /v1/task-types/{name}/queues`; any other is refused.
@@ -102,6 +103,32 @@ async fn rate_limit(
     let limit: RateLimit = parse_body(&state, body)?;
     let c = state.pool.get().await.map_err(crate::Error::from)?;
     Ok(Json(api::set_rate_limit(&c, &name, &limit).await?))
+}
+
+/// Limits one queue key of a type with `fair_queues` (`queue_key`), or every key without a limit
+/// of its own (`queue_key` null or left out), to `max_starts` task starts per `period` seconds
+/// across all workers, or removes that limit (`max_starts: null`). Answers with the limit that
+/// now applies to the key.
+#[utoipa::path(put, path = "/v1/task-types/{name}/queue-rate-limit", operation_id = "put_queue_rate_limit",
+    tag = "task types",
+    params(("name" = String, Path, description = "Task type name, ^[a-z][a-z0-9_]{0,39}$")),
+    request_body = QueueRateLimit,
+    responses(
+        (status = 200, description = "The key and the limit that now applies to it", body = QueueRateLimit),
+        (status = 400, description = "Not a type with fair_queues, bad key, max_starts or period, unknown field",
+            body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task type", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+async fn queue_rate_limit(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<QueueRateLimit>> {
+    let limit: QueueRateLimit = parse_body(&state, body)?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    Ok(Json(api::set_queue_rate_limit(&c, &name, &limit).await?))
 }
 
 /// Every registered task type's settings, by name.

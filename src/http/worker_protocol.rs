@@ -13,7 +13,12 @@
 //!   POST /v1/worker/<outcome>  {worker_id, task_id, claim_seq, ...}   -> 200 | 409 stale | 404 unknown
 //!   GET  /v1/worker/next-due?type=T                            -> {type, due, wait_ms}
 //!   POST /v1/worker/held       {type, worker_id}               -> {tasks: [{task_id, claim_seq, stage, attempt, lease_until}]}
+//!   POST /v1/worker/progress   {task_id, claim_seq, progress}  -> 200 | 409 stale | 404 unknown
 //! ```
+//!
+//! `progress` is for the running call itself rather than its worker: an HTTP function posts its
+//! progress with the `task_id` and `claim_seq` of its stage call, and only that claim's call can
+//! set it (the lease stays the worker's).
 //!
 //! The bodies are the wire types of [`crate::protocol`], which the client in `worker::backend`
 //! and the OpenAPI document use too.
@@ -30,8 +35,8 @@ use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::ids::{TypeName, WorkerId};
 use crate::protocol::{
-    Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ReportAccepted, ReportBatchRequest, ReportOutcome,
-    ReportRequest, ReportResults, HOLD_LIMIT_MAX, REPORTS_PER_CALL_MAX,
+    Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ProgressAccepted, ProgressRequest, ReportAccepted,
+    ReportBatchRequest, ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX, REPORTS_PER_CALL_MAX,
 };
 use crate::task::{Report, ReportKind};
 
@@ -47,6 +52,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/release", post(|s, b| single(s, b, Kind::Release)))
         .route("/v1/worker/next-due", get(next_due))
         .route("/v1/worker/held", post(held))
+        .route("/v1/worker/progress", post(progress))
 }
 
 /// Claims ready tasks ("hold", the same operation as `asyncflow.claim_tasks`); none when
@@ -192,4 +198,36 @@ async fn held(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     // type, not a page through every running task
     let tasks = api::held_tasks(&c, task_type.as_str(), &worker).await?;
     Ok(Json(HeldTasks { tasks }))
+}
+
+/// Records a running call's progress (`asyncflow.set_progress`), posted by the call itself (an
+/// HTTP function) with the `task_id` and `claim_seq` of its stage call. Only the claim that
+/// handed out that `claim_seq` may set it: a stale one is refused with 409 and changes nothing.
+/// Nothing else changes (the lease stays the worker's, kept by its heartbeats).
+#[utoipa::path(post, path = "/v1/worker/progress", operation_id = "progress", tag = "worker protocol",
+    request_body = ProgressRequest,
+    responses(
+        (status = 200, description = "The progress is the task's now", body = ProgressAccepted),
+        (status = 400, description = "Malformed body, progress null, unreadable or over 4096 bytes", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task", body = ApiError),
+        (status = 409, description = "The task is no longer running under that claim_seq", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+async fn progress(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<ProgressAccepted>> {
+    let b: ProgressRequest = parse_body(&state, body)?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    let (accepted, status) = api::set_progress(&c, &b.task_id, b.claim_seq, &b.progress).await?;
+    if !accepted {
+        return Err(ApiError::stale(format!(
+            "task {} is no longer running under claim_seq {} (now {})",
+            b.task_id,
+            b.claim_seq,
+            status.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_else(|| "unknown".into())
+        )));
+    }
+    Ok(Json(ProgressAccepted { task_id: b.task_id, status }))
 }

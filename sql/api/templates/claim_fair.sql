@@ -10,7 +10,8 @@
 -- key gives at most its share of what is left to claim (rounded up), so a few keys with
 -- backlogs fill a batch in one statement while many keys give one task each. A claim walks at
 -- most max(4 × its batch + 16, 1000) keys: keys with only delayed, locked or capped tasks are
--- walked and passed; the cursor keeps the place for the next claim.
+-- walked and passed; the cursor keeps the place for the next claim. A key under a rate limit
+-- (56_rate_limits.sql) gives at most the whole tokens of its bucket, which the claim spends.
 --
 -- The same text, rendered as the hold variant (lines marked --@hold kept, --@claim dropped), is
 -- the type's type_hold__<type>: the same picks locked and not updated, as hold.sql does for a
@@ -68,6 +69,9 @@ declare
   -- keys with due tasks, found from the ready index after a walk that found none
   v_due_keys text[];
   v_due_heads timestamptz[];
+  -- the walked keys under a rate limit (queue_rate_limits), each with the starts it allows now
+  v_rate_keys text[];
+  v_rate_allows integer[];
 begin
   if p_owner is null or length(p_owner) not between 1 and 200 then
     perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
@@ -112,7 +116,7 @@ begin
   -- fills the batch one task per round. v_at: where the claim stopped (the cursor).
   -- a limit of its own for some key (asyncflow.queue_limits)?
   v_limits := exists (select 1 from asyncflow.queue_limits l where l.task_type = v_task_type);
-  if v_type.queue_concurrency is not null or v_limits then
+  if v_type.queue_concurrency is not null or v_limits or v_type.queue_rate_limited then
     -- the type's claimers count and claim one at a time; each waits here for the one before
     -- it to commit, and its counts below (each statement a new snapshot) see that claim
     perform pg_advisory_xact_lock(16713, hashtext(v_task_type));
@@ -223,10 +227,19 @@ begin
     if v_walked > 0 then
       -- the walked keys' oldest ready tasks, by turns, each key at most its share
       v_per_key := ceil((v_limit - v_got)::numeric / v_walked)::integer;
+      if v_type.queue_rate_limited then
+        -- the due keys' buckets refilled to now: a key under a rate limit starts at most its
+        -- whole tokens (least() passes over the null of a key without one)
+        select array_agg(a.queue_key), array_agg(a.allowance) into v_rate_keys, v_rate_allows
+        from asyncflow.queue_rate_allowance(v_type,
+          array(select w.k from unnest(v_keys, v_heads) w(k, head) where w.head <= v_now), v_now) a;
+      end if;
       with cand as (
         select w.k, w.ord, least(v_per_key, c.cap - (select count(*) from asyncflow.{{tasks}} r
                                   where c.cap is not null and r.shard >= v_begin
-                                    and coalesce(r.queue_key, '') = w.k and r.status = 'running')) as room
+                                    and coalesce(r.queue_key, '') = w.k and r.status = 'running'),
+                                 (select a.n from unnest(v_rate_keys, v_rate_allows) a(k, n)
+                                  where v_rate_keys is not null and a.k = w.k)) as room
         from unnest(v_keys, v_heads) with ordinality w(k, head, ord)
         cross join lateral (
           select coalesce((select l.concurrency from asyncflow.queue_limits l
@@ -291,6 +304,9 @@ begin
       -- next round's picks --@hold
       v_held_ids := v_held_ids || coalesce(v_claimed_ids, '{}'); --@hold
       v_n := coalesce(cardinality(v_claimed), 0);
+      if v_n > 0 and v_type.queue_rate_limited then
+        perform asyncflow.queue_rate_spend(v_task_type, v_claimed_keys);
+      end if;
       if v_n > 0 then
         return query select * from unnest(v_claimed);
         v_got := v_got + v_n;

@@ -9,12 +9,14 @@ use tokio_postgres::Row;
 
 mod bench;
 mod migration;
+mod progress;
 mod rate_limit;
 mod schedule;
 mod workflow;
 
 pub use bench::*;
 pub use migration::*;
+pub use progress::*;
 pub use rate_limit::*;
 pub use schedule::*;
 pub use workflow::*;

@@ -1,11 +1,11 @@
 //! The rate-limit part of the SQL seam.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{get, query_one};
 use crate::db::GenericClient;
 use crate::error::{Error, Result};
-use crate::task_type::RateLimit;
+use crate::task_type::{QueueRateLimit, RateLimit};
 
 /// `asyncflow.set_rate_limit`: at most `max_starts` task starts per `period` seconds for the
 /// type, across all workers (`max_starts` None removes the limit); the limit as stored.
@@ -26,4 +26,27 @@ pub async fn set_rate_limit<C: GenericClient>(c: &C, task_type: &str, limit: &Ra
         ),
     };
     Ok(RateLimit { max_starts, period: stored["period"].as_f64().unwrap_or(limit.period) })
+}
+
+/// `asyncflow.set_queue_rate_limit`: at most `max_starts` starts per `period` seconds for one
+/// queue key of a type with `fair_queues`, or for every key without a limit of its own
+/// (`queue_key` None); `max_starts` None removes that limit. The limit that now applies.
+pub async fn set_queue_rate_limit<C: GenericClient>(
+    c: &C,
+    task_type: &str,
+    limit: &QueueRateLimit,
+) -> Result<QueueRateLimit> {
+    let row = query_one(
+        c,
+        "select asyncflow.set_queue_rate_limit($1, $2, $3, $4) as r",
+        &[&task_type, &limit.queue_key, &limit.max_starts, &limit.period.unwrap_or(1.0)],
+    )
+    .await?;
+    let stored: Value = get(&row, "r")?;
+    serde_json::from_value(json!({
+        "queue_key": stored["queue_key"],
+        "max_starts": stored["max_starts"],
+        "period": stored["period"],
+    }))
+    .map_err(|e| Error::Unexpected(format!("set_queue_rate_limit answered {stored}: {e}")))
 }
