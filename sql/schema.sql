@@ -59,7 +59,7 @@ CREATE FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now timestamp wi
 
 CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS -- body: 4 lines, sha256 87d5e9c9807648ee
+    AS -- body: 5 lines, sha256 062dc6035f51d4b6
 
 CREATE TABLE asyncflow.task_types (
     task_type text NOT NULL,
@@ -127,7 +127,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 60 lines, sha256 9fe3a892f29697fa
+    AS -- body: 61 lines, sha256 68654200575bc13b
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER

@@ -18,7 +18,10 @@ use serde_json::json;
 /// A Python function on the helper library. It leaves marks in `$AF_MARKS`: `start-<pid>` when
 /// it starts, `busy-<pid>` when a call sleeps, `broke-<pid>` before it breaks the protocol,
 /// `term-<pid>` on SIGTERM, `exit-<pid>` when its loop ends (stdin closed). On the first attempt
-/// of a call, `context.do` picks a misdeed: crash, garbage, wrong_id, oversize.
+/// of a call, `context.do` picks a misdeed: crash, garbage, wrong_id, oversize. A call with
+/// `context.progress` first writes a progress line naming the call `context.other_call` (when
+/// given), then reports its progress through the library, leaves `progress-<pid>` and waits for
+/// a `release` mark (at most 60 s).
 const FIXTURE: &str = r#"
 import atexit, os, signal, sys, time
 sys.path.insert(0, os.environ["AF_SDK"])
@@ -57,6 +60,17 @@ def handle(call):
     if "sleep" in ctx:
         mark("busy")
         time.sleep(ctx["sleep"])
+    if "progress" in ctx:
+        if "other_call" in ctx:
+            sys.stderr.write('asyncflow:progress:%s {"other": true}\n' % ctx["other_call"])
+            sys.stderr.flush()
+        asyncflow_function.progress(ctx["progress"])
+        mark("progress")
+        release = os.path.join(os.environ["AF_MARKS"], "release")
+        for _ in range(3000):
+            if os.path.exists(release):
+                break
+            time.sleep(0.02)
     return {"result": {"pid": os.getpid(), "attempt": call["attempt"]}}
 
 asyncflow_function.run(handle)
@@ -415,13 +429,9 @@ async fn a_node_function_on_the_helper_library_serves_warm_calls_and_survives_a_
     assert!(pids.contains(&pid_of(&t)), "the throw was the call's failure, not the process's");
 }
 
-/// The library's warm function alone: an instance idle past `idle_stop` is stopped (end of stdin,
-/// SIGTERM), and the next call starts another.
-#[tokio::test]
-async fn an_idle_instance_is_stopped_and_the_next_call_starts_another() {
+/// The Python fixture as a warm function of one instance, without a worker.
+fn library_function(setup: &Setup, name: &str, idle_stop: Duration) -> asyncflow::function::warm::WarmFunction {
     use asyncflow::function::warm::{WarmFunction, WarmOptions};
-    use asyncflow::function::{Function, StageCall};
-    let setup = Setup::new(&[("idle", "")]);
     let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/sdk/python");
     let script = format!(
         "AF_SDK='{}' AF_MARKS='{}' exec python3 '{}'",
@@ -434,14 +444,28 @@ async fn an_idle_instance_is_stopped_and_the_next_call_starts_another() {
         max_calls_per_instance: None,
         timeout: None,
         max_reply: asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,
-        idle_stop: Duration::from_secs(1),
+        idle_stop,
     };
-    let f = WarmFunction::new("idle", vec!["sh".into(), "-c".into(), script], setup.folder.0.clone(), vec![], options);
-    let call: StageCall = serde_json::from_value(json!({
-        "task_id": "idle-1-1", "type": "idle", "stage": "s", "context": {}, "attempt": 1, "priority": 0,
+    WarmFunction::new(name, vec!["sh".into(), "-c".into(), script], setup.folder.0.clone(), vec![], options)
+}
+
+/// A stage call with this context.
+fn call_with(context: serde_json::Value) -> asyncflow::function::StageCall {
+    serde_json::from_value(json!({
+        "task_id": "t-1-1", "type": "t", "stage": "s", "context": context, "attempt": 1, "priority": 0,
         "user_id": null, "deadline": "2030-01-01T00:00:00Z"
     }))
-    .unwrap();
+    .unwrap()
+}
+
+/// The library's warm function alone: an instance idle past `idle_stop` is stopped (end of stdin,
+/// SIGTERM), and the next call starts another.
+#[tokio::test]
+async fn an_idle_instance_is_stopped_and_the_next_call_starts_another() {
+    use asyncflow::function::Function;
+    let setup = Setup::new(&[("idle", "")]);
+    let f = library_function(&setup, "idle", Duration::from_secs(1));
+    let call = call_with(json!({}));
     let pid = |reply: asyncflow::function::StageReply| match reply {
         asyncflow::function::StageReply::Succeeded { result } => result["pid"].as_i64().unwrap() as i32,
         other => panic!("{other:?}"),
@@ -455,4 +479,54 @@ async fn an_idle_instance_is_stopped_and_the_next_call_starts_another() {
     f.stop().await;
     wait_dead(again).await;
     assert!(setup.stopped_gracefully(again), "stop() ends the instance gracefully");
+}
+
+/// Lets the fixture's calls waiting for a `release` mark end.
+fn release(setup: &Setup) {
+    std::fs::write(setup.marks.join("release"), "release").unwrap();
+}
+
+#[tokio::test]
+async fn a_warm_python_function_reports_progress_with_the_helper_library_and_get_task_shows_it_while_the_call_runs() {
+    let db = TestDb::new().await;
+    let setup = Setup::new(&[("warmy", "mode = \"warm\"\ninstances = 1\n")]);
+    // a 3 s lease: the worker's heartbeats come every half second, and carry the progress
+    register(&db, "warmy", asyncflow::task_type::TaskTypeUpdate { max_processing_time: Some(3), ..retry_settings(0) })
+        .await;
+    let _worker = Running(Some(setup.worker(&db, &[])));
+    // a first call, so that the one reporting progress is not the instance's first
+    let before = pid_of(&finished(&db, &create(&db, "warmy", json!({})).await).await);
+    let progress = json!({"percent": 40, "message": "encoding"});
+    let id = create(&db, "warmy", json!({"progress": progress})).await;
+    wait_until(Duration::from_secs(30), "progress in get_task while the call runs", || async {
+        let t = get(&db, &id).await;
+        t.status == TaskStatus::Running && t.progress.as_ref() == Some(&progress)
+    })
+    .await;
+    assert_eq!(setup.marked("progress"), BTreeSet::from([before]), "the warm instance reported it");
+    release(&setup);
+    let t = finished(&db, &id).await;
+    assert_eq!(t.status, TaskStatus::Succeeded, "{:?}", t.schedule_log);
+    assert_eq!(pid_of(&t), before, "one instance served both calls");
+    assert_eq!(t.progress, Some(progress), "the task keeps its last progress");
+}
+
+/// The library's warm function alone: a progress line naming another call than the one in flight
+/// (a line read late, after its call replied) is not taken for the call in flight.
+#[tokio::test]
+async fn a_progress_line_naming_another_call_is_not_taken_for_the_call_in_flight() {
+    use asyncflow::function::{Function, StageReply};
+    let setup = Setup::new(&[("named", "")]);
+    let f = library_function(&setup, "named", Duration::from_secs(60));
+    let call = call_with(json!({"progress": {"percent": 40}, "other_call": "999"}));
+    let progress = call.progress.clone();
+    let running = tokio::spawn(f.call(call));
+    wait_until(Duration::from_secs(30), "the call's progress taken", || async { progress.newer_than(0).is_some() })
+        .await;
+    // stderr is read in order: the line naming call 999 came first, and was not taken (it
+    // would have been version 1, and the call's own version 2)
+    assert_eq!(progress.newer_than(0), Some((1, json!({"percent": 40}))));
+    release(&setup);
+    assert!(matches!(running.await.unwrap(), StageReply::Succeeded { .. }));
+    f.stop().await;
 }

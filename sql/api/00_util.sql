@@ -55,14 +55,15 @@ language sql immutable parallel safe as $$
   select p_task_type || '-' || p_shard::text || '-' || p_id::text
 $$;
 
--- Appends one entry to a schedule log, keeping the last 20. A plain expression (inlined by the
--- planner): the hot report path calls it once per task.
+-- Appends one entry (an object) to a schedule log, keeping the last 20. A plain expression
+-- (inlined by the planner): the hot report path calls it once per task.
 create or replace function asyncflow.append_log(p_log jsonb, p_entry jsonb) returns jsonb
 language sql stable parallel safe as $$
   -- each argument appears once (p_log is a column, cheap to repeat): otherwise the planner
-  -- refuses to inline a call whose argument is an expression
+  -- refuses to inline a call whose argument is an expression. An array || an object appends the
+  -- object as one element, with no array built around it first.
   select case when jsonb_array_length(p_log) < 20 then p_log
-    else jsonb_path_query_array(p_log, '$[last - 18 to last]') end || jsonb_build_array(p_entry)
+    else jsonb_path_query_array(p_log, '$[last - 18 to last]') end || p_entry
 $$;
 
 -- Wakes workers of a type: NOTIFY asyncflow, <type> at commit. PostgreSQL serialises the commits

@@ -255,7 +255,8 @@ begin
       when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
         then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s',
           coalesce(to_jsonb(x.outcome), 'null'))
-      when x.outcome = 'advance' and coalesce(x.stage, '') !~ '^[A-Za-z0-9_.:/-]{1,64}$'
+      -- the stage rule, unbounded pattern plus length as the id's above
+      when x.outcome = 'advance' and (coalesce(x.stage, '') !~ '^[A-Za-z0-9_.:/-]+$' or length(x.stage) > 64)
         then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
       when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
         then 'context must be a JSON object'

@@ -21,17 +21,13 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::process::{command, exit_text, keep_tail, read_stderr, tail, GroupGuard};
+use super::process::{command, exit_text, keep_tail, progress_line, read_stderr, tail, GroupGuard};
 use super::{BoxFuture, Function, StageCall, StageReply};
 
-pub use super::process::{kill_running_groups, WORKER_CREDENTIALS};
+pub use super::process::{kill_running_groups, PROGRESS_PREFIX, WORKER_CREDENTIALS};
 
 /// Largest reply read from stdout (and the longest reply line of a warm function).
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
-/// A stderr line starting with this reports the call's progress: the rest of the line is a JSON
-/// value of at most [`crate::function::PROGRESS_BYTES_MAX`] bytes, sent with the worker's next
-/// heartbeat and shown by `get_task` as `progress`. It is not logged.
-pub const PROGRESS_PREFIX: &str = "asyncflow:progress ";
 /// How long the pipes are read after the process exited and its group was killed: only a
 /// process that left the group (setsid) can still hold them open then, and it is not waited for.
 const PIPES_AFTER_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -131,9 +127,10 @@ impl ExecInner {
         let read_err = read_stderr(
             stderr,
             move |line| {
-                // `asyncflow:progress <json>`: the call's progress, sent with the next heartbeat
-                if let Some(json) = line.strip_prefix(PROGRESS_PREFIX) {
-                    match serde_json::from_str(json).map_err(|e| e.to_string()).and_then(|v| progress.report(v)) {
+                // `asyncflow:progress <json>`: the call's progress, sent with the next heartbeat (a
+                // call id it names can only be this process's one call)
+                if let Some((_, json)) = progress_line(line) {
+                    match progress.report_json(json) {
                         Ok(()) => return,
                         Err(e) => tracing::warn!(function = %name, task = %task, error = %e, "progress line not taken"),
                     }

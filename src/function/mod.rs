@@ -85,6 +85,13 @@ impl Progress {
         Ok(())
     }
 
+    /// Sets the call's progress from JSON text (a progress line's); refused as
+    /// [`Progress::report`] refuses, or when the text is not JSON.
+    pub fn report_json(&self, text: &str) -> Result<(), String> {
+        let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        self.report(value)
+    }
+
     /// The latest value and its version, when newer than version `seen`.
     pub fn newer_than(&self, seen: u64) -> Option<(u64, Value)> {
         let slot = self.0.lock().unwrap_or_else(|e| e.into_inner());

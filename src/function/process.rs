@@ -13,6 +13,23 @@ use tokio::io::AsyncReadExt;
 pub const WORKER_CREDENTIALS: [&str; 4] =
     ["DATABASE_URL", "ASYNCFLOW_TOKEN", "ASYNCFLOW_TOKENS", "ASYNCFLOW_CALLBACK_SECRET"];
 
+/// A stderr line starting with this reports the call's progress: the rest of the line is a JSON
+/// value of at most [`crate::function::PROGRESS_BYTES_MAX`] bytes, sent with the worker's next
+/// heartbeat and shown by `get_task` as `progress`. It is not logged. A warm instance may name
+/// the call it reports for: `asyncflow:progress:<call id> <json>` ([`progress_line`]).
+pub const PROGRESS_PREFIX: &str = "asyncflow:progress ";
+
+/// A progress line's parts: the call id it names (`asyncflow:progress:<id> <json>`), if any, and
+/// its JSON text; None for any other line.
+pub(crate) fn progress_line(line: &str) -> Option<(Option<&str>, &str)> {
+    if let Some(json) = line.strip_prefix(PROGRESS_PREFIX) {
+        return Some((None, json));
+    }
+    let named = line.strip_prefix(PROGRESS_PREFIX.trim_end())?.strip_prefix(':')?;
+    let (id, json) = named.split_once(' ')?;
+    Some((Some(id), json))
+}
+
 /// How much of stderr is kept for an error message.
 pub(crate) const STDERR_TAIL_BYTES: usize = 2048;
 /// Longest piece of a stderr line logged at once.

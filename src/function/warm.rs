@@ -3,8 +3,8 @@
 //! ```text
 //!   worker ── {"id": "7", <stage call>}\n ──> stdin   ┐  instance 1 of N (its own process
 //!   worker <── {"id": "7", <stage reply>}\n ── stdout │  group, working directory = its folder)
-//!   log    <── lines ─────────────────────── stderr   ┘
-//! ```
+//!   log    <── lines ─────────────────────── stderr   ┘   (a progress line is the call's
+//! ```                                                     in flight: see [`InFlight`])
 //!
 //! `function.toml` says `mode = "warm"` and `instances = N`: up to N processes of the function's
 //! `command`, started when a call needs one (not before), each serving one call at a time. A
@@ -32,8 +32,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::process::{command, exit_text, keep_tail, read_stderr, tail, GroupGuard};
-use super::{BoxFuture, Function, StageCall, StageReply};
+use super::process::{command, exit_text, keep_tail, progress_line, read_stderr, tail, GroupGuard};
+use super::{BoxFuture, Function, Progress, StageCall, StageReply};
 
 /// How long an instance may sit idle before it is stopped.
 pub const IDLE_STOP: Duration = Duration::from_secs(60);
@@ -102,6 +102,8 @@ struct Instance {
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     /// The task reading stderr: it ends when the pipe closes.
     stderr_reader: tokio::task::JoinHandle<()>,
+    /// The call it serves now, for the progress lines on its stderr.
+    in_flight: InFlight,
     /// Declared after the child: kills the group when the instance is dropped, however.
     guard: GroupGuard,
     pid: u32,
@@ -109,6 +111,30 @@ struct Instance {
     _awaited: crate::reaper::Awaited,
     calls: u64,
     last_used: Instant,
+}
+
+/// The call an instance serves now (its id and progress), or none between calls. stderr is read
+/// by a task of its own, so a line may be read after the reply that followed it on stdout: a
+/// progress line that names its call (`asyncflow:progress:<id> <json>`, as the helper libraries
+/// write it) is taken only while that call is in flight, and one that names none is the call's
+/// in flight, if any. Neither can reach another task's call.
+#[derive(Clone, Default)]
+struct InFlight(Arc<Mutex<Option<(String, Progress)>>>);
+
+impl InFlight {
+    fn set(&self, call: Option<(String, Progress)>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = call;
+    }
+
+    /// Takes a progress line for the call it names (None: the call in flight); false when that
+    /// call is not in flight.
+    fn progress(&self, named: Option<&str>, json: &str) -> Result<bool, String> {
+        let current = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match &*current {
+            Some((id, progress)) if named.is_none_or(|n| n == id) => progress.report_json(json).map(|()| true),
+            _ => Ok(false),
+        }
+    }
 }
 
 /// A call line: the stage call with its id.
@@ -195,6 +221,7 @@ impl Pool {
             }
         };
         line.push(b'\n');
+        instance.in_flight.set(Some((id.clone(), call.progress.clone())));
         // dropping this future (cancel, lease lost, hand-back) drops the instance: its group
         // is killed, and the next call starts another
         let exchange = instance.exchange(&line, &id, self.options.max_reply);
@@ -202,6 +229,7 @@ impl Pool {
             Some(t) => tokio::time::timeout(t, exchange).await,
             None => Ok(exchange.await),
         };
+        instance.in_flight.set(None);
         match outcome {
             Err(_) => {
                 let secs = self.options.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
@@ -273,11 +301,19 @@ impl Pool {
             return Err("the function's pipes could not be opened".into());
         };
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let (name, kept) = (self.name.clone(), stderr_tail.clone());
+        let in_flight = InFlight::default();
+        let (name, kept, calls) = (self.name.clone(), stderr_tail.clone(), in_flight.clone());
         let stderr_reader = tokio::spawn(async move {
             read_stderr(
                 stderr,
-                |line| tracing::info!(function = %name, pid, "stderr: {line}"),
+                |line| match progress_line(line).map(|(named, json)| (named, calls.progress(named, json))) {
+                    Some((_, Ok(true))) => {}
+                    Some((named, Ok(false))) => {
+                        tracing::debug!(function = %name, pid, call = ?named, "progress line for no call in flight: dropped")
+                    }
+                    Some((_, Err(e))) => tracing::warn!(function = %name, pid, error = %e, "progress line not taken"),
+                    None => tracing::info!(function = %name, pid, "stderr: {line}"),
+                },
                 |chunk| keep_tail(&mut kept.lock().unwrap_or_else(|p| p.into_inner()), chunk),
             )
             .await
@@ -293,6 +329,7 @@ impl Pool {
             stdout: BufReader::new(stdout),
             stderr_tail,
             stderr_reader,
+            in_flight,
             guard,
             pid,
             _awaited: awaited,

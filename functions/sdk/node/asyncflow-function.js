@@ -15,8 +15,37 @@
 // - the default, one process per call: the single call on stdin has no "id"; its reply is written
 //   and the program ends.
 // console.log goes to stderr, so that a stray log line cannot break the protocol.
+//
+// progress(value) reports how far the running call has got: a small JSON value (at most 4096
+// bytes), e.g. progress({ percent: 40, message: 'encoding' }). It is shown by get_task as
+// `progress` while the call runs. The worker keeps the task's lease alive for as long as the call
+// runs, so there is no heartbeat to send.
 
 const readline = require('readline');
+
+// Largest progress value, as JSON text (the worker refuses larger ones).
+const PROGRESS_BYTES_MAX = 4096;
+
+// The id of the call being served in warm mode (the last one once it has replied): a progress
+// line names it, so that a line the worker reads late is never taken for the next call's.
+let callId = null;
+
+// Reports the running call's progress: one stderr line, `asyncflow:progress <json>` (in warm
+// mode `asyncflow:progress:<call id> <json>`), sent by the worker with its next heartbeat.
+// Throws a RangeError for a value larger than PROGRESS_BYTES_MAX, a TypeError for one JSON
+// cannot hold.
+function progress(value) {
+  const text = JSON.stringify(value);
+  if (text === undefined) {
+    throw new TypeError('progress must be a JSON value, not ' + typeof value);
+  }
+  const size = Buffer.byteLength(text);
+  if (size > PROGRESS_BYTES_MAX) {
+    throw new RangeError('progress is ' + size + ' bytes of JSON, the limit is ' + PROGRESS_BYTES_MAX);
+  }
+  // a pipe: written at once on Linux, before the reply that follows it
+  process.stderr.write('asyncflow:progress' + (callId === null ? '' : ':' + callId) + ' ' + text + '\n');
+}
 
 async function callHandle(handle, call) {
   try {
@@ -57,6 +86,7 @@ function run(handle) {
     }
     const id = call.id;
     delete call.id;
+    callId = String(id);
     const reply = Object.assign({}, await callHandle(handle, call), { id });
     await write(reply);
   };
@@ -91,4 +121,4 @@ function run(handle) {
   });
 }
 
-module.exports = { run, callHandle };
+module.exports = { run, callHandle, progress };

@@ -19,13 +19,25 @@ user_id, deadline, and queue_key when the task has one) and returns one reply di
 - the default, one process per call: the single call on stdin has no "id"; its reply is written
   and the program ends.
 While `handle` runs, print() goes to stderr, so that a stray print cannot break the protocol.
+
+`progress(value)` reports how far the running call has got: a small JSON value (at most 4096
+bytes), e.g. progress({"percent": 40, "message": "encoding"}). It is shown by get_task as
+`progress` while the call runs. The worker keeps the task's lease alive for as long as the call
+runs, so there is no heartbeat to send.
 """
 
 import json
 import sys
 import traceback
 
-__all__ = ["run", "serve"]
+__all__ = ["progress", "run", "serve"]
+
+# Largest progress value, as JSON text (the worker refuses larger ones).
+PROGRESS_BYTES_MAX = 4096
+
+# The id of the call being served in warm mode (the last one once it has replied): a progress
+# line names it, so that a line the worker reads late is never taken for the next call's.
+_call_id = None
 
 
 def _call_handle(handle, call):
@@ -41,6 +53,7 @@ def _call_handle(handle, call):
 
 def serve(handle, stdin, stdout):
     """Runs the loop on the given binary streams; returns the process's exit status."""
+    global _call_id
     real_stdout = sys.stdout
     sys.stdout = sys.stderr
     try:
@@ -66,6 +79,7 @@ def serve(handle, stdin, stdout):
                 _write(stdout, _call_handle(handle, call))
                 return 0
             call_id = call.pop("id")
+            _call_id = call_id
             reply = dict(_call_handle(handle, call))
             reply["id"] = call_id
             _write(stdout, reply)
@@ -76,6 +90,23 @@ def serve(handle, stdin, stdout):
 def _write(stdout, reply):
     stdout.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
     stdout.flush()
+
+
+def progress(value):
+    """Reports the running call's progress (any JSON value of at most 4096 bytes).
+
+    Written to stderr as one line, `asyncflow:progress <json>` (in warm mode
+    `asyncflow:progress:<call id> <json>`); the worker sends it with its next heartbeat.
+    Raises ValueError for a value larger than that, TypeError for one JSON cannot hold.
+    """
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    # measured as the worker measures it: UTF-8, not \u escapes
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > PROGRESS_BYTES_MAX:
+        raise ValueError("progress is %d bytes of JSON, the limit is %d" % (size, PROGRESS_BYTES_MAX))
+    tag = "" if _call_id is None else ":%s" % _call_id
+    sys.stderr.write("asyncflow:progress%s %s\n" % (tag, text))
+    sys.stderr.flush()
 
 
 def run(handle):
