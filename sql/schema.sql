@@ -59,6 +59,11 @@ CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     AS -- body: 4 lines, sha256 87d5e9c9807648ee
 
+CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean DEFAULT false, p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(matched bigint, changed bigint, more boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 38 lines, sha256 3492bbc767430c0b
+
 CREATE TABLE asyncflow.task_types (
     task_type text NOT NULL,
     schedule_limit integer DEFAULT 100 NOT NULL,
@@ -203,6 +208,49 @@ CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 18 lines, sha256 b1fe35c82cb5419d
 
+CREATE TABLE asyncflow.tasks (
+    task_type text NOT NULL,
+    shard integer NOT NULL,
+    id bigint NOT NULL,
+    stage text NOT NULL,
+    status asyncflow.task_status DEFAULT 'pending'::asyncflow.task_status NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    retry_count integer DEFAULT 0 NOT NULL,
+    max_retry_num integer NOT NULL,
+    max_retry_interval integer NOT NULL,
+    claim_seq bigint DEFAULT 0 NOT NULL,
+    owner text,
+    claimed_at timestamp with time zone,
+    lease_until timestamp with time zone,
+    order_time timestamp with time zone NOT NULL,
+    queue_key text,
+    user_id text,
+    idempotency_key text,
+    context jsonb DEFAULT '{}'::jsonb NOT NULL,
+    result jsonb,
+    last_error text,
+    schedule_log jsonb DEFAULT '[]'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    run_ref text,
+    schedule text,
+    tick timestamp with time zone,
+    progress jsonb
+)
+PARTITION BY LIST (task_type);
+
+CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) RETURNS SETOF asyncflow.tasks
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 105 lines, sha256 04c53a892dbd0fd0
+
+CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 6 lines, sha256 045e940d7bc08ded
+
 CREATE FUNCTION asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 1 lines, sha256 aa6c0405db0774f1
@@ -291,7 +339,7 @@ CREATE FUNCTION asyncflow.list_task_types() RETURNS SETOF jsonb
 CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_status asyncflow.task_status DEFAULT NULL::asyncflow.task_status, p_stage text DEFAULT NULL::text, p_user_id text DEFAULT NULL::text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 26 lines, sha256 c39b156739bafc09
+    AS -- body: 4 lines, sha256 612c0f9edc3cb3ba
 
 CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -590,39 +638,6 @@ CREATE FUNCTION asyncflow.task_created_here(p_task_id text) RETURNS boolean
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 12 lines, sha256 268c0782d486b617
-
-CREATE TABLE asyncflow.tasks (
-    task_type text NOT NULL,
-    shard integer NOT NULL,
-    id bigint NOT NULL,
-    stage text NOT NULL,
-    status asyncflow.task_status DEFAULT 'pending'::asyncflow.task_status NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    attempt integer DEFAULT 0 NOT NULL,
-    retry_count integer DEFAULT 0 NOT NULL,
-    max_retry_num integer NOT NULL,
-    max_retry_interval integer NOT NULL,
-    claim_seq bigint DEFAULT 0 NOT NULL,
-    owner text,
-    claimed_at timestamp with time zone,
-    lease_until timestamp with time zone,
-    order_time timestamp with time zone NOT NULL,
-    queue_key text,
-    user_id text,
-    idempotency_key text,
-    context jsonb DEFAULT '{}'::jsonb NOT NULL,
-    result jsonb,
-    last_error text,
-    schedule_log jsonb DEFAULT '[]'::jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    finished_at timestamp with time zone,
-    run_ref text,
-    schedule text,
-    tick timestamp with time zone,
-    progress jsonb
-)
-PARTITION BY LIST (task_type);
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -1206,6 +1221,9 @@ REVOKE ALL ON FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now times
 
 REVOKE ALL ON FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean, p_limit integer, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean, p_limit integer, p_now timestamp with time zone) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) FROM PUBLIC;
@@ -1262,6 +1280,11 @@ REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now tim
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.ensure_run_day(p_day date) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) FROM PUBLIC;
 
