@@ -149,8 +149,15 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
         },
         (None, TaskCommand::Get { id }) => call(target, Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await,
         (_, TaskCommand::List { task_type, status, stage, user_id, after, limit }) => {
-            let filter =
-                TaskFilter { task_type, status: status_arg(status)?, stage, user_id, after, limit: Some(limit) };
+            let filter = TaskFilter {
+                task_type,
+                status: status_arg(status)?,
+                stage,
+                user_id,
+                after,
+                limit: Some(limit),
+                ..Default::default()
+            };
             match pool {
                 Some(p) => {
                     let tasks = api::list_tasks(&p.get().await?, &filter).await?;

@@ -59,6 +59,8 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::tasks::get_one,
         super::tasks::cancel,
         super::tasks::retry,
+        super::tasks::bulk_retry,
+        super::tasks::bulk_cancel,
         super::task_types::list,
         super::task_types::get_one,
         super::task_types::put,

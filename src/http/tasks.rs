@@ -1,5 +1,5 @@
-//! Task routes: create (one or many), get, list with filters and keyset pagination, cancel,
-//! retry.
+//! Task routes: create (one or many), get, list with filters and search and keyset pagination,
+//! cancel, retry, and bulk retry / cancel of what a filter selects.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::openapi::{TaskCancelled, TaskCreated, TaskPage, TaskRetried, TasksCreated};
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::db::api::{self, TaskFilter};
+use crate::db::api::{self, BulkAction, BulkOutcome, TaskFilter, BULK_LIMIT_MAX};
 use crate::error::echo;
 use crate::task::{NewTask, Task};
 
@@ -20,6 +20,8 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/tasks", post(create).get(list))
         .route("/v1/tasks/bulk", post(create_bulk))
+        .route("/v1/tasks/bulk-retry", post(bulk_retry))
+        .route("/v1/tasks/bulk-cancel", post(bulk_cancel))
         .route("/v1/tasks/:id", get(get_one))
         .route("/v1/tasks/:id/cancel", post(cancel))
         .route("/v1/tasks/:id/retry", post(retry))
@@ -136,10 +138,11 @@ async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> ApiRe
     task.map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task {}", echo(&id))))
 }
 
-/// The query string of a list: like [`TaskFilter`], with the status as text so that a bad one
-/// gets an error naming the field.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+/// The query string of a list, and the filter of a bulk call: like [`TaskFilter`], with the
+/// status as text so that a bad one gets an error naming the field.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams, utoipa::ToSchema)]
 #[into_params(parameter_in = Query)]
+#[schema(as = TaskFilter)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     /// Only this type.
@@ -151,6 +154,15 @@ struct ListQuery {
     stage: Option<String>,
     /// Only this user.
     user_id: Option<String>,
+    /// Only this queue key.
+    queue_key: Option<String>,
+    /// Only tasks created at or after this time (RFC 3339).
+    created_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only tasks created before this time (RFC 3339).
+    created_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// An exact task id, an idempotency key, or text in the last error (looked for in at most
+    /// 10,000 tasks that match the other conditions, from `after` on).
+    q: Option<String>,
     /// Start after this task id (`next` of the previous page).
     after: Option<String>,
     /// Page size, 1..=1000 (default 100).
@@ -170,23 +182,7 @@ async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let status = match q.status.as_deref() {
-        None => None,
-        Some(s) => Some(crate::task::TaskStatus::parse(s).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "status must be one of pending, running, succeeded, failed, cancelled; got {}",
-                echo(s)
-            ))
-        })?),
-    };
-    let filter = TaskFilter {
-        task_type: q.task_type,
-        status,
-        stage: q.stage,
-        user_id: q.user_id,
-        after: q.after,
-        limit: q.limit,
-    };
+    let filter = task_filter(q)?;
     let limit = filter.limit.unwrap_or(100);
     let tasks = api::list_tasks(&state.pool.get().await.map_err(crate::Error::from)?, &filter).await?;
     let next = if tasks.len() as i32 == limit { tasks.last().map(|t| t.id.to_string()) } else { None };
@@ -220,4 +216,97 @@ async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> ApiRes
 async fn retry(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let done = api::retry_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;
     Ok(Json(json!({"id": id, "retried": done})))
+}
+
+/// The filter a list or a bulk call names, its status checked with an error naming the field.
+fn task_filter(q: ListQuery) -> ApiResult<TaskFilter> {
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(crate::task::TaskStatus::parse(s).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "status must be one of pending, running, succeeded, failed, cancelled; got {}",
+                echo(s)
+            ))
+        })?),
+    };
+    Ok(TaskFilter {
+        task_type: q.task_type,
+        status,
+        stage: q.stage,
+        user_id: q.user_id,
+        queue_key: q.queue_key,
+        created_after: q.created_after,
+        created_before: q.created_before,
+        q: q.q,
+        after: q.after,
+        limit: q.limit,
+    })
+}
+
+/// A bulk retry or cancel: which tasks, whether only to count them, and how many at most.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = BulkChangeRequest)]
+#[serde(deny_unknown_fields)]
+struct BulkChangeBody {
+    /// The tasks to act on: the conditions of `GET /v1/tasks` (none at all selects every task the
+    /// action can take); its paging fields `after` and `limit` are refused.
+    #[serde(default)]
+    filter: ListQuery,
+    /// Only count the tasks that would change; change nothing.
+    #[serde(default)]
+    dry_run: bool,
+    /// Most tasks this call changes, 1..=1000 (default 1000); `more` says whether others remain.
+    limit: Option<i32>,
+}
+
+async fn bulk_change(
+    state: AppState,
+    body: Result<Bytes, BytesRejection>,
+    action: BulkAction,
+) -> ApiResult<Json<BulkOutcome>> {
+    let body: BulkChangeBody = parse_body(&state, body)?;
+    if body.filter.after.is_some() || body.filter.limit.is_some() {
+        return Err(ApiError::bad_request(
+            "filter.after and filter.limit page a list; a bulk call takes `limit` beside `filter`",
+        ));
+    }
+    let filter = task_filter(body.filter)?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    let limit = body.limit.unwrap_or(BULK_LIMIT_MAX);
+    Ok(Json(api::bulk_change_tasks(&c, action, &filter, body.dry_run, limit).await?))
+}
+
+/// Queues again the failed and cancelled tasks that match the filter (not those that work for a
+/// workflow node: retry the node), at most `limit` per call, each as `POST /v1/tasks/{id}/retry`
+/// does. With `dry_run` only counts them.
+#[utoipa::path(post, path = "/v1/tasks/bulk-retry", operation_id = "bulk_retry_tasks", tag = "tasks",
+    request_body = BulkChangeBody,
+    responses(
+        (status = 200, description = "How many matched and were retried, and whether more remain", body = BulkOutcome),
+        (status = 400, description = "Malformed body, bad filter or limit", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+async fn bulk_retry(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<BulkOutcome>> {
+    bulk_change(state, body, BulkAction::Retry).await
+}
+
+/// Cancels the pending and running tasks that match the filter, at most `limit` per call, each
+/// as `POST /v1/tasks/{id}/cancel` does. With `dry_run` only counts them.
+#[utoipa::path(post, path = "/v1/tasks/bulk-cancel", operation_id = "bulk_cancel_tasks", tag = "tasks",
+    request_body = BulkChangeBody,
+    responses(
+        (status = 200, description = "How many matched and were cancelled, and whether more remain", body = BulkOutcome),
+        (status = 400, description = "Malformed body, bad filter or limit", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+async fn bulk_cancel(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<BulkOutcome>> {
+    bulk_change(state, body, BulkAction::Cancel).await
 }

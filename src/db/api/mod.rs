@@ -12,6 +12,7 @@ mod migration;
 mod progress;
 mod rate_limit;
 mod schedule;
+mod task_search;
 mod workflow;
 
 pub use bench::*;
@@ -19,6 +20,7 @@ pub use migration::*;
 pub use progress::*;
 pub use rate_limit::*;
 pub use schedule::*;
+pub use task_search::*;
 pub use workflow::*;
 
 use super::GenericClient;
@@ -559,36 +561,6 @@ pub async fn count_by_status_of<C: GenericClient>(c: &C, task_ids: &[TaskId]) ->
 pub async fn get_tasks<C: GenericClient>(c: &C, task_ids: &[TaskId]) -> Result<Vec<Task>> {
     let ids: Vec<&str> = task_ids.iter().map(TaskId::as_str).collect();
     let rows = query(c, "select t from unnest($1::text[]) with ordinality x(task_id, n) cross join lateral asyncflow.get_task(x.task_id) t where t is not null order by x.n", &[&ids]).await?;
-    rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()
-}
-
-/// Filters for [`list_tasks`].
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
-pub struct TaskFilter {
-    /// Only this type.
-    #[serde(rename = "type")]
-    pub task_type: Option<String>,
-    /// Only this status.
-    pub status: Option<TaskStatus>,
-    /// Only this stage.
-    pub stage: Option<String>,
-    /// Only this user.
-    pub user_id: Option<String>,
-    /// Start after this task id (the last id of the previous page).
-    pub after: Option<String>,
-    /// Page size, 1..=1000 (default 100).
-    pub limit: Option<i32>,
-}
-
-/// `asyncflow.list_tasks`: one page of tasks, in (type, id) order.
-pub async fn list_tasks<C: GenericClient>(c: &C, filter: &TaskFilter) -> Result<Vec<Task>> {
-    let status = filter.status.map(|s| format!("{s:?}").to_lowercase());
-    let rows = query(
-        c,
-        "select t from asyncflow.list_tasks($1, $2::text::asyncflow.task_status, $3, $4, $5, $6) t",
-        &[&filter.task_type, &status, &filter.stage, &filter.user_id, &filter.after, &filter.limit.unwrap_or(100)],
-    )
-    .await?;
     rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()
 }
 

@@ -1,0 +1,194 @@
+//! Finding tasks by filter and search, and bulk retry / cancel of what a filter selects, through
+//! the HTTP router (no socket) against a real database; the database is read after each change.
+mod common;
+
+use asyncflow::db::api;
+use asyncflow::http::router;
+use asyncflow::ids::{TypeName, WorkerId};
+use asyncflow::task::{NewTask, Report, ReportKind, TaskStatus};
+use asyncflow::task_type::TaskTypeUpdate;
+use axum::http::StatusCode;
+use common::{http_config, request, TestDb};
+use serde_json::{json, Value};
+
+async fn call(app: &axum::Router, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let (status, _, bytes) =
+        request(app, method, uri, body.map(|b| b.to_string()), Some("application/json"), None).await;
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["tasks"]
+        .as_array()
+        .map(|t| t.iter().map(|t| t["id"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Two types; in `mail`, five tasks failed with "smtp timeout <n>" (user u1 for the even ones), one
+/// with "dns error", two pending (one with an idempotency key), one with queue key q-7 in `crawl`.
+/// The failed ids in creation order and the keyed pending task's id.
+async fn scene(db: &TestDb) -> (Vec<String>, String, String) {
+    let c = db.conn().await;
+    for name in ["mail", "crawl"] {
+        api::register_task_type(&c, &TypeName::new(name).unwrap(), &TaskTypeUpdate::default()).await.unwrap();
+    }
+    let mut failed = vec![];
+    for n in 0..6 {
+        let user = if n % 2 == 0 { Some("u1".to_string()) } else { None };
+        failed.push(api::create_task(&c, "mail", &NewTask { user_id: user, ..Default::default() }).await.unwrap());
+    }
+    let worker = WorkerId::new("search-test").unwrap();
+    let claimed = api::claim_tasks(&c, "mail", &worker, 6, None).await.unwrap();
+    assert_eq!(claimed.len(), 6);
+    let reports: Vec<Report> = claimed
+        .iter()
+        .map(|t| {
+            let n = failed.iter().position(|id| *id == t.task_id).unwrap();
+            let error = if n == 5 { "dns error".to_string() } else { format!("smtp timeout {n}") };
+            Report {
+                task_id: t.task_id.clone(),
+                claim_seq: t.claim_seq,
+                kind: ReportKind::Fail { error, retry: false },
+            }
+        })
+        .collect();
+    assert!(api::report_tasks(&c, &worker, &reports, None).await.unwrap().iter().all(|r| r.accepted));
+    api::create_task(&c, "mail", &NewTask::default()).await.unwrap();
+    let keyed = NewTask { idempotency_key: Some("order-42".into()), ..Default::default() };
+    let keyed = api::create_task(&c, "mail", &keyed).await.unwrap();
+    let queued = NewTask { queue_key: Some("q-7".into()), ..Default::default() };
+    let queued = api::create_task(&c, "crawl", &queued).await.unwrap();
+    (failed.iter().map(|id| id.to_string()).collect(), keyed.to_string(), queued.to_string())
+}
+
+#[tokio::test]
+async fn tasks_are_filtered_by_every_field_and_found_by_id_key_or_error_text() {
+    let db = TestDb::new().await;
+    let (failed, keyed, queued) = scene(&db).await;
+    let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
+    let list = |q: &str| {
+        let uri = format!("/v1/tasks?{q}");
+        let app = app.clone();
+        async move {
+            let (status, body) = call(&app, "GET", &uri, None).await;
+            assert_eq!(status, StatusCode::OK, "{uri}: {body}");
+            ids(&body)
+        }
+    };
+    assert_eq!(list("type=mail&status=failed").await, failed);
+    assert_eq!(
+        list("type=mail&status=failed&user_id=u1").await,
+        [failed[0].clone(), failed[2].clone(), failed[4].clone()]
+    );
+    assert_eq!(list("queue_key=q-7").await, [queued.clone()]);
+    assert_eq!(list("type=mail&stage=start&status=pending").await.len(), 2);
+    assert_eq!(list(&format!("q={}", failed[3])).await, [failed[3].clone()], "an exact id");
+    assert_eq!(
+        list(&format!("q={}&status=pending", failed[3])).await,
+        Vec::<String>::new(),
+        "an id that fails a filter"
+    );
+    assert_eq!(list("q=order-42").await, [keyed.clone()], "an idempotency key");
+    assert_eq!(list("q=SMTP%20timeout").await, failed[..5], "error text, case-insensitive");
+    assert_eq!(list("q=dns").await, [failed[5].clone()]);
+    assert_eq!(list("q=%25").await, Vec::<String>::new(), "a % in the text is a plain character");
+    // paging goes on after `next`
+    let (_, first) = call(&app, "GET", "/v1/tasks?type=mail&status=failed&limit=4", None).await;
+    let next = first["next"].as_str().unwrap().to_string();
+    assert_eq!(list(&format!("type=mail&status=failed&after={next}")).await, failed[4..]);
+
+    let c = db.conn().await;
+    let t0 = api::get_task(&c, &failed[0]).await.unwrap().unwrap().created_at;
+    let later = (t0 + chrono::Duration::hours(1)).to_rfc3339().replace('+', "%2B");
+    let earlier = (t0 - chrono::Duration::hours(1)).to_rfc3339().replace('+', "%2B");
+    assert_eq!(list(&format!("type=mail&status=failed&created_after={earlier}")).await, failed);
+    assert_eq!(list(&format!("type=mail&created_after={later}")).await, Vec::<String>::new());
+    assert_eq!(list(&format!("type=mail&status=failed&created_before={later}")).await, failed);
+
+    // bad input: a clear 400, nothing else
+    for q in ["status=done", "created_after=yesterday", "limit=0", "colour=red"] {
+        let (status, body) = call(&app, "GET", &format!("/v1/tasks?{q}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{q}: {body}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{q}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn bulk_retry_counts_first_then_retries_only_what_the_filter_selects_in_bounded_calls() {
+    let db = TestDb::new().await;
+    let (failed, _, _) = scene(&db).await;
+    let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
+    let c = db.conn().await;
+    let statuses = |ids: Vec<String>| {
+        let c = &c;
+        async move {
+            let mut out = vec![];
+            for id in ids {
+                out.push(api::get_task(c, &id).await.unwrap().unwrap().status);
+            }
+            out
+        }
+    };
+    let filter = json!({"type": "mail", "q": "smtp timeout"});
+
+    let (status, dry) =
+        call(&app, "POST", "/v1/tasks/bulk-retry", Some(json!({"filter": filter, "dry_run": true}))).await;
+    assert_eq!(status, StatusCode::OK, "{dry}");
+    assert_eq!(dry, json!({"matched": 5, "changed": 0, "more": false}));
+    assert!(statuses(failed.clone()).await.iter().all(|s| *s == TaskStatus::Failed), "a dry run changes nothing");
+
+    // two per call: the answer says more remain until none do
+    let (_, one) = call(&app, "POST", "/v1/tasks/bulk-retry", Some(json!({"filter": filter, "limit": 2}))).await;
+    assert_eq!(one, json!({"matched": 2, "changed": 2, "more": true}));
+    assert_eq!(
+        statuses(failed.clone()).await,
+        [
+            TaskStatus::Pending,
+            TaskStatus::Pending,
+            TaskStatus::Failed,
+            TaskStatus::Failed,
+            TaskStatus::Failed,
+            TaskStatus::Failed
+        ]
+    );
+    let (_, two) = call(&app, "POST", "/v1/tasks/bulk-retry", Some(json!({"filter": filter}))).await;
+    assert_eq!(two, json!({"matched": 3, "changed": 3, "more": false}));
+    let after = statuses(failed.clone()).await;
+    assert_eq!(after[..5], [TaskStatus::Pending; 5]);
+    assert_eq!(after[5], TaskStatus::Failed, "the dns error did not match");
+    let log = api::get_task(&c, &failed[0]).await.unwrap().unwrap().schedule_log;
+    assert_eq!(log.last().and_then(|e| e.event.as_deref()), Some("retried by hand"));
+
+    // bulk cancel of the pending ones of user u1
+    let cancel = json!({"filter": {"type": "mail", "status": "pending", "user_id": "u1"}});
+    let (_, dry) =
+        call(&app, "POST", "/v1/tasks/bulk-cancel", Some(json!({"filter": cancel["filter"], "dry_run": true}))).await;
+    assert_eq!(dry["matched"], 3, "{dry}");
+    let (_, done) = call(&app, "POST", "/v1/tasks/bulk-cancel", Some(cancel)).await;
+    assert_eq!(done, json!({"matched": 3, "changed": 3, "more": false}));
+    let after = statuses(failed.clone()).await;
+    assert_eq!(
+        after,
+        [
+            TaskStatus::Cancelled,
+            TaskStatus::Pending,
+            TaskStatus::Cancelled,
+            TaskStatus::Pending,
+            TaskStatus::Cancelled,
+            TaskStatus::Failed
+        ]
+    );
+
+    // bad input changes nothing
+    for body in [
+        json!({"filter": {"status": "nope"}}),
+        json!({"filter": {"colour": "red"}}),
+        json!({"filter": {}, "limit": 1001}),
+        json!({"filter": {}, "limit": 0}),
+        json!({"dry_run": "yes"}),
+    ] {
+        let (status, answer) = call(&app, "POST", "/v1/tasks/bulk-retry", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+    }
+    assert_eq!(statuses(failed.clone()).await, after, "nothing changed by the refused calls");
+}
