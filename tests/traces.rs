@@ -332,3 +332,37 @@ async fn over_http_the_traceparent_header_is_stored_and_a_malformed_one_is_a_400
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(common::sql::task_count(&**c).await, before, "nothing was created");
 }
+
+#[tokio::test]
+async fn serve_continues_an_incoming_traceparent_and_the_task_carries_its_request_span() {
+    let db = TestDb::new().await;
+    let receiver = Receiver::start().await;
+    common::sql::register(&**db.conn().await, "traced", json!({})).await;
+    let token = "trace-token-0123456789";
+    let served = common::cli::Served::start(&db.url, token, &["--otlp-endpoint", &receiver.url]).await;
+    let created: Value = reqwest::Client::new()
+        .post(format!("{}/v1/tasks", served.base))
+        .bearer_auth(token)
+        .header("traceparent", enqueue_traceparent())
+        .json(&json!({"type": "traced"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let task = api::get_task(&db.conn().await, created["id"].as_str().unwrap()).await.unwrap().unwrap();
+    let stored = task.traceparent.expect("the task carries a traceparent");
+    assert!(stored.starts_with(&format!("00-{TRACE_ID}-")), "same trace: {stored}");
+    assert_ne!(stored, enqueue_traceparent(), "the request's span, not the caller's");
+    // the batch exporter sends within its delay (5 s)
+    let request_span = stored[36..52].to_string();
+    common::wait_until(Duration::from_secs(20), "the request's span to arrive", || {
+        let found = receiver.spans().iter().any(|s| s.span_id == request_span);
+        async move { found }
+    })
+    .await;
+    let span = receiver.spans().into_iter().find(|s| s.span_id == request_span).unwrap();
+    assert_eq!((span.trace_id.as_str(), span.parent_span_id.as_str()), (TRACE_ID, ENQUEUE_SPAN));
+    assert_eq!(span.name, "asyncflow.request");
+}

@@ -19,6 +19,7 @@ mod error;
 mod health;
 mod metrics;
 pub mod openapi;
+mod request_span;
 mod schedules;
 mod server;
 mod task_types;
@@ -146,6 +147,7 @@ pub fn router_with_cancels(
         .layer(DefaultBodyLimit::max(config.max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(axum::middleware::from_fn_with_state(state.clone(), server::body_deadline))
+        .layer(axum::middleware::from_fn(request_span::request_span))
         .with_state(state)
 }
 

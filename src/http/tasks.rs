@@ -116,13 +116,21 @@ async fn create_bulk(
 const TRACEPARENT_HEADER: &str = "The W3C trace context of the enqueue, for the tasks whose body gives none \
     (00-<32 hex>-<16 hex>-<2 hex>); a malformed one is refused (400)";
 
-/// The request's `traceparent` header, if any; its format is checked where the task is created
-/// (`create_task` refuses a malformed one, and nothing is created).
+/// The trace context of the tasks a request creates without their own: with traces exported,
+/// the request's span (which continues the `traceparent` header); else the header, if any. Its
+/// format is checked where the task is created (`create_task` refuses a malformed one, and
+/// nothing is created), so a malformed header is passed on as it is, to be refused.
 fn traceparent(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    headers
+    let header = headers
         .get("traceparent")
         .map(|v| v.to_str().map(str::to_string).map_err(|_| ApiError::bad_request("traceparent must be visible ASCII")))
-        .transpose()
+        .transpose()?;
+    if header.as_deref().is_none_or(crate::trace::is_traceparent) {
+        if let Some(span) = crate::trace::current_traceparent() {
+            return Ok(Some(span));
+        }
+    }
+    Ok(header)
 }
 
 /// One task with its context, result and schedule log.
