@@ -229,7 +229,8 @@ begin
       v_per_key := ceil((v_limit - v_got)::numeric / v_walked)::integer;
       if v_type.queue_rate_limited then
         -- the due keys' buckets refilled to now: a key under a rate limit starts at most its
-        -- whole tokens (least() passes over the null of a key without one)
+        -- whole tokens (least() passes over the null of a key without one; the case keeps a
+        -- type without such limits from looking per key)
         select array_agg(a.queue_key), array_agg(a.allowance) into v_rate_keys, v_rate_allows
         from asyncflow.queue_rate_allowance(v_type,
           array(select w.k from unnest(v_keys, v_heads) w(k, head) where w.head <= v_now), v_now) a;
@@ -238,8 +239,9 @@ begin
         select w.k, w.ord, least(v_per_key, c.cap - (select count(*) from asyncflow.{{tasks}} r
                                   where c.cap is not null and r.shard >= v_begin
                                     and coalesce(r.queue_key, '') = w.k and r.status = 'running'),
-                                 (select a.n from unnest(v_rate_keys, v_rate_allows) a(k, n)
-                                  where v_rate_keys is not null and a.k = w.k)) as room
+                                 case when v_rate_keys is not null
+                                   then (select a.n from unnest(v_rate_keys, v_rate_allows) a(k, n) where a.k = w.k)
+                                 end) as room
         from unnest(v_keys, v_heads) with ordinality w(k, head, ord)
         cross join lateral (
           select coalesce((select l.concurrency from asyncflow.queue_limits l
