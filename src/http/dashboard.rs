@@ -1,17 +1,24 @@
-//! The web dashboard: one page at `GET /` with its script and style sheet under `/dashboard/`,
+//! The web dashboard: one page at `GET /` with its scripts and style sheet under `/dashboard/`,
 //! embedded in the binary (`include_str!` of `src/http/dashboard/*`: plain HTML, vanilla JS and
-//! CSS, no build step, nothing loaded from elsewhere), and one read-only JSON route,
-//! `GET /v1/dashboard`, with the per-type figures that no other route gives in one call.
+//! CSS, charts and graphs drawn as SVG by the page, no build step, nothing loaded from
+//! elsewhere), and one read-only JSON route, `GET /v1/dashboard`, with the per-type figures that
+//! no other route gives in one call. The page uses only documented `/v1` routes:
 //!
 //! ```text
-//!   browser ── GET /  /dashboard/app.js  /dashboard/style.css ─────────▶ no token: static, no data
+//!   browser ── GET /  /dashboard/{file} ───────────────────────────────▶ no token: static, no data
 //!      │
-//!      └──── GET  /v1/dashboard                  per type: depth, counts, lag, shards
-//!            GET  /v1/tasks/{id}                 the search box and the detail view
-//!            GET  /v1/tasks?type=&status=        a count clicked: the tasks behind it
-//!            POST /v1/tasks/{id}/retry|cancel    the detail view's buttons
+//!      └──── GET  /v1/dashboard, /v1/stats/history      overview: figures, totals, charts
+//!            GET  /v1/tasks?filters  POST /v1/tasks/bulk-retry|bulk-cancel   tasks
+//!            GET  /v1/tasks/{id}  POST /v1/tasks/{id}/retry|cancel           one task
+//!            GET|PUT /v1/task-types/{name}, .../pause|resume, .../queues, .../queue-limit
+//!            GET  /v1/pipelines, /v1/runs, /v1/runs/{id}  POST .../retry, .../nodes/{node}/retry
+//!            GET  /v1/schedules  POST .../pause|resume;  GET /v1/workers
 //!                                                ───▶ bearer token when the server has tokens
 //! ```
+//!
+//! The page's state is in the URL's hash (`#/tasks?status=failed`, `#task=<id>`, `#run=<id>`,
+//! `#/types/<name>`, ...), so every view is a bookmark. The charts and the workers view read
+//! routes that a server may not have yet: a 404 there shows "not available", not an error.
 //!
 //! # Auth
 //! The page and its assets hold no data, so they are served without a token. The API calls the
@@ -43,7 +50,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
@@ -56,8 +63,19 @@ use crate::db::api;
 use crate::error::Error;
 
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
-const APP_JS: &str = include_str!("dashboard/app.js");
-const STYLE_CSS: &str = include_str!("dashboard/style.css");
+
+/// The page's assets by file name: its scripts (index.html loads them in this order) and style
+/// sheet.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("core.js", "text/javascript; charset=utf-8", include_str!("dashboard/core.js")),
+    ("charts.js", "text/javascript; charset=utf-8", include_str!("dashboard/charts.js")),
+    ("overview.js", "text/javascript; charset=utf-8", include_str!("dashboard/overview.js")),
+    ("tasks.js", "text/javascript; charset=utf-8", include_str!("dashboard/tasks.js")),
+    ("types.js", "text/javascript; charset=utf-8", include_str!("dashboard/types.js")),
+    ("workflows.js", "text/javascript; charset=utf-8", include_str!("dashboard/workflows.js")),
+    ("app.js", "text/javascript; charset=utf-8", include_str!("dashboard/app.js")),
+    ("style.css", "text/css; charset=utf-8", include_str!("dashboard/style.css")),
+];
 
 /// Only the page's own script, style sheet and API; no inline script, no framing, no forms
 /// posting elsewhere.
@@ -69,8 +87,7 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(page))
         .route("/dashboard", get(|| async { Redirect::permanent("/") }))
-        .route("/dashboard/app.js", get(script))
-        .route("/dashboard/style.css", get(style))
+        .route("/dashboard/:file", get(asset_file))
 }
 
 /// The JSON route the page reads, behind the bearer token like the rest of `/v1`.
@@ -100,18 +117,19 @@ async fn page() -> Response {
     asset("text/html; charset=utf-8", INDEX_HTML)
 }
 
-/// The dashboard's script (no auth).
-#[utoipa::path(get, path = "/dashboard/app.js", tag = "dashboard", security(()),
-    responses((status = 200, description = "The dashboard's script", content_type = "text/javascript", body = String)))]
-async fn script() -> Response {
-    asset("text/javascript; charset=utf-8", APP_JS)
-}
-
-/// The dashboard's style sheet (no auth).
-#[utoipa::path(get, path = "/dashboard/style.css", tag = "dashboard", security(()),
-    responses((status = 200, description = "The dashboard's style sheet", content_type = "text/css", body = String)))]
-async fn style() -> Response {
-    asset("text/css; charset=utf-8", STYLE_CSS)
+/// One of the dashboard's scripts or its style sheet (no auth).
+#[utoipa::path(get, path = "/dashboard/{file}", tag = "dashboard", security(()),
+    params(("file" = String, Path, description = "core.js, charts.js, overview.js, tasks.js, types.js, workflows.js, app.js or style.css")),
+    responses(
+        (status = 200, description = "The file (text/javascript or text/css)", body = String),
+        (status = 400, description = "Not a file name", body = ApiError),
+        (status = 404, description = "No such file", body = ApiError),
+    ))]
+async fn asset_file(Path(file): Path<String>) -> Response {
+    match ASSETS.iter().find(|(name, _, _)| *name == file) {
+        Some((_, content_type, body)) => asset(content_type, body),
+        None => ApiError::not_found("no such dashboard file").into_response(),
+    }
 }
 
 /// What `GET /v1/dashboard` answers.
