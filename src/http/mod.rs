@@ -21,6 +21,7 @@ mod metrics;
 pub mod openapi;
 mod schedules;
 mod server;
+mod stats;
 mod task_types;
 mod tasks;
 mod worker_protocol;
@@ -135,6 +136,7 @@ pub fn router_with_cancels(
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())
+        .merge(stats::routes())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(health::routes())

@@ -86,6 +86,8 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         openapi_json,
         super::metrics::metrics,
         super::dashboard::overview,
+        super::stats::history,
+        super::stats::workers,
         super::dashboard::page,
         super::dashboard::asset_file,
         super::workflows::list_pipelines,

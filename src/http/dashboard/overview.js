@@ -83,7 +83,9 @@
     const seen = new Set();
     const rows = types.map((t) => {
       seen.add(t.type);
-      return typeRow(t, throughput(t.type, t.succeeded + t.failed, now));
+      // the monotonic counters when the server has them: a retry by hand does not lower them
+      const finished = (t.succeeded_total ?? t.succeeded) + (t.failed_total ?? t.failed);
+      return typeRow(t, throughput(t.type, finished, now));
     });
     for (const type of [...view.samples.keys()]) if (!seen.has(type)) view.samples.delete(type);
     $('#types tbody').replaceChildren(...rows);
