@@ -108,7 +108,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 29 lines, sha256 795a1c14c5e1766a
+    AS -- body: 31 lines, sha256 b9aa53fcbdebbf05
 
 CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -173,12 +173,12 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
 
 CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 66 lines, sha256 8e9fbf9b3d5f6df3
+    AS -- body: 67 lines, sha256 dd859f04063d4e23
 
 CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 97 lines, sha256 a2209c98593421f2
+    AS -- body: 98 lines, sha256 4e957f7307c5b568
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -189,6 +189,11 @@ CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 32 lines, sha256 113b78591ea49f88
 
+CREATE FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id text, host text, since timestamp with time zone, last_seen timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 2 lines, sha256 2e16e1b2320d42e0
+
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -197,7 +202,7 @@ CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAU
 CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 45 lines, sha256 b7a447aad125c998
+    AS -- body: 50 lines, sha256 066b44e6d3b4b0f4
 
 CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 10000) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -251,6 +256,11 @@ CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 6 lines, sha256 045e940d7bc08ded
 
+CREATE FUNCTION asyncflow.fold_status_deltas() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 12 lines, sha256 41f4aa4929226b13
+
 CREATE FUNCTION asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 1 lines, sha256 aa6c0405db0774f1
@@ -278,6 +288,11 @@ CREATE FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_at inte
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS -- body: 23 lines, sha256 f567d9caa684244e
 
+CREATE FUNCTION asyncflow.heartbeat_worker(p_id text, p_host text, p_pid integer, p_types text[], p_in_flight integer, p_started_at timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 21 lines, sha256 f83edd6179a0f107
+
 CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TABLE(task_id text, claim_seq bigint, stage text, attempt integer, lease_until timestamp with time zone)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -290,7 +305,7 @@ CREATE FUNCTION asyncflow.hold_timeout() RETURNS void
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 164 lines, sha256 3d34b0e5633aa7b6
+    AS -- body: 170 lines, sha256 c2ba51bdc303812e
 
 CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -315,6 +330,11 @@ CREATE FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) RETURNS jsonb
 CREATE FUNCTION asyncflow.json_problem(p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 8 lines, sha256 b4c4311b81aee95f
+
+CREATE FUNCTION asyncflow.leave_leadership(p_id text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 1 lines, sha256 9d2b399a51b53b4c
 
 CREATE FUNCTION asyncflow.list_pipelines() RETURNS SETOF jsonb
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -341,6 +361,11 @@ CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_stat
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 4 lines, sha256 612c0f9edc3cb3ba
 
+CREATE FUNCTION asyncflow.list_workers(p_within_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id text, host text, pid integer, types text[], in_flight integer, started_at timestamp with time zone, last_seen timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 3 lines, sha256 50305a2e664580a3
+
 CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -354,6 +379,11 @@ CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 22 lines, sha256 d0b208e4e7777b38
+
+CREATE FUNCTION asyncflow.note_leader(p_id text, p_host text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 12 lines, sha256 909dfb4a391e2432
 
 CREATE FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with time zone, p_error text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -402,6 +432,11 @@ CREATE FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text
     LANGUAGE plpgsql STABLE
     AS -- body: 165 lines, sha256 bfa8da0b39fc7e79
 
+CREATE FUNCTION asyncflow.prune_workers(p_stale_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 8 lines, sha256 ca04d4398e323b7d
+
 CREATE FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text DEFAULT 'active'::text) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -449,6 +484,11 @@ CREATE FUNCTION asyncflow.remove_schedule(name text) RETURNS boolean
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 4 lines, sha256 be39451313321399
 
+CREATE FUNCTION asyncflow.remove_worker(p_id text) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 2 lines, sha256 b7e8353d507b62ae
+
 CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text DEFAULT 'claim'::text) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -471,7 +511,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 47 lines, sha256 4a0dce987063777c
+    AS -- body: 50 lines, sha256 eb0ca76f821092c8
 
 CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -490,7 +530,7 @@ CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone 
 CREATE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 38 lines, sha256 a686aff0c51212bf
+    AS -- body: 43 lines, sha256 dd618070da3e03ed
 
 CREATE FUNCTION asyncflow.retry_wait(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql PARALLEL SAFE
@@ -540,6 +580,11 @@ COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline ru
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
     AS -- body: 6 lines, sha256 00ac2c5ed0f9c1f4
+
+CREATE FUNCTION asyncflow.sample_stats(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 46 lines, sha256 7e50ef5e45d871ce
 
 CREATE TABLE asyncflow.schedules (
     name text NOT NULL,
@@ -629,6 +674,16 @@ CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jso
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 27 lines, sha256 3a32587d78ad0580
 
+CREATE FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(at timestamp with time zone, succeeded bigint, failed bigint, retried bigint, ready bigint, running bigint, lag_seconds double precision)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 22 lines, sha256 b61057bbe309f5e3
+
+CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 12 lines, sha256 7ad60a2c10930288
+
 CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -650,7 +705,7 @@ CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
 CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, created bigint, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint, oldest_running_age double precision)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 16 lines, sha256 9f0794a493f4b2b4
+    AS -- body: 10 lines, sha256 e5f46353b1f62e76
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -884,6 +939,15 @@ CREATE TABLE asyncflow.idempotency_keys (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE asyncflow.maintenance_leader (
+    one boolean DEFAULT true NOT NULL,
+    id text NOT NULL,
+    host text NOT NULL,
+    since timestamp with time zone NOT NULL,
+    last_seen timestamp with time zone NOT NULL,
+    CONSTRAINT maintenance_leader_one_check CHECK (one)
+);
+
 CREATE TABLE asyncflow.pipeline_counters (
     pipeline text NOT NULL,
     status asyncflow.run_status NOT NULL,
@@ -917,25 +981,38 @@ CREATE TABLE asyncflow.queue_limits (
 
 CREATE VIEW asyncflow.queue_depth AS
  SELECT y.task_type,
-    COALESCE(p.ready, (0)::bigint) AS ready,
-    COALESCE(p.delayed, (0)::bigint) AS delayed,
-    COALESCE(r.running, (0)::bigint) AS running,
-    (COALESCE(EXTRACT(epoch FROM (now() - p.oldest_ready)), (0)::numeric))::double precision AS oldest_ready_age,
+    GREATEST(((n.pending - d.delayed) - h.held), (0)::bigint) AS ready,
+    d.delayed,
+    n.running,
+    (COALESCE(EXTRACT(epoch FROM (now() - o.oldest_ready)), (0)::numeric))::double precision AS oldest_ready_age,
     y.paused,
-    COALESCE(p.held, (0)::bigint) AS held
-   FROM ((asyncflow.task_types y
-     LEFT JOIN LATERAL ( SELECT count(*) FILTER (WHERE ((NOT h.held) AND (t.order_time <= now()))) AS ready,
-            count(*) FILTER (WHERE ((NOT h.held) AND (t.order_time > now()))) AS delayed,
-            min(GREATEST(t.order_time, t.updated_at)) FILTER (WHERE ((NOT h.held) AND (t.order_time <= now()))) AS oldest_ready,
-            count(*) FILTER (WHERE h.held) AS held
-           FROM (asyncflow.tasks t
-             CROSS JOIN LATERAL ( SELECT (y.fair_queues AND (EXISTS ( SELECT 1
-                           FROM asyncflow.queue_limits l
-                          WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t.queue_key, ''::text)))))) AS held) h)
-          WHERE ((t.task_type = y.task_type) AND (t.status = 'pending'::asyncflow.task_status))) p ON (true))
-     LEFT JOIN LATERAL ( SELECT count(*) AS running
+    h.held
+   FROM ((((asyncflow.task_types y
+     JOIN asyncflow.status_counts() n(task_type, pending, running, succeeded, failed, cancelled) ON ((n.task_type = y.task_type)))
+     CROSS JOIN LATERAL ( SELECT count(*) AS held
+           FROM (asyncflow.queue_limits l
+             JOIN asyncflow.tasks t ON (((t.task_type = l.task_type) AND (COALESCE(t.queue_key, ''::text) = l.queue_key))))
+          WHERE (y.fair_queues AND (l.task_type = y.task_type) AND (l.concurrency = 0) AND (t.status = 'pending'::asyncflow.task_status))) h)
+     CROSS JOIN LATERAL ( SELECT count(*) AS delayed
            FROM asyncflow.tasks t
-          WHERE ((t.task_type = y.task_type) AND (t.status = 'running'::asyncflow.task_status))) r ON (true));
+          WHERE ((t.task_type = y.task_type) AND (t.status = 'pending'::asyncflow.task_status) AND (t.order_time > now()) AND (NOT (y.fair_queues AND (EXISTS ( SELECT 1
+                   FROM asyncflow.queue_limits l
+                  WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t.queue_key, ''::text))))))))) d)
+     CROSS JOIN LATERAL ( WITH first AS (
+                 SELECT GREATEST(t_1.order_time, t_1.updated_at) AS ready_at
+                   FROM asyncflow.tasks t_1
+                  WHERE ((t_1.task_type = y.task_type) AND (t_1.status = 'pending'::asyncflow.task_status) AND (t_1.order_time <= now()) AND (NOT (y.fair_queues AND (EXISTS ( SELECT 1
+                           FROM asyncflow.queue_limits l
+                          WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t_1.queue_key, ''::text))))))))
+                  ORDER BY t_1.order_time
+                 LIMIT 1
+                )
+         SELECT min(GREATEST(t.order_time, t.updated_at)) AS oldest_ready
+           FROM asyncflow.tasks t
+          WHERE ((t.task_type = y.task_type) AND (t.status = 'pending'::asyncflow.task_status) AND (t.order_time <= LEAST(now(), ( SELECT first.ready_at
+                   FROM first))) AND (NOT (y.fair_queues AND (EXISTS ( SELECT 1
+                   FROM asyncflow.queue_limits l
+                  WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t.queue_key, ''::text))))))))) o);
 
 CREATE TABLE asyncflow.rate_limits (
     task_type text NOT NULL,
@@ -1045,6 +1122,37 @@ CREATE TABLE asyncflow.stage_times (
     buckets bigint[] NOT NULL
 );
 
+CREATE TABLE asyncflow.stats_last (
+    task_type text NOT NULL,
+    at timestamp with time zone NOT NULL,
+    succeeded bigint NOT NULL,
+    failed bigint NOT NULL,
+    retried bigint NOT NULL
+);
+
+CREATE TABLE asyncflow.stats_points (
+    task_type text NOT NULL,
+    resolution integer NOT NULL,
+    slot integer NOT NULL,
+    at timestamp with time zone NOT NULL,
+    succeeded bigint DEFAULT 0 NOT NULL,
+    failed bigint DEFAULT 0 NOT NULL,
+    retried bigint DEFAULT 0 NOT NULL,
+    ready bigint DEFAULT 0 NOT NULL,
+    running bigint DEFAULT 0 NOT NULL,
+    lag_seconds double precision DEFAULT 0 NOT NULL,
+    CONSTRAINT stats_points_resolution_check CHECK ((resolution = ANY (ARRAY[60, 3600])))
+);
+
+CREATE TABLE asyncflow.status_deltas (
+    task_type text NOT NULL,
+    in_pending bigint DEFAULT 0 NOT NULL,
+    in_running bigint DEFAULT 0 NOT NULL,
+    in_succeeded bigint DEFAULT 0 NOT NULL,
+    in_failed bigint DEFAULT 0 NOT NULL,
+    in_cancelled bigint DEFAULT 0 NOT NULL
+);
+
 CREATE TABLE asyncflow.type_counters (
     task_type text NOT NULL,
     slot smallint NOT NULL,
@@ -1052,7 +1160,12 @@ CREATE TABLE asyncflow.type_counters (
     succeeded bigint DEFAULT 0 NOT NULL,
     failed bigint DEFAULT 0 NOT NULL,
     retried bigint DEFAULT 0 NOT NULL,
-    rescued bigint DEFAULT 0 NOT NULL
+    rescued bigint DEFAULT 0 NOT NULL,
+    in_pending bigint DEFAULT 0 NOT NULL,
+    in_running bigint DEFAULT 0 NOT NULL,
+    in_succeeded bigint DEFAULT 0 NOT NULL,
+    in_failed bigint DEFAULT 0 NOT NULL,
+    in_cancelled bigint DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE asyncflow.unique_keys (
@@ -1063,6 +1176,16 @@ CREATE TABLE asyncflow.unique_keys (
     created_at timestamp with time zone NOT NULL,
     expires_at timestamp with time zone,
     CONSTRAINT unique_keys_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255)))
+);
+
+CREATE TABLE asyncflow.workers (
+    id text NOT NULL,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    types text[] NOT NULL,
+    in_flight integer NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    last_seen timestamp with time zone NOT NULL
 );
 
 ALTER TABLE ONLY asyncflow.callbacks
@@ -1079,6 +1202,9 @@ ALTER TABLE ONLY asyncflow.function_templates
 
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (task_type, idempotency_key);
+
+ALTER TABLE ONLY asyncflow.maintenance_leader
+    ADD CONSTRAINT maintenance_leader_pkey PRIMARY KEY (one);
 
 ALTER TABLE ONLY asyncflow.pipeline_counters
     ADD CONSTRAINT pipeline_counters_pkey PRIMARY KEY (pipeline, status, slot);
@@ -1134,6 +1260,12 @@ ALTER TABLE ONLY asyncflow.sql_api
 ALTER TABLE ONLY asyncflow.stage_times
     ADD CONSTRAINT stage_times_pkey PRIMARY KEY (task_type, stage, slot);
 
+ALTER TABLE ONLY asyncflow.stats_last
+    ADD CONSTRAINT stats_last_pkey PRIMARY KEY (task_type);
+
+ALTER TABLE ONLY asyncflow.stats_points
+    ADD CONSTRAINT stats_points_pkey PRIMARY KEY (task_type, resolution, slot);
+
 ALTER TABLE ONLY asyncflow.task_types
     ADD CONSTRAINT task_types_pkey PRIMARY KEY (task_type);
 
@@ -1142,6 +1274,9 @@ ALTER TABLE ONLY asyncflow.type_counters
 
 ALTER TABLE ONLY asyncflow.unique_keys
     ADD CONSTRAINT unique_keys_pkey PRIMARY KEY (task_type, unique_key);
+
+ALTER TABLE ONLY asyncflow.workers
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
 
 CREATE INDEX callbacks_due ON ONLY asyncflow.callbacks USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 
@@ -1273,6 +1408,9 @@ GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now 
 
 REVOKE ALL ON FUNCTION asyncflow.create_type_functions(p_task_type text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
@@ -1285,6 +1423,8 @@ REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncfl
 
 REVOKE ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.fold_status_deltas() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) FROM PUBLIC;
 
@@ -1300,6 +1440,9 @@ GRANT ALL ON FUNCTION asyncflow.get_task(task_id text) TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.graph_index(p_ends integer[], p_nodes integer, OUT edges integer[], OUT at integer[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.graph_reach(p_root integer, p_nodes integer, p_at integer[], p_edges integer[], p_far integer[], p_live boolean[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.heartbeat_worker(p_id text, p_host text, p_pid integer, p_types text[], p_in_flight integer, p_started_at timestamp with time zone, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.heartbeat_worker(p_id text, p_host text, p_pid integer, p_types text[], p_in_flight integer, p_started_at timestamp with time zone, p_now timestamp with time zone) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) TO asyncflow_worker;
@@ -1320,6 +1463,8 @@ REVOKE ALL ON FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) FROM PUB
 
 REVOKE ALL ON FUNCTION asyncflow.json_problem(p_value jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.leave_leadership(p_id text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.list_pipelines() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_pipelines() TO asyncflow_client;
 
@@ -1335,12 +1480,17 @@ GRANT ALL ON FUNCTION asyncflow.list_task_types() TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.list_tasks(p_task_type text, p_status asyncflow.task_status, p_stage text, p_user_id text, p_after text, p_limit integer) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.list_workers(p_within_seconds double precision, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.list_workers(p_within_seconds double precision, p_now timestamp with time zone) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.next_due(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.next_due(p_task_type text) TO asyncflow_worker;
+
+REVOKE ALL ON FUNCTION asyncflow.note_leader(p_id text, p_host text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with time zone, p_error text) FROM PUBLIC;
 
@@ -1358,6 +1508,8 @@ REVOKE ALL ON FUNCTION asyncflow.pipeline_json(p asyncflow.pipelines) FROM PUBLI
 REVOKE ALL ON FUNCTION asyncflow.plan_step_limit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.prune_workers(p_stale_seconds double precision, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) TO asyncflow_client;
@@ -1382,6 +1534,9 @@ REVOKE ALL ON FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick times
 
 REVOKE ALL ON FUNCTION asyncflow.remove_schedule(name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.remove_schedule(name text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.remove_worker(p_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.remove_worker(p_id text) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text) FROM PUBLIC;
 
@@ -1411,6 +1566,8 @@ REVOKE ALL ON FUNCTION asyncflow.roll_shard(p_task_type text, p_now timestamp wi
 REVOKE ALL ON FUNCTION asyncflow.run_day(p_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.run_json(r asyncflow.runs) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.sample_stats(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.schedule_json(s asyncflow.schedules) FROM PUBLIC;
 
@@ -1445,6 +1602,12 @@ GRANT ALL ON FUNCTION asyncflow.stage_time_totals() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.status_counts() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.status_counts() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_counter_totals() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.task_counter_totals() TO asyncflow_client;

@@ -122,6 +122,15 @@ impl<'de> Deserialize<'de> for TaskId {
     }
 }
 
+/// This machine's host name (`/etc/hostname`), or `host` when it cannot be read.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_string())
+}
+
 /// Names one worker process: `<host>-<pid>-<random>` unless given.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -130,11 +139,7 @@ pub struct WorkerId(String);
 impl WorkerId {
     /// A fresh id for this process.
     pub fn generate() -> Self {
-        let host = std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "host".to_string());
+        let host = host_name();
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         WorkerId(format!("{host}-{}-{}", std::process::id(), &suffix[..8]))
     }

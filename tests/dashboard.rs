@@ -2,135 +2,23 @@
 //! database, Debian's headless Chromium driven by `playwright-core` (tests/dashboard/browser.mjs),
 //! and the SQL API to set the scene and to check what the page's buttons did.
 //!
-//! Set-up the test does itself, so that a fresh machine works: Chromium is installed with
-//! `apt-get install chromium` when `/usr/bin/chromium` (or `$CHROMIUM`) is missing, which needs
-//! root; `playwright-core` (pinned in tests/dashboard/package-lock.json; it downloads no browser)
-//! is installed with `npm ci` into tests/dashboard/node_modules when missing, which needs Node.js
-//! 20 or newer. Either failing stops the test with a message saying what to install.
+//! Set-up, server and script runner: tests/common/browser.rs. tests/dashboard_actions.rs drives
+//! the operator's actions (filters, bulk retry, types and queues, workflow runs).
 //! Screenshots of each step land in `target/tmp/dashboard/`.
 mod common;
-
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use asyncflow::db::api;
 use asyncflow::ids::{TypeName, WorkerId};
 use asyncflow::task::{NewTask, Report, ReportKind, TaskStatus};
 use asyncflow::task_type::TaskTypeUpdate;
+use common::browser::{browse, setup, Server, TOKEN};
 use common::TestDb;
 use serde_json::{json, Value};
 
-const TOKEN: &str = "dashboard-test-token-0123456789";
 const TYPE: &str = "dash";
 /// Markup in task data must show as text and never run.
 const ERROR: &str = r#"disk full <img src=x onerror="window.__pwned=true"> & <b>bold</b>"#;
 const CONTEXT_HTML: &str = "<script>window.__pwned = true</script>";
-/// The browser script's own limit; it needs a few seconds.
-const BROWSER_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn dashboard_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/dashboard")
-}
-
-fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
-
-/// Runs a set-up command; its combined output on failure.
-fn run_setup(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let mut text = String::from_utf8_lossy(&out.stdout).to_string();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    let tail: String = text.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-    Err(format!("{cmd:?} failed ({}):\n{tail}", out.status))
-}
-
-/// The Chromium binary, installed from Debian's packages when missing.
-fn chromium() -> PathBuf {
-    let path = PathBuf::from(std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
-    if path.exists() {
-        return path;
-    }
-    assert!(
-        is_root(),
-        "the dashboard test needs Chromium at {}: install it with `apt-get install chromium` \
-         (as root), or point CHROMIUM at a Chromium binary",
-        path.display()
-    );
-    eprintln!("dashboard test: installing Chromium from Debian's packages (apt-get), once");
-    let installed =
-        run_setup(Command::new("apt-get").arg("update").env("DEBIAN_FRONTEND", "noninteractive")).and_then(|()| {
-            run_setup(
-                Command::new("apt-get").args(["install", "-y", "chromium"]).env("DEBIAN_FRONTEND", "noninteractive"),
-            )
-        });
-    if let Err(e) = installed {
-        panic!("the dashboard test could not install Chromium: {e}");
-    }
-    assert!(path.exists(), "`apt-get install chromium` ran but {} is still missing", path.display());
-    path
-}
-
-/// tests/dashboard with playwright-core installed (`npm ci` from the committed lock when missing).
-fn playwright() -> PathBuf {
-    let dir = dashboard_dir();
-    let node_ok = Command::new("node")
-        .args(["-e", "process.exit(Number(process.versions.node.split('.')[0]) >= 20 ? 0 : 1)"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(node_ok, "the dashboard test needs Node.js 20 or newer (`node` on PATH) to drive Chromium");
-    if !dir.join("node_modules/playwright-core/package.json").exists() {
-        eprintln!("dashboard test: installing playwright-core with npm ci, once");
-        if let Err(e) =
-            run_setup(Command::new("npm").args(["ci", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir))
-        {
-            panic!("the dashboard test could not install playwright-core into {}: {e}", dir.display());
-        }
-    }
-    dir
-}
-
-/// `asyncflow serve` on a free port; killed when dropped, also when an assertion fails.
-struct Server {
-    child: std::process::Child,
-    base: String,
-}
-
-impl Server {
-    async fn start(db: &TestDb) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--token", TOKEN])
-            .env("DATABASE_URL", &db.url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start asyncflow serve");
-        let server = Server { child, base: format!("http://127.0.0.1:{port}") };
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ready = client.get(format!("{}/readyz", server.base)).send().await;
-            if ready.map(|r| r.status().is_success()).unwrap_or(false) {
-                return server;
-            }
-            assert!(Instant::now() < deadline, "asyncflow serve did not become ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A type with a succeeded, a failed (with markup in its error and context), a ready, a running
 /// and a delayed task; the failed task's id.
@@ -193,7 +81,10 @@ async fn check_http(base: &str) {
     assert!(header(&page, "content-type").starts_with("text/html"));
     assert!(header(&page, "content-security-policy").contains("script-src 'self'"));
     assert!(page.text().await.unwrap().contains(r#"<script src="/dashboard/app.js" defer></script>"#));
+    let missing = client.get(format!("{base}/dashboard/secret.txt")).send().await.unwrap();
+    assert_eq!(missing.status(), 404, "only the page's own files are served");
     for (path, kind, file) in [
+        ("/dashboard/core.js", "text/javascript", include_str!("../src/http/dashboard/core.js")),
         ("/dashboard/app.js", "text/javascript", include_str!("../src/http/dashboard/app.js")),
         ("/dashboard/style.css", "text/css", include_str!("../src/http/dashboard/style.css")),
     ] {
@@ -216,39 +107,9 @@ async fn check_http(base: &str) {
     assert_eq!(counts, [1, 1, 1, 1, 1, 0], "{body}");
 }
 
-/// Runs tests/dashboard/browser.mjs; what it saw.
-async fn browse(base: &str, task_id: &str, run_id: &str, chromium: &Path, dir: &Path) -> Value {
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
-    let child = tokio::process::Command::new("node")
-        .arg(dir.join("browser.mjs"))
-        .current_dir(dir)
-        .env("DASHBOARD_URL", base)
-        .env("DASHBOARD_TOKEN", TOKEN)
-        .env("DASHBOARD_TYPE", TYPE)
-        .env("DASHBOARD_TASK_ID", task_id)
-        .env("DASHBOARD_RUN_ID", run_id)
-        .env("CHROMIUM", chromium)
-        .env("DASHBOARD_SCREENSHOTS", &shots)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run node");
-    let out = tokio::time::timeout(BROWSER_TIMEOUT, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("the browser script did not finish in {BROWSER_TIMEOUT:?}"))
-        .expect("browser script output");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the browser script failed ({}):\n{stderr}", out.status);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("the browser script's answer is not JSON ({e}): {stdout}\n{stderr}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_browser() {
-    let (chromium, dir) = tokio::task::spawn_blocking(|| (chromium(), playwright())).await.unwrap();
+    let (chromium, dir) = setup().await;
     let db = TestDb::new().await;
     let failed_id = scene(&db).await;
     let run_id = run_scene(&db).await;
@@ -256,7 +117,9 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
     let server = Server::start(&db).await;
     check_http(&server.base).await;
 
-    let seen = browse(&server.base, &failed_id, &run_id, &chromium, &dir).await;
+    let env =
+        [("DASHBOARD_TYPE", TYPE), ("DASHBOARD_TASK_ID", failed_id.as_str()), ("DASHBOARD_RUN_ID", run_id.as_str())];
+    let seen = browse("browser.mjs", &server.base, &env, &chromium, &dir).await;
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
 
     // The page loads without a token, then asks for one; with it the data shows.
@@ -283,6 +146,7 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
     // A count leads to the tasks behind it.
     assert_eq!(seen["list_shown"], true, "{seen}");
     assert_eq!(s(&seen["list_title"]), format!("Tasks: {TYPE}, failed"));
+    assert_eq!(s(&seen["list_hash"]), format!("#/tasks?type={TYPE}&status=failed"), "the list is a bookmark");
     let list = seen["list"].as_array().expect("list rows");
     assert_eq!(list.len(), 1, "{list:?}");
     assert_eq!(
@@ -311,7 +175,7 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
     // Markup in task data made no element and ran nothing.
     assert_eq!(
         (seen["images"].clone(), seen["scripts"].clone(), seen["pwned"].clone()),
-        (json!(0), json!(1), json!(false))
+        (json!(0), json!(0), json!(false))
     );
 
     // Retry: the database has the task pending again, and so does the page.
@@ -348,9 +212,10 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
     assert_eq!(run["status"], "cancelled", "cancelled in the database");
 
     // Nothing went wrong in the page; the only console errors are the refused calls before the
-    // token was saved.
+    // token was saved, and the history route's 404 on a server without it (the charts then say
+    // "not available").
     assert_eq!(seen["page_errors"], json!([]), "{seen}");
     let console: Vec<String> = seen["console_errors"].as_array().unwrap().iter().map(s).collect();
-    assert!(console.iter().all(|e| e.contains("401")), "{console:?}");
+    assert!(console.iter().all(|e| e.contains("401") || e.contains("404")), "{console:?}");
     drop(server);
 }

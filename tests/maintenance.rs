@@ -422,6 +422,8 @@ async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
             "retention",
             "scheduler",
             "unique_key_retention",
+            "history_sampler",
+            "worker_pruner",
             "run_checker",
             "run_retention",
             "callbacks"

@@ -116,6 +116,9 @@ begin
       returning id
     )
     select array_agg(asyncflow.format_task_id(p_task_type, v_pos, i.id) order by i.id) into v_ids from inserted i;
+    if cardinality(v_ids) > 0 then
+      insert into asyncflow.status_deltas (task_type, in_pending) values (p_task_type, cardinality(v_ids));
+    end if;
     perform asyncflow.wake(p_task_type);
     return coalesce(v_ids, '{}');
   end if;
@@ -148,6 +151,9 @@ begin
     from input i
     where i.ikey is null or i.id in (select id from fresh_keys)
     returning id
+  ), counted as (
+    insert into asyncflow.status_deltas (task_type, in_pending)
+    select p_task_type, count(*) from inserted having count(*) > 0
   )
   select array_agg(case
       when i.ikey is null or f.id is not null then asyncflow.format_task_id(p_task_type, v_pos, i.id)
@@ -256,6 +262,7 @@ begin
         case when context operator(pg_catalog.=) 'null'::pg_catalog.jsonb then '{}'::pg_catalog.jsonb
           else coalesce(context, '{}'::pg_catalog.jsonb) end,
         v_now, v_now);
+      insert into asyncflow.status_deltas (task_type, in_pending) values (create_task.task_type, 1);
       if pg_catalog.pg_try_advisory_xact_lock(16712, pg_catalog.hashtext(create_task.task_type collate pg_catalog."default")) then
         perform pg_catalog.pg_notify('asyncflow', create_task.task_type);
       end if;
@@ -363,6 +370,7 @@ begin
       v_type.max_retry_num, v_type.max_retry_interval,
       coalesce(run_at, v_now) - make_interval(secs => coalesce(priority, 0)),
       user_id, queue_key, traceparent, coalesce(nullif(context, 'null'::jsonb), '{}'::jsonb), v_now, v_now);
+    insert into asyncflow.status_deltas (task_type, in_pending) values (create_task_general.task_type, 1);
     perform asyncflow.wake(create_task_general.task_type);
     return asyncflow.format_task_id(create_task_general.task_type, v_pos, v_id);
   end if;

@@ -25,6 +25,8 @@ begin
       updated_at = v_now,
       schedule_log = asyncflow.append_log(schedule_log, jsonb_build_object('event', 'cancelled', 'at', v_now))
     where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
+    insert into asyncflow.status_deltas (task_type, in_pending, in_running, in_cancelled)
+    values (v_key.task_type, -(v_was = 'pending')::integer, -(v_was = 'running')::integer, 1);
     -- a running call stops at once: its worker listens on asyncflow_cancel (at commit)
     if v_was = 'running' then
       perform pg_notify('asyncflow_cancel',
@@ -62,6 +64,7 @@ declare
   v_key record;
   v_now timestamptz := asyncflow.check_now(p_now);
   v_ref text;
+  v_was asyncflow.task_status;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
   if v_key.task_type is null then
@@ -70,8 +73,10 @@ begin
   -- before the task turns pending: a begin_pos pass waits for this transaction, or this
   -- one for the pass, and whichever runs second sees what the first did
   perform 1 from asyncflow.positions where task_type = v_key.task_type for key share;
-  select run_ref into v_ref from asyncflow.tasks
-  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
+  -- locked here, so the status counted below is the one the update changes
+  select run_ref, status into v_ref, v_was from asyncflow.tasks
+  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id
+  for update;
   if v_ref is not null then
     raise exception using errcode = 'AF013', message = format(
       'task %s works for node %s of workflow run %s: retry the node (asyncflow.retry_node(%L, %L)) to resume the run',
@@ -86,6 +91,8 @@ begin
     perform asyncflow.check_task_exists(v_key.task_type, v_key.shard, v_key.id, p_task_id);
     return false;
   end if;
+  insert into asyncflow.status_deltas (task_type, in_pending, in_failed, in_cancelled)
+  values (v_key.task_type, 1, -(v_was = 'failed')::integer, -(v_was = 'cancelled')::integer);
   update asyncflow.positions set begin_pos = v_key.shard, updated_at = v_now
   where task_type = v_key.task_type and begin_pos > v_key.shard;
   -- its own shard reopens; the shards between it and begin_pos stay as they are (each is

@@ -49,10 +49,13 @@ begin
   into v_ids, v_types, v_statuses, v_stages, v_attempts, v_errors
   from changed c;
 
-  insert into asyncflow.type_counters as k (task_type, slot, rescued, failed)
-  select u.type_name, pg_backend_pid() % 16, count(*), count(*) filter (where u.st = 'failed')
+  insert into asyncflow.type_counters as k (task_type, slot, rescued, failed, in_running, in_pending, in_failed)
+  select u.type_name, pg_backend_pid() % 16, count(*), count(*) filter (where u.st = 'failed'), -count(*),
+    count(*) filter (where u.st = 'pending'), count(*) filter (where u.st = 'failed')
   from unnest(v_types, v_statuses) u(type_name, st) group by u.type_name
-  on conflict (task_type, slot) do update set rescued = k.rescued + excluded.rescued, failed = k.failed + excluded.failed;
+  on conflict (task_type, slot) do update set rescued = k.rescued + excluded.rescued, failed = k.failed + excluded.failed,
+    in_running = k.in_running + excluded.in_running, in_pending = k.in_pending + excluded.in_pending,
+    in_failed = k.in_failed + excluded.in_failed;
 
   perform asyncflow.wake(d.type_name)
   from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
@@ -190,6 +193,11 @@ begin
         perform set_config('lock_timeout', v_lock_timeout, true);
         continue;
       end if;
+      -- the counts per status leave with the shard (one scan of a closed shard, once)
+      execute format('insert into asyncflow.status_deltas (task_type, in_pending, in_running, in_succeeded, in_failed, '
+        'in_cancelled) select $1, -count(*) filter (where status = ''pending''), -count(*) filter (where status = '
+        '''running''), -count(*) filter (where status = ''succeeded''), -count(*) filter (where status = ''failed''), '
+        '-count(*) filter (where status = ''cancelled'') from asyncflow.%I', v_leaf) using p_task_type;
       execute format('drop table asyncflow.%I', v_leaf);
       perform set_config('lock_timeout', v_lock_timeout, true);
     exception when lock_not_available or undefined_table then

@@ -35,27 +35,60 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select t.status::text, count(*) from asyncflow.tasks t where t.task_type = p_task_type group by t.status
 $$;
 
--- task_type_figures: per type, ids handed out by its sequence, stored tasks per status and the
--- age of the longest-held running task (for GET /metrics and the dashboard; reads every task).
+-- status_counts: per type, the tasks stored now in each status, from the counters the SQL API
+-- keeps on every transition (type_counters' in_* columns summed over slots, plus the deltas not
+-- yet folded): a few rows per type whatever the number of tasks.
+create or replace function asyncflow.status_counts()
+returns table (task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  with c as (
+    select k.task_type, k.in_pending, k.in_running, k.in_succeeded, k.in_failed, k.in_cancelled
+    from asyncflow.type_counters k
+    union all
+    select d.task_type, d.in_pending, d.in_running, d.in_succeeded, d.in_failed, d.in_cancelled
+    from asyncflow.status_deltas d
+  )
+  select y.task_type, coalesce(sum(c.in_pending), 0)::bigint, coalesce(sum(c.in_running), 0)::bigint,
+    coalesce(sum(c.in_succeeded), 0)::bigint, coalesce(sum(c.in_failed), 0)::bigint,
+    coalesce(sum(c.in_cancelled), 0)::bigint
+  from asyncflow.task_types y left join c on c.task_type = y.task_type
+  group by y.task_type order by y.task_type
+$$;
+
+-- fold_status_deltas: moves the appended status deltas into the counters' rows (maintenance,
+-- every few seconds), so readers sum a few rows. Returns the deltas folded.
+create or replace function asyncflow.fold_status_deltas() returns bigint
+language sql security definer set search_path = pg_catalog, pg_temp as $$
+  with moved as (
+    delete from asyncflow.status_deltas d returning d.*
+  ), folded as (
+    insert into asyncflow.type_counters as k (task_type, slot, in_pending, in_running, in_succeeded, in_failed, in_cancelled)
+    select m.task_type, pg_backend_pid() % 16, sum(m.in_pending), sum(m.in_running), sum(m.in_succeeded),
+      sum(m.in_failed), sum(m.in_cancelled)
+    from moved m group by m.task_type
+    on conflict (task_type, slot) do update set in_pending = k.in_pending + excluded.in_pending,
+      in_running = k.in_running + excluded.in_running, in_succeeded = k.in_succeeded + excluded.in_succeeded,
+      in_failed = k.in_failed + excluded.in_failed, in_cancelled = k.in_cancelled + excluded.in_cancelled
+  )
+  select count(*) from moved
+$$;
+
+-- task_type_figures: per type, ids handed out by its sequence, stored tasks per status (from
+-- status_counts, not a count of the rows) and the age of the longest-held running task (read
+-- from the running tasks only), for GET /metrics and the dashboard.
 create or replace function asyncflow.task_type_figures()
 returns table (task_type text, created bigint, pending bigint, running bigint, succeeded bigint,
   failed bigint, cancelled bigint, oldest_running_age double precision)
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select y.task_type, coalesce(s.last_value, 0),
     n.pending, n.running, n.succeeded, n.failed, n.cancelled,
-    coalesce(extract(epoch from (now() - n.oldest_claim)), 0)::double precision
+    coalesce(extract(epoch from (now() - (select min(t.claimed_at) from asyncflow.tasks t
+      where t.task_type = y.task_type and t.status = 'running'))), 0)::double precision
   from asyncflow.task_types y
+  join asyncflow.status_counts() n on n.task_type = y.task_type
   join pg_catalog.pg_class q on q.oid = y.id_seq
   join pg_catalog.pg_namespace ns on ns.oid = q.relnamespace
   left join pg_catalog.pg_sequences s on s.schemaname = ns.nspname and s.sequencename = q.relname
-  cross join lateral (
-    select count(*) filter (where t.status = 'pending') as pending,
-      count(*) filter (where t.status = 'running') as running,
-      count(*) filter (where t.status = 'succeeded') as succeeded,
-      count(*) filter (where t.status = 'failed') as failed,
-      count(*) filter (where t.status = 'cancelled') as cancelled,
-      min(t.claimed_at) filter (where t.status = 'running') as oldest_claim
-    from asyncflow.tasks t where t.task_type = y.task_type) n
   order by y.task_type
 $$;
 

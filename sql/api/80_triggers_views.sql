@@ -28,27 +28,41 @@ create or replace trigger tg_task_types__resumed after update of paused on async
 -- order_time back, does not count as waiting), paused, and
 -- held: pending tasks of a fair type's held queue keys (a limit of 0), which no claim takes and
 -- which are not counted as ready or delayed.
+-- Cheap at any number of tasks: pending and running come from the counters (status_counts);
+-- only delayed and held tasks are counted, through the pending indexes; the oldest ready task
+-- is found from the first one in order_time order (a task further on has an order_time, so a
+-- readiness, later than that one's).
 create or replace view asyncflow.queue_depth as
 select y.task_type,
-  coalesce(p.ready, 0) as ready,
-  coalesce(p.delayed, 0) as delayed,
-  coalesce(r.running, 0) as running,
-  coalesce(extract(epoch from (now() - p.oldest_ready)), 0)::double precision as oldest_ready_age,
+  greatest(n.pending - d.delayed - h.held, 0) as ready,
+  d.delayed,
+  n.running,
+  coalesce(extract(epoch from (now() - o.oldest_ready)), 0)::double precision as oldest_ready_age,
   y.paused,
-  coalesce(p.held, 0) as held
+  h.held
 from asyncflow.task_types y
-left join lateral (
-  select count(*) filter (where not h.held and t.order_time <= now()) as ready,
-         count(*) filter (where not h.held and t.order_time > now()) as delayed,
-         min(greatest(t.order_time, t.updated_at))
-           filter (where not h.held and t.order_time <= now()) as oldest_ready,
-         count(*) filter (where h.held) as held
-  from asyncflow.tasks t
-  cross join lateral (
-    select y.fair_queues and exists (select 1 from asyncflow.queue_limits l where l.task_type = y.task_type
-      and l.concurrency = 0 and l.queue_key = coalesce(t.queue_key, '')) as held) h
-  where t.task_type = y.task_type and t.status = 'pending'
-) p on true
-left join lateral (
-  select count(*) as running from asyncflow.tasks t where t.task_type = y.task_type and t.status = 'running'
-) r on true;
+join asyncflow.status_counts() n on n.task_type = y.task_type
+cross join lateral (
+  select count(*) as held from asyncflow.queue_limits l
+  join asyncflow.tasks t on t.task_type = l.task_type and coalesce(t.queue_key, '') = l.queue_key
+  where y.fair_queues and l.task_type = y.task_type and l.concurrency = 0 and t.status = 'pending'
+) h
+cross join lateral (
+  select count(*) as delayed from asyncflow.tasks t
+  where t.task_type = y.task_type and t.status = 'pending' and t.order_time > now()
+    and not (y.fair_queues and exists (select 1 from asyncflow.queue_limits l where l.task_type = y.task_type
+      and l.concurrency = 0 and l.queue_key = coalesce(t.queue_key, '')))
+) d
+cross join lateral (
+  with first as (
+    select greatest(t.order_time, t.updated_at) as ready_at from asyncflow.tasks t
+    where t.task_type = y.task_type and t.status = 'pending' and t.order_time <= now()
+      and not (y.fair_queues and exists (select 1 from asyncflow.queue_limits l where l.task_type = y.task_type
+        and l.concurrency = 0 and l.queue_key = coalesce(t.queue_key, '')))
+    order by t.order_time limit 1
+  )
+  select min(greatest(t.order_time, t.updated_at)) as oldest_ready from asyncflow.tasks t
+  where t.task_type = y.task_type and t.status = 'pending' and t.order_time <= least(now(), (select ready_at from first))
+    and not (y.fair_queues and exists (select 1 from asyncflow.queue_limits l where l.task_type = y.task_type
+      and l.concurrency = 0 and l.queue_key = coalesce(t.queue_key, '')))
+) o;

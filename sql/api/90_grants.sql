@@ -48,8 +48,18 @@ grant execute on function
   asyncflow.task_type_figures(),
   asyncflow.task_counter_totals(),
   asyncflow.stage_time_totals(),
-  asyncflow.workflow_figures()
+  asyncflow.workflow_figures(),
+  asyncflow.status_counts(),
+  asyncflow.stats_history(text, text, timestamptz),
+  asyncflow.list_workers(double precision, timestamptz),
+  asyncflow.current_leader(double precision, timestamptz)
 to asyncflow_client;
+
+-- Workers say they are alive (67_workers.sql), for GET /v1/workers.
+grant execute on function
+  asyncflow.heartbeat_worker(text, text, integer, text[], integer, timestamptz, timestamptz),
+  asyncflow.remove_worker(text)
+to asyncflow_worker;
 
 -- Workers: claims and reports (and, per type, type_claim__, type_hold__, type_finish__ and
 -- type_report__).

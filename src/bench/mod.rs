@@ -23,6 +23,8 @@
 //!                    own roll leaves them (5 M rows each by default), three times, in turn with
 //!                    three empty-table burn-downs (its reference); medians
 //!   drop             retention dropping an expired 1 M-row shard
+//!   dashboard        GET /v1/dashboard and GET /metrics through the real router, before and
+//!                    after a set-based fill of 10 M tasks (the figures before are the baseline)
 //!   dropin(3)        the drop-in worker (`asyncflow worker --functions`, a process of its own)
 //!                    burning down no-op tasks through a warm Python function, an HTTP function
 //!                    on a local server and a Python function forked per call, in stage calls/s
@@ -39,6 +41,7 @@
 
 mod aging;
 mod cpu;
+mod dashboard;
 mod dropin;
 mod load;
 mod output;
@@ -98,8 +101,11 @@ pub struct BenchArgs {
     /// `--concurrency` of the drop-in worker (default: --concurrency, as its reference).
     #[arg(long)]
     pub dropin_concurrency: Option<usize>,
+    /// Tasks filled before the dashboard phase's second timing (90 % finished, 10 % pending).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, fair, wake, aging, drop, dropin, dropin3).
+    /// burndown3, fair, wake, aging, drop, dashboard, dropin, dropin3).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -114,7 +120,7 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 13] = [
+pub const PHASES: [&str; 14] = [
     "update",
     "insert",
     "enqueue",
@@ -126,6 +132,7 @@ pub const PHASES: [&str; 13] = [
     "wake",
     "aging",
     "drop",
+    "dashboard",
     "dropin",
     "dropin3",
 ];
@@ -257,6 +264,9 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
     }
     if !(args.wake_rate > 0.0 && args.wake_rate <= 1000.0) || args.aged_rows < 0 || args.drop_rows < 1000 {
         return Err(Error::Config("--wake-rate must be in (0, 1000], --aged-rows >= 0, --drop-rows >= 1000".into()));
+    }
+    if !(10..=1_000_000_000).contains(&args.dashboard_tasks) {
+        return Err(Error::Config("--dashboard-tasks must be 10..=1000000000".into()));
     }
     let name = format!("asyncflow_bench_{}", std::process::id());
     let bench_url = db::with_database(url, &name)?;
@@ -534,6 +544,41 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
                 .bar("< 1 s, no dead tuples", Some(dropped.seconds < 1.0 && dropped.dead_tuples == 0)),
         );
         figures.push(Figure::new("drop_dead", "dead tuples left by the drop", dropped.dead_tuples as f64, "rows"));
+    }
+    if wants(args, "dashboard") {
+        progress.phase("dashboard: GET /v1/dashboard and GET /metrics, before and after the fill");
+        let d = dashboard::run(pool, args.dashboard_tasks, &mut progress).await?;
+        let millions = d.tasks as f64 / 1e6;
+        for (key, route, before, after) in [
+            ("dashboard", "GET /v1/dashboard", d.before.dashboard, d.after.dashboard),
+            ("metrics", "GET /metrics", d.before.metrics, d.after.metrics),
+        ] {
+            figures.push(Figure::new(
+                &format!("{key}_before"),
+                &format!("{route} before the fill, median"),
+                before.median_ms,
+                "ms",
+            ));
+            figures.push(
+                Figure::new(
+                    &format!("{key}_tasks"),
+                    &format!("{route} with {millions} M tasks, median"),
+                    after.median_ms,
+                    "ms",
+                )
+                .ratio(Some(before.median_ms), "before the fill")
+                .bar("< 50 ms", Some(after.median_ms < 50.0)),
+            );
+            figures.push(
+                Figure::new(
+                    &format!("{key}_tasks_max"),
+                    &format!("{route} with {millions} M tasks, max"),
+                    after.max_ms,
+                    "ms",
+                )
+                .ratio(Some(before.max_ms), "before the fill, max"),
+            );
+        }
     }
     for (phase, stages, what) in [("dropin", 1, "1-stage"), ("dropin3", 3, "3-stage")] {
         if wants(args, phase) {

@@ -1,17 +1,24 @@
-//! The web dashboard: one page at `GET /` with its script and style sheet under `/dashboard/`,
+//! The web dashboard: one page at `GET /` with its scripts and style sheet under `/dashboard/`,
 //! embedded in the binary (`include_str!` of `src/http/dashboard/*`: plain HTML, vanilla JS and
-//! CSS, no build step, nothing loaded from elsewhere), and one read-only JSON route,
-//! `GET /v1/dashboard`, with the per-type figures that no other route gives in one call.
+//! CSS, charts and graphs drawn as SVG by the page, no build step, nothing loaded from
+//! elsewhere), and one read-only JSON route, `GET /v1/dashboard`, with the per-type figures that
+//! no other route gives in one call. The page uses only documented `/v1` routes:
 //!
 //! ```text
-//!   browser ── GET /  /dashboard/app.js  /dashboard/style.css ─────────▶ no token: static, no data
+//!   browser ── GET /  /dashboard/{file} ───────────────────────────────▶ no token: static, no data
 //!      │
-//!      └──── GET  /v1/dashboard                  per type: depth, counts, lag, shards
-//!            GET  /v1/tasks/{id}                 the search box and the detail view
-//!            GET  /v1/tasks?type=&status=        a count clicked: the tasks behind it
-//!            POST /v1/tasks/{id}/retry|cancel    the detail view's buttons
+//!      └──── GET  /v1/dashboard, /v1/stats/history      overview: figures, totals, charts
+//!            GET  /v1/tasks?filters  POST /v1/tasks/bulk-retry|bulk-cancel   tasks
+//!            GET  /v1/tasks/{id}  POST /v1/tasks/{id}/retry|cancel           one task
+//!            GET|PUT /v1/task-types/{name}, .../pause|resume, .../queues, .../queue-limit
+//!            GET  /v1/pipelines, /v1/runs, /v1/runs/{id}  POST .../retry, .../nodes/{node}/retry
+//!            GET  /v1/schedules  POST .../pause|resume;  GET /v1/workers
 //!                                                ───▶ bearer token when the server has tokens
 //! ```
+//!
+//! The page's state is in the URL's hash (`#/tasks?status=failed`, `#task=<id>`, `#run=<id>`,
+//! `#/types/<name>`, ...), so every view is a bookmark. The charts and the workers view read
+//! routes that a server may not have yet: a 404 there shows "not available", not an error.
 //!
 //! # Auth
 //! The page and its assets hold no data, so they are served without a token. The API calls the
@@ -23,9 +30,15 @@
 //! # What the figures are
 //! - ready, delayed, running, lag (age of the oldest ready task), paused: the
 //!   `asyncflow.queue_depth` view, as `GET /v1/queue-depth` gives them.
-//! - succeeded, failed, cancelled: a full count of the type's stored tasks (the same as
-//!   `GET /metrics`), so finished tasks leave the counts when retention drops their shard. It
-//!   reads every live shard: the page polls every 5 s by default and stops while it is hidden.
+//! - ready, delayed, running, succeeded, failed, cancelled: the type's stored tasks per status,
+//!   from the counters the SQL API keeps on every transition (`asyncflow.status_counts`; ready
+//!   and delayed split pending by counting the delayed ones through their index), so finished
+//!   tasks leave the counts when retention drops their shard and an answer costs the same at
+//!   ten tasks and at ten million.
+//! - succeeded_total, failed_total, retried_total: the monotonic counters (as `GET /metrics`).
+//! - held, held_tasks: whether and how many pending tasks are in queue keys held at 0 (fair
+//!   types), which no claim takes.
+//! - totals: the per-type counts summed; leader: the maintenance leader, as `GET /v1/workers`.
 //! - throughput: computed in the browser, not here: the growth of succeeded + failed between the
 //!   page's successive polls, per minute, over about the last minute of polls ("—" until the
 //!   second poll; it starts again when the count goes down, as after a retry by hand).
@@ -43,7 +56,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
@@ -56,8 +69,19 @@ use crate::db::api;
 use crate::error::Error;
 
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
-const APP_JS: &str = include_str!("dashboard/app.js");
-const STYLE_CSS: &str = include_str!("dashboard/style.css");
+
+/// The page's assets by file name: its scripts (index.html loads them in this order) and style
+/// sheet.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("core.js", "text/javascript; charset=utf-8", include_str!("dashboard/core.js")),
+    ("charts.js", "text/javascript; charset=utf-8", include_str!("dashboard/charts.js")),
+    ("overview.js", "text/javascript; charset=utf-8", include_str!("dashboard/overview.js")),
+    ("tasks.js", "text/javascript; charset=utf-8", include_str!("dashboard/tasks.js")),
+    ("types.js", "text/javascript; charset=utf-8", include_str!("dashboard/types.js")),
+    ("workflows.js", "text/javascript; charset=utf-8", include_str!("dashboard/workflows.js")),
+    ("app.js", "text/javascript; charset=utf-8", include_str!("dashboard/app.js")),
+    ("style.css", "text/css; charset=utf-8", include_str!("dashboard/style.css")),
+];
 
 /// Only the page's own script, style sheet and API; no inline script, no framing, no forms
 /// posting elsewhere.
@@ -69,8 +93,7 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(page))
         .route("/dashboard", get(|| async { Redirect::permanent("/") }))
-        .route("/dashboard/app.js", get(script))
-        .route("/dashboard/style.css", get(style))
+        .route("/dashboard/:file", get(asset_file))
 }
 
 /// The JSON route the page reads, behind the bearer token like the rest of `/v1`.
@@ -100,18 +123,19 @@ async fn page() -> Response {
     asset("text/html; charset=utf-8", INDEX_HTML)
 }
 
-/// The dashboard's script (no auth).
-#[utoipa::path(get, path = "/dashboard/app.js", tag = "dashboard", security(()),
-    responses((status = 200, description = "The dashboard's script", content_type = "text/javascript", body = String)))]
-async fn script() -> Response {
-    asset("text/javascript; charset=utf-8", APP_JS)
-}
-
-/// The dashboard's style sheet (no auth).
-#[utoipa::path(get, path = "/dashboard/style.css", tag = "dashboard", security(()),
-    responses((status = 200, description = "The dashboard's style sheet", content_type = "text/css", body = String)))]
-async fn style() -> Response {
-    asset("text/css; charset=utf-8", STYLE_CSS)
+/// One of the dashboard's scripts or its style sheet (no auth).
+#[utoipa::path(get, path = "/dashboard/{file}", tag = "dashboard", security(()),
+    params(("file" = String, Path, description = "core.js, charts.js, overview.js, tasks.js, types.js, workflows.js, app.js or style.css")),
+    responses(
+        (status = 200, description = "The file (text/javascript or text/css)", body = String),
+        (status = 400, description = "Not a file name", body = ApiError),
+        (status = 404, description = "No such file", body = ApiError),
+    ))]
+async fn asset_file(Path(file): Path<String>) -> Response {
+    match ASSETS.iter().find(|(name, _, _)| *name == file) {
+        Some((_, content_type, body)) => asset(content_type, body),
+        None => ApiError::not_found("no such dashboard file").into_response(),
+    }
 }
 
 /// What `GET /v1/dashboard` answers.
@@ -120,6 +144,53 @@ async fn style() -> Response {
 pub(super) struct Overview {
     /// One entry per registered task type, by name.
     types: Vec<TypeSummary>,
+    /// The per-type counts summed.
+    totals: Counts,
+    /// The maintenance leader, or null when none has said so recently.
+    leader: Option<api::LeaderRow>,
+}
+
+/// Task counts, of one type or of every type summed.
+#[derive(Debug, Default, Serialize, utoipa::ToSchema)]
+#[schema(as = DashboardCounts)]
+pub(super) struct Counts {
+    /// Pending and due now.
+    ready: i64,
+    /// Pending, due later.
+    delayed: i64,
+    /// Pending in queue keys held at 0 (a limit of 0 on a fair type's key): no claim takes them.
+    held_tasks: i64,
+    /// Held by workers.
+    running: i64,
+    /// Stored tasks that succeeded (from the counters; retention drops finished tasks).
+    succeeded: i64,
+    /// Stored tasks that failed.
+    failed: i64,
+    /// Stored tasks that were cancelled.
+    cancelled: i64,
+    /// Tasks that ever succeeded (a monotonic counter; retention does not lower it).
+    succeeded_total: i64,
+    /// Tasks that ever failed for good (monotonic).
+    failed_total: i64,
+    /// Failed tries that were tried again (monotonic).
+    retried_total: i64,
+}
+
+impl Counts {
+    fn add(self, o: &Counts) -> Counts {
+        Counts {
+            ready: self.ready + o.ready,
+            delayed: self.delayed + o.delayed,
+            held_tasks: self.held_tasks + o.held_tasks,
+            running: self.running + o.running,
+            succeeded: self.succeeded + o.succeeded,
+            failed: self.failed + o.failed,
+            cancelled: self.cancelled + o.cancelled,
+            succeeded_total: self.succeeded_total + o.succeeded_total,
+            failed_total: self.failed_total + o.failed_total,
+            retried_total: self.retried_total + o.retried_total,
+        }
+    }
 }
 
 /// One task type's figures on the dashboard.
@@ -131,22 +202,15 @@ pub(super) struct TypeSummary {
     task_type: String,
     /// Whether claims are paused.
     paused: bool,
-    /// Pending and due now.
-    ready: i64,
-    /// Pending, due later.
-    delayed: i64,
-    /// Held by workers.
-    running: i64,
+    /// Whether some of its pending tasks are in queue keys held at 0, which no claim takes.
+    held: bool,
+    /// Its counts.
+    #[serde(flatten)]
+    counts: Counts,
     /// Seconds since the oldest ready task became ready (the lag; 0 when none is ready).
     oldest_ready_age: f64,
     /// Seconds since the longest-held running task was claimed (0 when none runs).
     oldest_running_age: f64,
-    /// Stored tasks that succeeded (a full count; retention drops finished tasks).
-    succeeded: i64,
-    /// Stored tasks that failed.
-    failed: i64,
-    /// Stored tasks that were cancelled.
-    cancelled: i64,
     /// Oldest shard that may hold a live task (null if the type has no positions row).
     begin_pos: Option<i32>,
     /// Shard receiving inserts.
@@ -171,27 +235,38 @@ async fn overview(State(state): State<AppState>) -> ApiResult<Json<Overview>> {
         .start()
         .await
         .map_err(Error::from_db)?;
-    let depth = api::queue_depth(&tx).await?;
+    let depth = api::queue_depth_held(&tx).await?;
     let mut figures: HashMap<String, api::TaskTypeFigures> =
         api::task_type_figures(&tx).await?.into_iter().map(|f| (f.task_type.clone(), f)).collect();
     let mut positions: HashMap<String, api::Positions> =
         api::positions(&tx).await?.into_iter().map(|p| (p.task_type.clone(), p)).collect();
+    let mut counters: HashMap<String, api::TypeCounters> =
+        api::type_counters(&tx).await?.into_iter().map(|c| (c.task_type.clone(), c)).collect();
+    let leader = api::current_leader(&tx, super::stats::LEADER_SEEN_WITHIN_SECS, None).await?;
     tx.commit().await.map_err(Error::from_db)?;
-    let types = depth
+    let types: Vec<TypeSummary> = depth
         .into_iter()
-        .map(|d| {
+        .map(|(d, held_tasks)| {
             let f = figures.remove(&d.task_type);
             let p = positions.remove(&d.task_type);
+            let c = counters.remove(&d.task_type).unwrap_or_default();
             TypeSummary {
                 paused: d.paused,
-                ready: d.ready,
-                delayed: d.delayed,
-                running: d.running,
+                held: held_tasks > 0,
+                counts: Counts {
+                    ready: d.ready,
+                    delayed: d.delayed,
+                    held_tasks,
+                    running: d.running,
+                    succeeded: f.as_ref().map_or(0, |f| f.succeeded),
+                    failed: f.as_ref().map_or(0, |f| f.failed),
+                    cancelled: f.as_ref().map_or(0, |f| f.cancelled),
+                    succeeded_total: c.succeeded,
+                    failed_total: c.failed,
+                    retried_total: c.retried,
+                },
                 oldest_ready_age: d.oldest_ready_age,
                 oldest_running_age: f.as_ref().map_or(0.0, |f| f.oldest_running_age),
-                succeeded: f.as_ref().map_or(0, |f| f.succeeded),
-                failed: f.as_ref().map_or(0, |f| f.failed),
-                cancelled: f.as_ref().map_or(0, |f| f.cancelled),
                 begin_pos: p.as_ref().map(|p| p.begin_pos),
                 end_pos: p.as_ref().map(|p| p.end_pos),
                 shards: p.as_ref().map_or(0, |p| p.shards),
@@ -199,5 +274,6 @@ async fn overview(State(state): State<AppState>) -> ApiResult<Json<Overview>> {
             }
         })
         .collect();
-    Ok(Json(Overview { types }))
+    let totals = types.iter().fold(Counts::default(), |t, s| t.add(&s.counts));
+    Ok(Json(Overview { types, totals, leader }))
 }

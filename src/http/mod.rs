@@ -22,6 +22,7 @@ pub mod openapi;
 mod request_span;
 mod schedules;
 mod server;
+mod stats;
 mod task_types;
 mod tasks;
 mod worker_protocol;
@@ -136,6 +137,7 @@ pub fn router_with_cancels(
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())
+        .merge(stats::routes())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .merge(health::routes())

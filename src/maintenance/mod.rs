@@ -11,6 +11,8 @@
 //!     retention         closed shards below end_pos, closed longer than retention -> dropped whole
 //!     scheduler         due ticks of periodic schedules -> one task or run per tick
 //!     unique keys       uniqueness keys whose window ended -> removed
+//!     history_sampler   per-type counters -> minute and hour points of history
+//!     worker_pruner     heartbeat rows of workers gone without a clean exit -> removed
 //!     ...               any other service the caller hands over (the workflows' checker, run
 //!                       retention and callback delivery)
 //! ```
@@ -20,7 +22,9 @@
 //! runs and only schedules `run_once` while it leads. Any number of processes may run a
 //! Maintainer: only the leader acts.
 
+mod history;
 pub mod leader;
+mod presence;
 mod rescuer;
 mod scheduler;
 mod shards;
@@ -31,6 +35,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+pub use history::{HistorySampler, HISTORY_INTERVAL_DEFAULT};
+pub use presence::{WorkerPruner, WORKER_STALE_DEFAULT};
 pub use rescuer::Rescuer;
 pub use scheduler::{Scheduler, UniqueKeyRetention, SCHEDULE_INTERVAL_DEFAULT};
 pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
@@ -75,6 +81,10 @@ pub struct MaintenanceConfig {
     pub schedule_interval: Duration,
     /// How often leadership is tried for or checked.
     pub leader_check: Duration,
+    /// Time between history samples.
+    pub history_interval: Duration,
+    /// Age after which a worker's heartbeat row is removed.
+    pub worker_stale: Duration,
 }
 
 /// Default rescuer interval.
@@ -95,12 +105,14 @@ impl Default for MaintenanceConfig {
             retention_interval: RETENTION_INTERVAL_DEFAULT,
             schedule_interval: SCHEDULE_INTERVAL_DEFAULT,
             leader_check: LEADER_CHECK_DEFAULT,
+            history_interval: HISTORY_INTERVAL_DEFAULT,
+            worker_stale: WORKER_STALE_DEFAULT,
         }
     }
 }
 
 /// The task engine's services, in the order a pass runs them: rescuer, shard roller, begin_pos
-/// advancer, retention, scheduler, uniqueness-key retention.
+/// advancer, retention, scheduler, uniqueness-key retention, history sampler, worker pruner.
 pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Service>> {
     vec![
         Box::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
@@ -109,6 +121,9 @@ pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Servic
         Box::new(RetentionDropper::new(pool.clone(), config.retention_interval)),
         Box::new(Scheduler::new(pool.clone(), config.schedule_interval)),
         Box::new(UniqueKeyRetention::new(pool.clone(), config.retention_interval)),
+        Box::new(HistorySampler::new(pool.clone(), config.history_interval)),
+        // a tenth of the age that makes a row stale: rows go within 10 % of it
+        Box::new(WorkerPruner::new(pool.clone(), config.worker_stale / 10, config.worker_stale)),
     ]
 }
 
@@ -117,6 +132,7 @@ pub struct Maintainer {
     database_url: String,
     leader_check: Duration,
     services: Vec<Arc<dyn Service>>,
+    identity: leader::Identity,
 }
 
 impl Maintainer {
@@ -124,7 +140,18 @@ impl Maintainer {
     /// or checking leadership on `database_url` every `leader_check`.
     pub fn new(database_url: impl Into<String>, leader_check: Duration, services: Vec<Box<dyn Service>>) -> Self {
         let services = services.into_iter().map(Arc::from).collect();
-        Maintainer { database_url: database_url.into(), leader_check, services }
+        Maintainer {
+            database_url: database_url.into(),
+            leader_check,
+            services,
+            identity: leader::Identity::of_this_process(),
+        }
+    }
+
+    /// Records this maintainer as `identity` while it leads (by default `<host>-<pid>`).
+    pub fn with_identity(mut self, identity: leader::Identity) -> Self {
+        self.identity = identity;
+        self
     }
 
     /// One pass of every service, in order, without leadership (for `maintain --once` after it
@@ -139,8 +166,13 @@ impl Maintainer {
 
     /// Takes part in the election until `shutdown`; runs the service loops while leading.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut leader =
-            leader::spawn(self.database_url.clone(), leader::MAINTENANCE_LOCK, self.leader_check, shutdown.clone());
+        let mut leader = leader::spawn_noted(
+            self.database_url.clone(),
+            leader::MAINTENANCE_LOCK,
+            self.leader_check,
+            shutdown.clone(),
+            Some(self.identity.clone()),
+        );
         let mut group: Option<CancellationToken> = None;
         loop {
             let leading = *leader.is_leader.borrow_and_update();

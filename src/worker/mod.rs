@@ -19,11 +19,15 @@
 //! abandons the call); every report carries the claim's fencing token; at shutdown claiming
 //! stops first, in-flight calls get the grace period, and what is still running after it is
 //! handed back (`release`) without burning a try.
+//!
+//! A worker on the database also keeps a heartbeat row in `asyncflow.workers` (its id, host,
+//! types and calls in flight) while it runs ([`presence`]), for `GET /v1/workers`.
 
 pub mod backend;
 mod executor;
 pub mod folder;
 mod hold;
+mod presence;
 mod producer;
 mod reporter;
 
@@ -486,6 +490,16 @@ impl Worker {
         if let Some(cancels) = cancels {
             tokio::spawn(executor::stop_cancelled_calls(shared.clone(), cancels, listener_stop.clone()));
         }
+        let presence_stop = CancellationToken::new();
+        let presence = match &self.backend {
+            Backend::Database(pool) => Some(tokio::spawn(presence::run(
+                pool.clone(),
+                shared.clone(),
+                types.iter().map(|(name, _, _)| name.to_string()).collect(),
+                presence_stop.clone(),
+            ))),
+            Backend::Server(_) => None,
+        };
         let heartbeat_stop = CancellationToken::new();
         let heartbeater =
             tokio::spawn(executor::heartbeat_loop(shared.clone(), self.config.heartbeat_check, heartbeat_stop.clone()));
@@ -550,6 +564,10 @@ impl Worker {
         reporter_stop.cancel();
         let _ = reporter_task.await;
         listener_stop.cancel();
+        presence_stop.cancel();
+        if let Some(presence) = presence {
+            let _ = presence.await;
+        }
         // what functions keep between calls (warm instances) stops with the worker
         futures_util::future::join_all(self.functions.values().map(|reg| reg.function.stop())).await;
         let summary = WorkerSummary { stopped_by: Some(reason), ..shared.stats.summary() };

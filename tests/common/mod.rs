@@ -4,6 +4,7 @@
 //! search_path, proving that the SQL API qualifies every name.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cli;
 pub mod process;
 pub mod sql;

@@ -105,10 +105,13 @@ try {
   await row.locator('td[data-col="failed"] button').click();
   out.list_shown = await waitFor((id) => !!document.querySelector(`#tasks tbody tr[data-task="${id}"]`), taskId);
   out.list_title = await text('#list-title');
+  out.list_hash = new URL(page.url()).hash;
   out.list = await page.$$eval('#tasks tbody tr', (rows) =>
     rows.map((tr) => Object.fromEntries([...tr.querySelectorAll('td[data-col]')].map((td) => [td.dataset.col, td.textContent.trim()]))));
 
   log(`searching ${taskId}`);
+  await page.click('#nav a[data-nav="overview"]');
+  await row.waitFor();
   await page.fill('#search-id', taskId);
   await page.press('#search-id', 'Enter');
   out.detail_shown = await waitFor(
@@ -121,7 +124,7 @@ try {
   out.retry_enabled = await page.isEnabled('#retry');
   out.cancel_enabled = await page.isEnabled('#cancel');
   out.images = await page.locator('img').count();
-  out.scripts = await page.locator('script').count();
+  out.scripts = await page.locator('script:not([src])').count();
   out.pwned = await page.evaluate(() => window.__pwned === true);
   await shot('detail.png');
 
@@ -133,15 +136,17 @@ try {
   out.after_retry_log = await logRows();
   out.after_retry_retry_enabled = await page.isEnabled('#retry');
   out.after_retry_cancel_enabled = await page.isEnabled('#cancel');
+  await shot('after-retry.png');
+  await page.click('#nav a[data-nav="overview"]');
   await waitFor(
     (t) => document.querySelector(`#types tr[data-type="${t}"] td[data-col="failed"]`)?.textContent === '0',
     type,
   );
   out.row_after_retry = await cells(row);
   out.pwned = out.pwned || (await page.evaluate(() => window.__pwned === true));
-  await shot('after-retry.png');
 
   log(`opening run ${runId}`);
+  await page.click('#nav a[data-nav="workflows"]');
   const runRow = page.locator(`#run-list tr[data-run="${runId}"]`);
   out.run_listed = await waitFor((id) => !!document.querySelector(`#run-list tr[data-run="${id}"]`), runId);
   if (out.run_listed) {

@@ -368,11 +368,12 @@ begin
   -- claimed tasks are counted here by a claim, at the finish for a hold; failed ones here by both
   if v_got > 0 or v_failed > 0 then --@claim
   if v_failed > 0 then --@hold
-    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed)
-    values (v_task_type, pg_backend_pid() % 16, v_got, v_failed) --@claim
-    values (v_task_type, pg_backend_pid() % 16, 0, v_failed) --@hold
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
+    values (v_task_type, pg_backend_pid() % 16, v_got, v_failed, -(v_got + v_failed), v_got, v_failed) --@claim
+    values (v_task_type, pg_backend_pid() % 16, 0, v_failed, -v_failed, 0, v_failed) --@hold
     on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
-      failed = k.failed + excluded.failed;
+      failed = k.failed + excluded.failed, in_pending = k.in_pending + excluded.in_pending,
+      in_running = k.in_running + excluded.in_running, in_failed = k.in_failed + excluded.in_failed;
   end if;
 end
 $body$;

@@ -70,11 +70,14 @@ begin
       t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key,
       t.traceparent, picked.unreadable
   ), counted as (
-    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed)
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
     select v_task_type, pg_backend_pid() % 16, count(*) filter (where c.unreadable is null),
+      count(*) filter (where c.unreadable is not null), -count(*), count(*) filter (where c.unreadable is null),
       count(*) filter (where c.unreadable is not null)
     from claimed c having count(*) > 0
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed, failed = k.failed + excluded.failed
+    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed, failed = k.failed + excluded.failed,
+      in_pending = k.in_pending + excluded.in_pending, in_running = k.in_running + excluded.in_running,
+      in_failed = k.in_failed + excluded.in_failed
   )
   select c.task_id, c.task_type, c.stage, c.context, c.priority, c.attempt, c.claim_seq, c.user_id, c.lease_until,
     c.claimed_at, c.queue_key, c.traceparent

@@ -118,11 +118,15 @@ begin
     returning r.n, t.status, t.lease_until, r.ok, r.ms / 1000.0::float8 as secs,
       case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage
   ), counted as (
-    insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded)
-    select v_task_type, pg_backend_pid() % 16, count(*), count(*) filter (where c.status = 'succeeded')
+    -- held tasks were pending: an advance stays pending, the others leave it
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded, in_pending, in_running, in_succeeded)
+    select v_task_type, pg_backend_pid() % 16, count(*), count(*) filter (where c.status = 'succeeded'),
+      -count(*) filter (where c.status <> 'pending'), count(*) filter (where c.status = 'running'),
+      count(*) filter (where c.status = 'succeeded')
     from changed c having count(*) > 0
     on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
-      succeeded = k.succeeded + excluded.succeeded
+      succeeded = k.succeeded + excluded.succeeded, in_pending = k.in_pending + excluded.in_pending,
+      in_running = k.in_running + excluded.in_running, in_succeeded = k.in_succeeded + excluded.in_succeeded
   ), per_bucket as (
     -- the calls whose replies were written into the stage-time histogram, as type_report__ does
     select c.stage, d.k, count(*) as n, sum(c.secs) as secs

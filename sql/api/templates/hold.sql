@@ -61,9 +61,10 @@ begin
     where p.unreadable is not null and t.shard = p.shard and t.id = p.id
     returning t.id
   ), counted as (
-    insert into asyncflow.type_counters as k (task_type, slot, failed)
-    select v_task_type, pg_backend_pid() % 16, count(*) from failed having count(*) > 0
-    on conflict (task_type, slot) do update set failed = k.failed + excluded.failed
+    insert into asyncflow.type_counters as k (task_type, slot, failed, in_pending, in_failed)
+    select v_task_type, pg_backend_pid() % 16, count(*), -count(*), count(*) from failed having count(*) > 0
+    on conflict (task_type, slot) do update set failed = k.failed + excluded.failed,
+      in_pending = k.in_pending + excluded.in_pending, in_failed = k.in_failed + excluded.in_failed
   )
   select asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, p.priority,
     p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, p.traceparent, true

@@ -42,9 +42,10 @@ begin
         and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
       returning r.n, t.status, t.stage, t.claimed_at
     ), counted as (
-      insert into asyncflow.type_counters as k (task_type, slot, succeeded)
-      select v_task_type, pg_backend_pid() % 16, count(*) from changed having count(*) > 0
-      on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded
+      insert into asyncflow.type_counters as k (task_type, slot, succeeded, in_running, in_succeeded)
+      select v_task_type, pg_backend_pid() % 16, count(*), -count(*), count(*) from changed having count(*) > 0
+      on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
+        in_running = k.in_running + excluded.in_running, in_succeeded = k.in_succeeded + excluded.in_succeeded
     ), durations as (
       select c.stage, d.secs,
         width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
@@ -138,12 +139,18 @@ begin
     returning r.n, t.status, t.lease_until, t.task_type, r.outcome,
       case when r.outcome <> 'succeed' then t.schedule_log -> -1 end as entry, t.stage, t.claimed_at
   ), counted as (
-    insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried)
+    -- every changed task was running; all but heartbeats leave it
+    insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried,
+      in_pending, in_running, in_succeeded, in_failed)
     select c.task_type, pg_backend_pid() % 16, count(*) filter (where c.status = 'succeeded'),
-      count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending')
-    from changed c where c.outcome in ('succeed', 'fail') group by c.task_type
+      count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending'),
+      count(*) filter (where c.status = 'pending'), -count(*), count(*) filter (where c.status = 'succeeded'),
+      count(*) filter (where c.status = 'failed')
+    from changed c where c.outcome <> 'heartbeat' group by c.task_type
     on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
-      failed = k.failed + excluded.failed, retried = k.retried + excluded.retried
+      failed = k.failed + excluded.failed, retried = k.retried + excluded.retried,
+      in_pending = k.in_pending + excluded.in_pending, in_running = k.in_running + excluded.in_running,
+      in_succeeded = k.in_succeeded + excluded.in_succeeded, in_failed = k.in_failed + excluded.in_failed
   ), durations as (
     -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds)):
     -- width_bucket counts the bounds <= secs (a binary search, in C), less one when secs is a

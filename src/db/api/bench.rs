@@ -201,8 +201,11 @@ pub async fn bench_fill_finished<C: GenericClient>(
          from generate_series($3::bigint, $4::bigint) g",
         &[&task_type, &shard, &first, &last, &finished_at, &log],
     )
-    .await
-    .map(|_| ())
+    .await?;
+    // the counters every transition keeps (see asyncflow.status_counts) count these rows too
+    query(c, "insert into asyncflow.status_deltas (task_type, in_succeeded) values ($1, $2)", &[&task_type, &rows])
+        .await
+        .map(|_| ())
 }
 
 /// ANALYZE of a type's partition set.
@@ -217,10 +220,19 @@ pub async fn bench_vacuum_analyze<C: GenericClient>(c: &C, task_type: &str) -> R
     c.batch_execute(&format!("vacuum analyze asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
 }
 
-/// Empties a type's partition set.
+/// Empties a type's partition set, and its status counts with it.
 pub async fn bench_truncate<C: GenericClient>(c: &C, task_type: &str) -> Result<()> {
     let ty = TypeName::new(task_type)?;
-    c.batch_execute(&format!("truncate asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
+    c.batch_execute(&format!("truncate asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)?;
+    query(c, "delete from asyncflow.status_deltas where task_type = $1", &[&task_type]).await?;
+    query(
+        c,
+        "update asyncflow.type_counters set in_pending = 0, in_running = 0, in_succeeded = 0, in_failed = 0, \
+         in_cancelled = 0 where task_type = $1",
+        &[&task_type],
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Dead tuples the statistics count in a type's task partitions.

@@ -10,16 +10,20 @@ use tokio_postgres::Row;
 mod bench;
 mod migration;
 mod progress;
+mod presence;
 mod rate_limit;
 mod schedule;
+mod stats;
 mod task_search;
 mod workflow;
 
 pub use bench::*;
 pub use migration::*;
 pub use progress::*;
+pub use presence::*;
 pub use rate_limit::*;
 pub use schedule::*;
+pub use stats::*;
 pub use task_search::*;
 pub use workflow::*;
 
@@ -441,17 +445,24 @@ pub async fn list_task_types<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeSett
 
 /// The `asyncflow.queue_depth` view.
 pub async fn queue_depth<C: GenericClient>(c: &C) -> Result<Vec<QueueDepth>> {
-    let rows = query(c, "select task_type, ready, delayed, running, oldest_ready_age, paused from asyncflow.queue_depth order by task_type", &[]).await?;
+    Ok(queue_depth_held(c).await?.into_iter().map(|(d, _)| d).collect())
+}
+
+/// The `asyncflow.queue_depth` view with its `held` column: per type, the pending tasks of
+/// queue keys held at 0.
+pub async fn queue_depth_held<C: GenericClient>(c: &C) -> Result<Vec<(QueueDepth, i64)>> {
+    let rows = query(c, "select task_type, ready, delayed, running, oldest_ready_age, paused, held from asyncflow.queue_depth order by task_type", &[]).await?;
     rows.iter()
         .map(|r| {
-            Ok(QueueDepth {
+            let depth = QueueDepth {
                 task_type: get(r, "task_type")?,
                 ready: get(r, "ready")?,
                 delayed: get(r, "delayed")?,
                 running: get(r, "running")?,
                 oldest_ready_age: get(r, "oldest_ready_age")?,
                 paused: get(r, "paused")?,
-            })
+            };
+            Ok((depth, get(r, "held")?))
         })
         .collect()
 }
@@ -635,8 +646,8 @@ pub struct TaskTypeFigures {
     pub oldest_running_age: f64,
 }
 
-/// Figures of every registered type, by name. Counting finished tasks reads the whole tasks
-/// table: this is for a scrape every few seconds at most, not for a hot path.
+/// Figures of every registered type, by name. The counts per status come from the counters the
+/// SQL API keeps (`asyncflow.status_counts`), so they cost the same at any number of tasks.
 pub async fn task_type_figures<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeFigures>> {
     let rows = query(
         c,

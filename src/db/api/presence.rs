@@ -1,0 +1,122 @@
+//! The presence part of the SQL seam: workers' heartbeat rows and the maintenance leader's.
+
+use chrono::{DateTime, Utc};
+
+use super::{get, query, query_one};
+use crate::db::GenericClient;
+use crate::error::{Error, Result};
+
+/// A worker as its heartbeat row says.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct WorkerRow {
+    /// Worker id.
+    pub id: String,
+    /// Host it runs on.
+    pub host: String,
+    /// Its process id on that host.
+    pub pid: i32,
+    /// The task types it serves.
+    pub types: Vec<String>,
+    /// Calls it has running.
+    pub in_flight: i32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat.
+    pub last_seen: DateTime<Utc>,
+}
+
+/// The maintenance leader as it last said.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct LeaderRow {
+    /// The leading process's id.
+    pub id: String,
+    /// Host it runs on.
+    pub host: String,
+    /// Since when it leads.
+    pub since: DateTime<Utc>,
+    /// When it last said so.
+    pub last_seen: DateTime<Utc>,
+}
+
+/// `asyncflow.heartbeat_worker`: writes the worker's row, last seen at `now` (None: the
+/// database's clock).
+pub async fn heartbeat_worker<C: GenericClient>(c: &C, worker: &WorkerRow, now: Option<DateTime<Utc>>) -> Result<()> {
+    query(
+        c,
+        "select asyncflow.heartbeat_worker($1, $2, $3, $4, $5, $6, $7)",
+        &[&worker.id, &worker.host, &worker.pid, &worker.types, &worker.in_flight, &worker.started_at, &now],
+    )
+    .await
+    .map(|_| ())
+}
+
+/// `asyncflow.remove_worker`: the worker exited cleanly; whether it had a row.
+pub async fn remove_worker<C: GenericClient>(c: &C, id: &str) -> Result<bool> {
+    let row = query_one(c, "select asyncflow.remove_worker($1) as gone", &[&id]).await?;
+    get(&row, "gone")
+}
+
+/// `asyncflow.prune_workers`: removes workers not seen for `stale_seconds`; how many.
+pub async fn prune_workers<C: GenericClient>(c: &C, stale_seconds: f64, now: Option<DateTime<Utc>>) -> Result<i32> {
+    let row = query_one(c, "select asyncflow.prune_workers($1, $2) as n", &[&stale_seconds, &now]).await?;
+    get(&row, "n")
+}
+
+/// `asyncflow.list_workers`: the workers seen within `within_seconds`, by id.
+pub async fn list_workers<C: GenericClient>(
+    c: &C,
+    within_seconds: f64,
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<WorkerRow>> {
+    let rows = query(
+        c,
+        "select id, host, pid, types, in_flight, started_at, last_seen from asyncflow.list_workers($1, $2)",
+        &[&within_seconds, &now],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(WorkerRow {
+                id: get(r, "id")?,
+                host: get(r, "host")?,
+                pid: get(r, "pid")?,
+                types: get(r, "types")?,
+                in_flight: get(r, "in_flight")?,
+                started_at: get(r, "started_at")?,
+                last_seen: get(r, "last_seen")?,
+            })
+        })
+        .collect()
+}
+
+/// `asyncflow.note_leader`: the caller leads maintenance (since now, or still). On the
+/// leader's dedicated connection, like [`super::try_lead`].
+pub async fn note_leader(c: &tokio_postgres::Client, id: &str, host: &str, now: Option<DateTime<Utc>>) -> Result<()> {
+    c.execute("select asyncflow.note_leader($1, $2, $3)", &[&id, &host, &now]).await.map(|_| ()).map_err(Error::from_db)
+}
+
+/// `asyncflow.leave_leadership`: the leader `id` stepped down cleanly.
+pub async fn leave_leadership(c: &tokio_postgres::Client, id: &str) -> Result<()> {
+    c.execute("select asyncflow.leave_leadership($1)", &[&id]).await.map(|_| ()).map_err(Error::from_db)
+}
+
+/// `asyncflow.current_leader`: the leader, if it said so within `within_seconds`.
+pub async fn current_leader<C: GenericClient>(
+    c: &C,
+    within_seconds: f64,
+    now: Option<DateTime<Utc>>,
+) -> Result<Option<LeaderRow>> {
+    let rows =
+        query(c, "select id, host, since, last_seen from asyncflow.current_leader($1, $2)", &[&within_seconds, &now])
+            .await?;
+    rows.first()
+        .map(|r| {
+            Ok(LeaderRow {
+                id: get(r, "id")?,
+                host: get(r, "host")?,
+                since: get(r, "since")?,
+                last_seen: get(r, "last_seen")?,
+            })
+        })
+        .transpose()
+}
