@@ -490,9 +490,9 @@ fn release(setup: &Setup) {
 async fn a_warm_python_function_reports_progress_with_the_helper_library_and_get_task_shows_it_while_the_call_runs() {
     let db = TestDb::new().await;
     let setup = Setup::new(&[("warmy", "mode = \"warm\"\ninstances = 1\n")]);
-    // a 3 s lease: the worker's heartbeats come every half second, and carry the progress
-    register(&db, "warmy", asyncflow::task_type::TaskTypeUpdate { max_processing_time: Some(3), ..retry_settings(0) })
-        .await;
+    // the default lease: the worker looks every second for progress to send with a heartbeat
+    // (a short lease would make a loaded machine's late heartbeat a lost call)
+    register(&db, "warmy", retry_settings(0)).await;
     let _worker = Running(Some(setup.worker(&db, &[])));
     // a first call, so that the one reporting progress is not the instance's first
     let before = pid_of(&finished(&db, &create(&db, "warmy", json!({})).await).await);
