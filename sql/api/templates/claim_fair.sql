@@ -228,20 +228,24 @@ begin
       -- the walked keys' oldest ready tasks, by turns, each key at most its share
       v_per_key := ceil((v_limit - v_got)::numeric / v_walked)::integer;
       if v_type.queue_rate_limited then
-        -- the due keys' buckets refilled to now: a key under a rate limit starts at most its
-        -- whole tokens (least() passes over the null of a key without one; the case keeps a
-        -- type without such limits from looking per key)
+        -- the due keys' buckets refilled to now: a key under a rate limit without a whole token
+        -- is passed over, and every key gives at most the fewest whole tokens of the others
+        -- (the statement below stays as it is for the types without such limits; the next
+        -- round, its buckets spent, gives the keys without a limit the rest of the batch)
         select array_agg(a.queue_key), array_agg(a.allowance) into v_rate_keys, v_rate_allows
         from asyncflow.queue_rate_allowance(v_type,
           array(select w.k from unnest(v_keys, v_heads) w(k, head) where w.head <= v_now), v_now) a;
+        if v_rate_keys is not null then
+          select array_agg(w.k order by w.ord), array_agg(w.head order by w.ord) into v_keys, v_heads
+          from unnest(v_keys, v_heads) with ordinality w(k, head, ord)
+          where not exists (select 1 from unnest(v_rate_keys, v_rate_allows) a(k, n) where a.k = w.k and a.n <= 0);
+          v_per_key := least(v_per_key, (select min(a.n) from unnest(v_rate_keys, v_rate_allows) a(k, n) where a.n > 0));
+        end if;
       end if;
       with cand as (
         select w.k, w.ord, least(v_per_key, c.cap - (select count(*) from asyncflow.{{tasks}} r
                                   where c.cap is not null and r.shard >= v_begin
-                                    and coalesce(r.queue_key, '') = w.k and r.status = 'running'),
-                                 case when v_rate_keys is not null
-                                   then (select a.n from unnest(v_rate_keys, v_rate_allows) a(k, n) where a.k = w.k)
-                                 end) as room
+                                    and coalesce(r.queue_key, '') = w.k and r.status = 'running')) as room
         from unnest(v_keys, v_heads) with ordinality w(k, head, ord)
         cross join lateral (
           select coalesce((select l.concurrency from asyncflow.queue_limits l
