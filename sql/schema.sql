@@ -442,6 +442,12 @@ CREATE FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text 
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 37 lines, sha256 9d7ef9e2ba387aa0
 
+CREATE FUNCTION asyncflow.queue_depth_rows() RETURNS TABLE(task_type text, ready bigint, delayed bigint, running bigint, oldest_ready_age double precision, paused boolean, held bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS -- body: 33 lines, sha256 558eaf3141fdab98
+
 CREATE FUNCTION asyncflow.queue_keys(p_task_type text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS TABLE(queue_key text, ready bigint, delayed bigint, running bigint, oldest_ready_age double precision, concurrency integer)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -682,6 +688,7 @@ CREATE FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now ti
 CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
     AS -- body: 12 lines, sha256 7ad60a2c10930288
 
 CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
@@ -705,6 +712,7 @@ CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
 CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, created bigint, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint, oldest_running_age double precision)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
     AS -- body: 10 lines, sha256 e5f46353b1f62e76
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
@@ -970,6 +978,16 @@ CREATE TABLE asyncflow.queue_cursors (
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE VIEW asyncflow.queue_depth AS
+ SELECT q.task_type,
+    q.ready,
+    q.delayed,
+    q.running,
+    q.oldest_ready_age,
+    q.paused,
+    q.held
+   FROM asyncflow.queue_depth_rows() q(task_type, ready, delayed, running, oldest_ready_age, paused, held);
+
 CREATE TABLE asyncflow.queue_limits (
     task_type text NOT NULL,
     queue_key text NOT NULL,
@@ -978,41 +996,6 @@ CREATE TABLE asyncflow.queue_limits (
     CONSTRAINT queue_limits_concurrency_check CHECK (((concurrency >= 0) AND (concurrency <= 1000000))),
     CONSTRAINT queue_limits_queue_key_check CHECK ((length(queue_key) <= 255))
 );
-
-CREATE VIEW asyncflow.queue_depth AS
- SELECT y.task_type,
-    GREATEST(((n.pending - d.delayed) - h.held), (0)::bigint) AS ready,
-    d.delayed,
-    n.running,
-    (COALESCE(EXTRACT(epoch FROM (now() - o.oldest_ready)), (0)::numeric))::double precision AS oldest_ready_age,
-    y.paused,
-    h.held
-   FROM ((((asyncflow.task_types y
-     JOIN asyncflow.status_counts() n(task_type, pending, running, succeeded, failed, cancelled) ON ((n.task_type = y.task_type)))
-     CROSS JOIN LATERAL ( SELECT count(*) AS held
-           FROM (asyncflow.queue_limits l
-             JOIN asyncflow.tasks t ON (((t.task_type = l.task_type) AND (COALESCE(t.queue_key, ''::text) = l.queue_key))))
-          WHERE (y.fair_queues AND (l.task_type = y.task_type) AND (l.concurrency = 0) AND (t.status = 'pending'::asyncflow.task_status))) h)
-     CROSS JOIN LATERAL ( SELECT count(*) AS delayed
-           FROM asyncflow.tasks t
-          WHERE ((t.task_type = y.task_type) AND (t.status = 'pending'::asyncflow.task_status) AND (t.order_time > now()) AND (NOT (y.fair_queues AND (EXISTS ( SELECT 1
-                   FROM asyncflow.queue_limits l
-                  WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t.queue_key, ''::text))))))))) d)
-     CROSS JOIN LATERAL ( WITH first AS (
-                 SELECT GREATEST(t_1.order_time, t_1.updated_at) AS ready_at
-                   FROM asyncflow.tasks t_1
-                  WHERE ((t_1.task_type = y.task_type) AND (t_1.status = 'pending'::asyncflow.task_status) AND (t_1.order_time <= now()) AND (NOT (y.fair_queues AND (EXISTS ( SELECT 1
-                           FROM asyncflow.queue_limits l
-                          WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t_1.queue_key, ''::text))))))))
-                  ORDER BY t_1.order_time
-                 LIMIT 1
-                )
-         SELECT min(GREATEST(t.order_time, t.updated_at)) AS oldest_ready
-           FROM asyncflow.tasks t
-          WHERE ((t.task_type = y.task_type) AND (t.status = 'pending'::asyncflow.task_status) AND (t.order_time <= LEAST(now(), ( SELECT first.ready_at
-                   FROM first))) AND (NOT (y.fair_queues AND (EXISTS ( SELECT 1
-                   FROM asyncflow.queue_limits l
-                  WHERE ((l.task_type = y.task_type) AND (l.concurrency = 0) AND (l.queue_key = COALESCE(t.queue_key, ''::text))))))))) o);
 
 CREATE TABLE asyncflow.rate_limits (
     task_type text NOT NULL,
@@ -1513,6 +1496,9 @@ REVOKE ALL ON FUNCTION asyncflow.prune_workers(p_stale_seconds double precision,
 
 REVOKE ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.put_pipeline(name text, definition jsonb, status text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.queue_depth_rows() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.queue_depth_rows() TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) TO asyncflow_client;

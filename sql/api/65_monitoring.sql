@@ -40,7 +40,7 @@ $$;
 -- yet folded): a few rows per type whatever the number of tasks.
 create or replace function asyncflow.status_counts()
 returns table (task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint)
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp set jit = off as $$
   with c as (
     select k.task_type, k.in_pending, k.in_running, k.in_succeeded, k.in_failed, k.in_cancelled
     from asyncflow.type_counters k
@@ -79,7 +79,7 @@ $$;
 create or replace function asyncflow.task_type_figures()
 returns table (task_type text, created bigint, pending bigint, running bigint, succeeded bigint,
   failed bigint, cancelled bigint, oldest_running_age double precision)
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp set jit = off as $$
   select y.task_type, coalesce(s.last_value, 0),
     n.pending, n.running, n.succeeded, n.failed, n.cancelled,
     coalesce(extract(epoch from (now() - (select min(t.claimed_at) from asyncflow.tasks t

@@ -32,7 +32,12 @@ create or replace trigger tg_task_types__resumed after update of paused on async
 -- only delayed and held tasks are counted, through the pending indexes; the oldest ready task
 -- is found from the first one in order_time order (a task further on has an order_time, so a
 -- readiness, later than that one's).
-create or replace view asyncflow.queue_depth as
+-- The body is a function so that it can turn JIT off: its estimates grow with the tasks
+-- stored, and compiling the plan cost far more than running it (a second against 5 ms).
+create or replace function asyncflow.queue_depth_rows()
+returns table (task_type text, ready bigint, delayed bigint, running bigint, oldest_ready_age double precision,
+  paused boolean, held bigint)
+language sql stable security definer set search_path = pg_catalog, pg_temp set jit = off as $$
 select y.task_type,
   greatest(n.pending - d.delayed - h.held, 0) as ready,
   d.delayed,
@@ -65,4 +70,9 @@ cross join lateral (
   where t.task_type = y.task_type and t.status = 'pending' and t.order_time <= least(now(), (select ready_at from first))
     and not (y.fair_queues and exists (select 1 from asyncflow.queue_limits l where l.task_type = y.task_type
       and l.concurrency = 0 and l.queue_key = coalesce(t.queue_key, '')))
-) o;
+) o
+$$;
+
+create or replace view asyncflow.queue_depth as
+select q.task_type, q.ready, q.delayed, q.running, q.oldest_ready_age, q.paused, q.held
+from asyncflow.queue_depth_rows() q;

@@ -50,6 +50,7 @@ grant execute on function
   asyncflow.stage_time_totals(),
   asyncflow.workflow_figures(),
   asyncflow.status_counts(),
+  asyncflow.queue_depth_rows(),
   asyncflow.stats_history(text, text, timestamptz),
   asyncflow.list_workers(double precision, timestamptz),
   asyncflow.current_leader(double precision, timestamptz)
