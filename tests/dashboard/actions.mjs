@@ -12,26 +12,15 @@
 //   hold         DASHBOARD_TYPE, DASHBOARD_KEY: hold the key   release: remove its limit
 //   dag          DASHBOARD_RUN_ID: the run's graph             retry-node: + DASHBOARD_NODE
 //   overview, task (DASHBOARD_TASK_ID): screenshots only
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { STEP_MS, helpers, launch } from './launch.mjs';
 
-const STEP_MS = 10_000;
 const env = (name) => process.env[name] || '';
 const base = env('DASHBOARD_URL');
 const step = env('DASHBOARD_STEP');
 const shots = env('DASHBOARD_SCREENSHOTS') || null;
-if (shots) mkdirSync(shots, { recursive: true });
 const log = (text) => console.error(`actions.mjs ${step}: ${text}`);
 
-const browser = await chromium.launch({
-  executablePath: env('CHROMIUM'),
-  headless: true,
-  // Chromium's sandbox cannot start as root (CI runs as root); the page is our own.
-  chromiumSandbox: false,
-  args: ['--disable-dev-shm-usage', '--disable-gpu', '--no-first-run'],
-  timeout: 30_000,
-});
+const browser = await launch(env('CHROMIUM'));
 
 try {
   const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
@@ -40,17 +29,7 @@ try {
   page.setDefaultTimeout(STEP_MS);
   const out = { page_errors: [] };
   page.on('pageerror', (e) => out.page_errors.push(String(e && e.message ? e.message : e)));
-  const shot = async (name) => {
-    if (shots) await page.screenshot({ path: join(shots, name), fullPage: true });
-  };
-  const waitFor = async (check, arg) => {
-    try {
-      await page.waitForFunction(check, arg, { timeout: STEP_MS, polling: 50 });
-      return true;
-    } catch {
-      return false;
-    }
-  };
+  const { shot, waitFor } = helpers(page, shots);
   const text = async (selector) => ((await page.locator(selector).first().textContent()) ?? '').trim();
   const listIds = () => page.$$eval('#tasks tbody tr', (rows) => rows.map((tr) => tr.dataset.task));
   const open = async (hash) => {
