@@ -11,6 +11,7 @@
 //   limit        DASHBOARD_TYPE, DASHBOARD_KEY, DASHBOARD_LIMIT: set a key's limit
 //   hold         DASHBOARD_TYPE, DASHBOARD_KEY: hold the key   release: remove its limit
 //   dag          DASHBOARD_RUN_ID: the run's graph             retry-node: + DASHBOARD_NODE
+//   workers: the live workers and the leader
 //   overview, task (DASHBOARD_TASK_ID): screenshots only
 import { STEP_MS, helpers, launch } from './launch.mjs';
 
@@ -140,6 +141,13 @@ try {
     out.charts = await page.$$eval('#charts figure', (fs) => fs.map((f) => f.dataset.chart));
     out.charts_unavailable = await page.isVisible('#charts-unavailable');
     await shot('overview.png');
+  } else if (step === 'workers') {
+    await open('#/workers');
+    await page.locator('#worker-list tbody tr').first().waitFor();
+    out.workers = await page.$$eval('#worker-list tbody tr', (rows) => rows.map((tr) => Object.fromEntries(
+      [...tr.querySelectorAll('td[data-col]')].map((td) => [td.dataset.col, td.textContent.trim()]))));
+    out.leader = await text('#leader');
+    await shot('workers.png');
   } else if (step === 'task') {
     await open(`#task=${encodeURIComponent(env('DASHBOARD_TASK_ID'))}`);
     await waitFor(() => document.querySelectorAll('#timeline .tl-row').length > 0);
