@@ -121,6 +121,25 @@ async fn filters_search_and_a_confirmed_bulk_retry_work_in_a_browser() {
     assert_eq!(seen["totals"]["failed"], "1", "{seen}");
     assert_eq!(seen["totals"]["ready"], "4", "{seen}");
     assert!(seen["charts_unavailable"] == true || seen["charts"].as_array().is_some_and(|c| c.len() == 3), "{seen}");
+    let now = chrono::Utc::now();
+    let worker = api::WorkerRow {
+        id: "w-<b>1</b>".into(),
+        host: "box-1".into(),
+        pid: 4242,
+        types: vec!["mail".into()],
+        in_flight: 3,
+        started_at: now,
+        last_seen: now,
+    };
+    api::heartbeat_worker(&db.conn().await, &worker, None).await.unwrap();
+    let seen = page.step("workers", &[]).await;
+    let rows = seen["workers"].as_array().expect("worker rows");
+    assert_eq!(rows.len(), 1, "{seen}");
+    let got: Vec<&str> =
+        ["id", "host", "pid", "types", "in_flight"].iter().map(|k| rows[0][*k].as_str().unwrap_or_default()).collect();
+    assert_eq!(got, ["w-<b>1</b>", "box-1", "4242", "mail", "3"], "markup in a worker id shows as text");
+    assert!(seen["leader"].as_str().is_some_and(|l| !l.is_empty()), "{seen}");
+
     let seen = page.step("task", &[("DASHBOARD_TASK_ID", succeeded.as_str())]).await;
     assert_eq!(seen["progress_shown"], true, "{seen}");
     assert!(seen["progress"].as_str().unwrap_or_default().contains("sending"), "{seen}");

@@ -11,27 +11,17 @@
 //   limit        DASHBOARD_TYPE, DASHBOARD_KEY, DASHBOARD_LIMIT: set a key's limit
 //   hold         DASHBOARD_TYPE, DASHBOARD_KEY: hold the key   release: remove its limit
 //   dag          DASHBOARD_RUN_ID: the run's graph             retry-node: + DASHBOARD_NODE
+//   workers: the live workers and the leader
 //   overview, task (DASHBOARD_TASK_ID): screenshots only
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { STEP_MS, helpers, launch } from './launch.mjs';
 
-const STEP_MS = 10_000;
 const env = (name) => process.env[name] || '';
 const base = env('DASHBOARD_URL');
 const step = env('DASHBOARD_STEP');
 const shots = env('DASHBOARD_SCREENSHOTS') || null;
-if (shots) mkdirSync(shots, { recursive: true });
 const log = (text) => console.error(`actions.mjs ${step}: ${text}`);
 
-const browser = await chromium.launch({
-  executablePath: env('CHROMIUM'),
-  headless: true,
-  // Chromium's sandbox cannot start as root (CI runs as root); the page is our own.
-  chromiumSandbox: false,
-  args: ['--disable-dev-shm-usage', '--disable-gpu', '--no-first-run'],
-  timeout: 30_000,
-});
+const browser = await launch(env('CHROMIUM'));
 
 try {
   const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
@@ -40,17 +30,7 @@ try {
   page.setDefaultTimeout(STEP_MS);
   const out = { page_errors: [] };
   page.on('pageerror', (e) => out.page_errors.push(String(e && e.message ? e.message : e)));
-  const shot = async (name) => {
-    if (shots) await page.screenshot({ path: join(shots, name), fullPage: true });
-  };
-  const waitFor = async (check, arg) => {
-    try {
-      await page.waitForFunction(check, arg, { timeout: STEP_MS, polling: 50 });
-      return true;
-    } catch {
-      return false;
-    }
-  };
+  const { shot, waitFor } = helpers(page, shots);
   const text = async (selector) => ((await page.locator(selector).first().textContent()) ?? '').trim();
   const listIds = () => page.$$eval('#tasks tbody tr', (rows) => rows.map((tr) => tr.dataset.task));
   const open = async (hash) => {
@@ -161,6 +141,13 @@ try {
     out.charts = await page.$$eval('#charts figure', (fs) => fs.map((f) => f.dataset.chart));
     out.charts_unavailable = await page.isVisible('#charts-unavailable');
     await shot('overview.png');
+  } else if (step === 'workers') {
+    await open('#/workers');
+    await page.locator('#worker-list tbody tr').first().waitFor();
+    out.workers = await page.$$eval('#worker-list tbody tr', (rows) => rows.map((tr) => Object.fromEntries(
+      [...tr.querySelectorAll('td[data-col]')].map((td) => [td.dataset.col, td.textContent.trim()]))));
+    out.leader = await text('#leader');
+    await shot('workers.png');
   } else if (step === 'task') {
     await open(`#task=${encodeURIComponent(env('DASHBOARD_TASK_ID'))}`);
     await waitFor(() => document.querySelectorAll('#timeline .tl-row').length > 0);

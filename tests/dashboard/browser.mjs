@@ -7,11 +7,8 @@
 // type whose row is read), DASHBOARD_TASK_ID (the failed task to search, show and retry),
 // DASHBOARD_RUN_ID (the workflow run to find in the runs list, open and cancel),
 // CHROMIUM (the browser binary), DASHBOARD_SCREENSHOTS (optional: a folder for screenshots).
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { STEP_MS, helpers, launch } from './launch.mjs';
 
-const STEP_MS = 10_000;
 
 function need(name) {
   const value = process.env[name];
@@ -29,18 +26,10 @@ const taskId = need('DASHBOARD_TASK_ID');
 const runId = need('DASHBOARD_RUN_ID');
 const executablePath = need('CHROMIUM');
 const shots = process.env.DASHBOARD_SCREENSHOTS || null;
-if (shots) mkdirSync(shots, { recursive: true });
 
 const log = (text) => console.error(`browser.mjs: ${text}`);
 
-const browser = await chromium.launch({
-  executablePath,
-  headless: true,
-  // Chromium's sandbox cannot start as root (CI runs as root); the page is our own.
-  chromiumSandbox: false,
-  args: ['--disable-dev-shm-usage', '--disable-gpu', '--no-first-run'],
-  timeout: 30_000,
-});
+const browser = await launch(executablePath);
 
 try {
   const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
@@ -62,18 +51,7 @@ try {
       rows.map((tr) => Object.fromEntries([...tr.querySelectorAll('td[data-col]')].map((td) => [td.dataset.col, td.textContent.trim()]))));
   const fields = () =>
     page.$$eval('#detail [data-field]', (nodes) => Object.fromEntries(nodes.map((n) => [n.dataset.field, n.textContent.trim()])));
-  const shot = async (name) => {
-    if (shots) await page.screenshot({ path: join(shots, name), fullPage: true });
-  };
-  // Waits for `check` (run in the page) to hold; false when it did not in time.
-  const waitFor = async (check, arg) => {
-    try {
-      await page.waitForFunction(check, arg, { timeout: STEP_MS, polling: 50 });
-      return true;
-    } catch {
-      return false;
-    }
-  };
+  const { shot, waitFor } = helpers(page, shots);
 
   log(`opening ${base}/`);
   const response = await page.goto(`${base}/`);

@@ -64,7 +64,7 @@
       el('td', { 'data-col': 'task' }, e.task_id ? taskLink(e.task_id) : ''),
       el('td', { class: 'num', 'data-col': 'cost' }, e.total_cost_ms ?? ''),
       el('td', { 'data-col': 'error', class: 'error-text' }, e.error || ''),
-      el('td', {}, ['failed', 'timed_out', 'cancelled'].includes(e.status)
+      el('td', {}, ['failed', 'timed_out'].includes(e.status)
         ? el('button', { type: 'button', 'data-action': 'retry-node', onclick: () => retryNode(run.run_id, e.node) }, 'Retry node')
         : ''),
     )));
