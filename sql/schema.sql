@@ -15,7 +15,8 @@ CREATE TYPE asyncflow.claimed_task AS (
 	user_id text,
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
-	queue_key text
+	queue_key text,
+	traceparent text
 );
 
 CREATE TYPE asyncflow.held_task AS (
@@ -30,6 +31,7 @@ CREATE TYPE asyncflow.held_task AS (
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
 	queue_key text,
+	traceparent text,
 	held boolean
 );
 
@@ -57,7 +59,7 @@ CREATE FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now timestamp wi
 
 CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
-    AS -- body: 4 lines, sha256 87d5e9c9807648ee
+    AS -- body: 5 lines, sha256 062dc6035f51d4b6
 
 CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean DEFAULT false, p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(matched bigint, changed bigint, more boolean)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -82,6 +84,9 @@ CREATE TABLE asyncflow.task_types (
     fair_queues boolean DEFAULT false NOT NULL,
     queue_concurrency integer,
     rate_limited boolean DEFAULT false NOT NULL,
+    queue_rate_limited boolean DEFAULT false NOT NULL,
+    queue_max_starts integer,
+    queue_rate_period double precision,
     CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
     CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
     CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
@@ -89,6 +94,9 @@ CREATE TABLE asyncflow.task_types (
     CONSTRAINT task_types_max_retry_num_check CHECK (((max_retry_num >= 0) AND (max_retry_num <= 1000))),
     CONSTRAINT task_types_name_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
     CONSTRAINT task_types_queue_concurrency_check CHECK (((queue_concurrency >= 1) AND (queue_concurrency <= 1000000))),
+    CONSTRAINT task_types_queue_max_starts_check CHECK (((queue_max_starts >= 1) AND (queue_max_starts <= 1000000))),
+    CONSTRAINT task_types_queue_rate_check CHECK (((queue_max_starts IS NULL) = (queue_rate_period IS NULL))),
+    CONSTRAINT task_types_queue_rate_period_check CHECK (((queue_rate_period >= (0.001)::double precision) AND (queue_rate_period <= (86400)::double precision))),
     CONSTRAINT task_types_retention_check CHECK (((retention >= 0) AND (retention <= 315360000))),
     CONSTRAINT task_types_schedule_interval_check CHECK (((schedule_interval >= (0.01)::double precision) AND (schedule_interval <= (86400)::double precision))),
     CONSTRAINT task_types_schedule_limit_check CHECK (((schedule_limit >= 1) AND (schedule_limit <= 10000))),
@@ -98,7 +106,7 @@ CREATE TABLE asyncflow.task_types (
 CREATE FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 5 lines, sha256 306d1d62ab0ac03f
+    AS -- body: 5 lines, sha256 7b967cfbcc035c47
 
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -124,7 +132,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 60 lines, sha256 9fe3a892f29697fa
+    AS -- body: 61 lines, sha256 68654200575bc13b
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -171,14 +179,14 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
     LANGUAGE plpgsql
     AS -- body: 16 lines, sha256 9f86fc72b7da4a03
 
-CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
+CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 67 lines, sha256 dd859f04063d4e23
+    AS -- body: 68 lines, sha256 f8d0c03fbdbbc022
 
-CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer) RETURNS text
+CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 98 lines, sha256 4e957f7307c5b568
+    AS -- body: 103 lines, sha256 5bde19cffbf24d63
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -242,7 +250,8 @@ CREATE TABLE asyncflow.tasks (
     run_ref text,
     schedule text,
     tick timestamp with time zone,
-    progress jsonb
+    progress jsonb,
+    traceparent text
 )
 PARTITION BY LIST (task_type);
 
@@ -305,7 +314,7 @@ CREATE FUNCTION asyncflow.hold_timeout() RETURNS void
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 170 lines, sha256 c2ba51bdc303812e
+    AS -- body: 176 lines, sha256 7931d6ab4c9e6cf9
 
 CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -453,6 +462,14 @@ CREATE FUNCTION asyncflow.queue_keys(p_task_type text, p_after text DEFAULT NULL
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 54 lines, sha256 05868381afdff90e
 
+CREATE FUNCTION asyncflow.queue_rate_allowance(p_type asyncflow.task_types, p_keys text[], p_now timestamp with time zone) RETURNS TABLE(queue_key text, allowance integer)
+    LANGUAGE plpgsql
+    AS -- body: 17 lines, sha256 62e3f96a414cb8ff
+
+CREATE FUNCTION asyncflow.queue_rate_spend(p_task_type text, p_keys text[]) RETURNS void
+    LANGUAGE sql
+    AS -- body: 3 lines, sha256 46f68a447172fb1f
+
 CREATE FUNCTION asyncflow.raise_error(p_code text, p_message text) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 4 lines, sha256 6e902ec7cc94598f
@@ -512,7 +529,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 46 lines, sha256 cf8b000fe5a6ad30
+    AS -- body: 50 lines, sha256 99979108c64ffba5
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -634,6 +651,12 @@ CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 b8edb3476b766102
 
+CREATE FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) RETURNS TABLE(accepted boolean, status asyncflow.task_status)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
+    AS -- body: 53 lines, sha256 d97a9c7052f7f9f4
+
 CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 22 lines, sha256 29dbeae400ec37d8
@@ -642,6 +665,11 @@ CREATE FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 39 lines, sha256 adea781dba7b642d
+
+CREATE FUNCTION asyncflow.set_queue_rate_limit(p_task_type text, p_queue_key text, p_max_starts integer, p_period double precision DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 65 lines, sha256 d9c5f28fa23a41ed
 
 CREATE FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision DEFAULT 1, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
@@ -703,7 +731,7 @@ CREATE FUNCTION asyncflow.task_created_here(p_task_id text) RETURNS boolean
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 10 lines, sha256 98bb5ea5adccbce0
+    AS -- body: 11 lines, sha256 2b0779b38f2fb2d8
 
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -717,7 +745,7 @@ CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, crea
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 7 lines, sha256 f25eabcd7e3e1259
+    AS -- body: 17 lines, sha256 21c2563c24716abf
 
 CREATE FUNCTION asyncflow.tg_enqueue_info() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -737,6 +765,10 @@ CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 30 lines, sha256 77cc0926c65bebee
+
+CREATE FUNCTION asyncflow.traceparent_ok(p_traceparent text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 3 lines, sha256 f93a05cfc2f2664e
 
 CREATE FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -997,6 +1029,20 @@ CREATE TABLE asyncflow.queue_limits (
     CONSTRAINT queue_limits_queue_key_check CHECK ((length(queue_key) <= 255))
 );
 
+CREATE TABLE asyncflow.queue_rate_limits (
+    task_type text NOT NULL,
+    queue_key text NOT NULL,
+    max_starts integer,
+    period double precision,
+    tokens double precision NOT NULL,
+    refilled_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT queue_rate_limits_check CHECK (((max_starts IS NULL) = (period IS NULL))),
+    CONSTRAINT queue_rate_limits_max_starts_check CHECK (((max_starts >= 1) AND (max_starts <= 1000000))),
+    CONSTRAINT queue_rate_limits_period_check CHECK (((period >= (0.001)::double precision) AND (period <= (86400)::double precision))),
+    CONSTRAINT queue_rate_limits_queue_key_check CHECK ((length(queue_key) <= 255))
+);
+
 CREATE TABLE asyncflow.rate_limits (
     task_type text NOT NULL,
     max_starts integer NOT NULL,
@@ -1204,6 +1250,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_pkey PRIMARY KEY (task_type, queue_key);
 
+ALTER TABLE ONLY asyncflow.queue_rate_limits
+    ADD CONSTRAINT queue_rate_limits_pkey PRIMARY KEY (task_type, queue_key);
+
 ALTER TABLE ONLY asyncflow.rate_limits
     ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (task_type);
 
@@ -1320,6 +1369,9 @@ ALTER TABLE ONLY asyncflow.queue_cursors
 ALTER TABLE ONLY asyncflow.queue_limits
     ADD CONSTRAINT queue_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
+ALTER TABLE ONLY asyncflow.queue_rate_limits
+    ADD CONSTRAINT queue_rate_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
+
 ALTER TABLE ONLY asyncflow.rate_limits
     ADD CONSTRAINT rate_limits_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
@@ -1381,10 +1433,10 @@ GRANT ALL ON FUNCTION asyncflow.count_by_status(p_task_type text) TO asyncflow_c
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text) TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) TO asyncflow_client;
@@ -1503,6 +1555,10 @@ GRANT ALL ON FUNCTION asyncflow.queue_depth_rows() TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.queue_keys(p_task_type text, p_after text, p_limit integer) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.queue_rate_allowance(p_type asyncflow.task_types, p_keys text[], p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.queue_rate_spend(p_task_type text, p_keys text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.raise_error(p_code text, p_message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.rate_allowance(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
@@ -1563,10 +1619,16 @@ GRANT ALL ON FUNCTION asyncflow.schema_state() TO asyncflow_client;
 REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) TO asyncflow_worker;
+
 REVOKE ALL ON FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_queue_limit(p_task_type text, p_queue_key text, p_concurrency integer) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.set_queue_rate_limit(p_task_type text, p_queue_key text, p_max_starts integer, p_period double precision, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.set_queue_rate_limit(p_task_type text, p_queue_key text, p_max_starts integer, p_period double precision, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_rate_limit(task_type text, max_starts integer, period double precision, p_now timestamp with time zone) TO asyncflow_client;
@@ -1617,6 +1679,8 @@ REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__resumed() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.traceparent_ok(p_traceparent text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) FROM PUBLIC;
 
