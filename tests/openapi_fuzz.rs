@@ -125,6 +125,10 @@ impl Vocab {
             "notify_url" => (strings(&["http://127.0.0.1:9/done"]), strings(&["ftp://example.com/"])),
             "notify_key" | "idempotency_key" | "user_id" | "Idempotency-Key" => (strings(&["k1", "k2"]), vec![]),
             "error" => (strings(&["boom"]), vec![]),
+            "traceparent" => (
+                strings(&["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]),
+                strings(&["00-00000000000000000000000000000000-00f067aa0ba902b7-01", "not-a-traceparent"]),
+            ),
             "version" => (vec![json!(1), json!(2)], vec![json!(99)]),
             "claim_seq" => (vec![json!(1), json!(2)], vec![json!(99)]),
             "limit" => (vec![json!(1), json!(2), json!(10), json!(1000)], vec![json!(0), json!(1001)]),

@@ -9,8 +9,8 @@ use tokio_postgres::Row;
 
 mod bench;
 mod migration;
-mod progress;
 mod presence;
+mod progress;
 mod rate_limit;
 mod schedule;
 mod stats;
@@ -19,8 +19,8 @@ mod workflow;
 
 pub use bench::*;
 pub use migration::*;
-pub use progress::*;
 pub use presence::*;
+pub use progress::*;
 pub use rate_limit::*;
 pub use schedule::*;
 pub use stats::*;
