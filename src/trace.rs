@@ -78,12 +78,11 @@ pub fn start(config: &TraceConfig) -> Result<Option<(Exporter, SdkTracer)>> {
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https"))
         .ok_or_else(|| Error::InvalidArgument(format!("--otlp-endpoint must be an http(s) URL, got {endpoint:?}")))?;
-    use opentelemetry_otlp::{WithExportConfig, WithHttpConfig as _};
+    use opentelemetry_otlp::WithExportConfig as _;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpJson)
         .with_endpoint(format!("{}/v1/traces", url.as_str().trim_end_matches('/')))
-        .with_headers(HashMap::new())
         .build()
         .map_err(|e| Error::InvalidArgument(format!("the OTLP exporter cannot start: {e}")))?;
     let resource = opentelemetry_sdk::Resource::builder().with_service_name(config.otel_service_name.clone()).build();
@@ -97,11 +96,18 @@ pub fn start(config: &TraceConfig) -> Result<Option<(Exporter, SdkTracer)>> {
 /// Whether `text` is a W3C traceparent as `create_task` takes it: version 00, 32 and 16 lowercase
 /// hex digits, neither all zeros, 2 hex digits of flags.
 pub fn is_traceparent(text: &str) -> bool {
-    let parts: Vec<&str> = text.split('-').collect();
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let zeros = |s: &str| s.bytes().all(|b| b == b'0');
-    matches!(parts.as_slice(), [v, t, p, f]
-        if *v == "00" && hex(t, 32) && !zeros(t) && hex(p, 16) && !zeros(p) && hex(f, 2))
+    let b = text.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
+    let zeros = |r: std::ops::Range<usize>| b[r].iter().all(|c| *c == b'0');
+    b.len() == 55
+        && b.starts_with(b"00-")
+        && b[35] == b'-'
+        && b[52] == b'-'
+        && hex(3..35)
+        && !zeros(3..35)
+        && hex(36..52)
+        && !zeros(36..52)
+        && hex(53..55)
 }
 
 /// The context a stored traceparent names (an empty one for None or a malformed value: the
