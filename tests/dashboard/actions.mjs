@@ -140,6 +140,7 @@ try {
     out.totals = await page.$$eval('#totals [data-total]', (ts) => Object.fromEntries(ts.map((t) => [t.dataset.total, t.querySelector('.n').textContent])));
     out.charts = await page.$$eval('#charts figure', (fs) => fs.map((f) => f.dataset.chart));
     out.charts_unavailable = await page.isVisible('#charts-unavailable');
+    out.legend = await page.$$eval('#charts .legend .key', (ks) => ks.map((k) => k.textContent.trim()).join(' | '));
     await shot('overview.png');
   } else if (step === 'workers') {
     await open('#/workers');
