@@ -61,6 +61,10 @@ CREATE FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     AS -- body: 5 lines, sha256 062dc6035f51d4b6
 
+CREATE FUNCTION asyncflow.append_logs(p_log jsonb, p_entries jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 2 lines, sha256 80729ee434f3b84e
+
 CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean DEFAULT false, p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(matched bigint, changed bigint, more boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -195,7 +199,7 @@ CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timest
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 32 lines, sha256 113b78591ea49f88
+    AS -- body: 41 lines, sha256 7f17dba4d1000867
 
 CREATE FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id text, host text, since timestamp with time zone, last_seen timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -379,6 +383,11 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 12 lines, sha256 400e9cacea83bf2b
+
+CREATE FUNCTION asyncflow.max_context_bytes() RETURNS integer
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 1 lines, sha256 48a673d1a77b153e
 
 CREATE FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) RETURNS bigint
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -772,7 +781,7 @@ CREATE FUNCTION asyncflow.traceparent_ok(p_traceparent text) RETURNS boolean
 
 CREATE FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS -- body: 2 lines, sha256 23f6bf35ca63c1e3
+    AS -- body: 2 lines, sha256 67126753e4031f20
 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -1391,6 +1400,8 @@ REVOKE ALL ON FUNCTION asyncflow.advance_begin_pos(p_task_type text, p_now times
 
 REVOKE ALL ON FUNCTION asyncflow.append_log(p_log jsonb, p_entry jsonb) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.append_logs(p_log jsonb, p_entries jsonb) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean, p_limit integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean, p_limit integer, p_now timestamp with time zone) TO asyncflow_client;
 
@@ -1519,6 +1530,9 @@ REVOKE ALL ON FUNCTION asyncflow.list_workers(p_within_seconds double precision,
 GRANT ALL ON FUNCTION asyncflow.list_workers(p_within_seconds double precision, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.max_context_bytes() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.max_context_bytes() TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) FROM PUBLIC;
 

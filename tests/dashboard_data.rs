@@ -190,10 +190,10 @@ async fn status_counters_equal_a_real_count_after_every_kind_of_transition() {
         assert_eq!(held.len(), 3);
         let succeeded = succeed();
         let advance = ReportKind::Advance { stage: "next".into(), context: None };
-        let finish: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>)> = vec![
-            (&held[0].0.task_id, held[0].0.claim_seq, Some(&succeeded), Some(0.01)),
-            (&held[1].0.task_id, held[1].0.claim_seq, Some(&advance), Some(0.01)),
-            (&held[2].0.task_id, held[2].0.claim_seq, None, None),
+        let finish: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>, Option<&serde_json::Value>)> = vec![
+            (&held[0].0.task_id, held[0].0.claim_seq, Some(&succeeded), Some(0.01), None),
+            (&held[1].0.task_id, held[1].0.claim_seq, Some(&advance), Some(0.01), None),
+            (&held[2].0.task_id, held[2].0.claim_seq, None, None, None),
         ];
         api::finish_held(&tx, &ty, &w, &finish).await.unwrap();
         tx.commit().await.unwrap();
@@ -211,8 +211,8 @@ async fn status_counters_equal_a_real_count_after_every_kind_of_transition() {
         let ty = TypeName::new("fair").unwrap();
         let held = api::hold_tasks(&tx, &ty, &w, 4).await.unwrap();
         let succeeded = succeed();
-        let finish: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>)> =
-            held.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&succeeded), Some(0.01))).collect();
+        let finish: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>, Option<&serde_json::Value>)> =
+            held.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&succeeded), Some(0.01), None)).collect();
         api::finish_held(&tx, &ty, &w, &finish).await.unwrap();
         tx.commit().await.unwrap();
     }

@@ -1,5 +1,7 @@
 //! The worker side of the SQL API: claims, fenced reports, stages, retries and back-off, claim order and plan, concurrent claimers.
-//! Claims, malformed reports and held claims have submodules in `tests/sql_worker_api/`.
+//! Claims, malformed reports, held claims and chained stages have submodules in `tests/sql_worker_api/`.
+#[path = "sql_worker_api/chains.rs"]
+mod chains;
 #[path = "sql_worker_api/claims.rs"]
 mod claims;
 mod common;

@@ -50,6 +50,7 @@ create or replace function asyncflow.create_type_functions(p_task_type text) ret
 language plpgsql as $$
 declare
   v_fair boolean;
+  v_old text;
 begin
   perform asyncflow.check_type_name(p_task_type);
   select fair_queues into v_fair from asyncflow.task_types where task_type = p_task_type;
@@ -63,6 +64,14 @@ begin
   else
     execute asyncflow.render_template('hold', p_task_type);
   end if;
+  -- a finish of an earlier build, with other arguments, is dropped (callers of the 9-argument
+  -- form reach the new one: its last argument has a default)
+  for v_old in select p.oid::regprocedure::text from pg_catalog.pg_proc p
+    where p.pronamespace = 'asyncflow'::regnamespace and p.proname = 'type_finish__' || p_task_type
+      and p.pronargs <> 10
+  loop
+    execute 'drop function ' || v_old;
+  end loop;
   execute asyncflow.render_template('finish', p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer, timestamptz) from public',
     'type_claim__' || p_task_type);
@@ -76,9 +85,9 @@ begin
   execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker',
     'type_hold__' || p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer[], bigint[], bigint[], text[], jsonb[], text[], '
-    'jsonb[], double precision[]) from public', 'type_finish__' || p_task_type);
+    'jsonb[], double precision[], jsonb[]) from public', 'type_finish__' || p_task_type);
   execute format('grant execute on function asyncflow.%I(text, integer[], bigint[], bigint[], text[], jsonb[], text[], '
-    'jsonb[], double precision[]) to asyncflow_worker', 'type_finish__' || p_task_type);
+    'jsonb[], double precision[], jsonb[]) to asyncflow_worker', 'type_finish__' || p_task_type);
 end
 $$;
 

@@ -93,3 +93,11 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select m.id, m.host, m.since, m.last_seen from asyncflow.maintenance_leader m
   where m.last_seen >= asyncflow.check_now(p_now) - make_interval(secs => p_within_seconds)
 $$;
+
+-- max_context_bytes: the largest context or result a report takes (the config's limit), for a
+-- worker that runs a task's next stage at once (a hold's chained stages, templates/finish.sql)
+-- and must know beforehand that its report will pass.
+create or replace function asyncflow.max_context_bytes() returns integer
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
+  select max_context_bytes from asyncflow.config
+$$;

@@ -59,7 +59,8 @@ to asyncflow_client;
 -- Workers say they are alive (67_workers.sql), for GET /v1/workers.
 grant execute on function
   asyncflow.heartbeat_worker(text, text, integer, text[], integer, timestamptz, timestamptz),
-  asyncflow.remove_worker(text)
+  asyncflow.remove_worker(text),
+  asyncflow.max_context_bytes()
 to asyncflow_worker;
 
 -- Workers: claims and reports (and, per type, type_claim__, type_hold__, type_finish__ and

@@ -16,7 +16,7 @@ use futures_util::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use super::hold::{Answer, Hold};
+use super::hold::{chainable, Answer, Hold, CHAIN_MAX};
 use super::{report, InFlight, Registered, Shared};
 use crate::function::{StageCall, StageReply};
 use crate::ids::TaskId;
@@ -33,20 +33,14 @@ pub(super) async fn run(
 ) {
     let (task_id, claim_seq, lease_until) = (task.task_id.clone(), task.claim_seq, task.lease_until);
     let task_type = task.task_type.clone();
-    let call_log = CallLog::from(&task);
+    let mut call_log = CallLog::from(&task);
     let key = task_id.to_string();
     let lost = match &hold {
         Some((hold, index)) => hold.lost_token(*index),
         None => CancellationToken::new(),
     };
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
-    // with traces exported, the function continues the stage span, else the enqueue's context
-    let spans = CallSpans::start(&task);
-    let mut stage_call = StageCall::from(task);
-    match &spans {
-        Some(spans) => stage_call.traceparent = Some(spans.traceparent()),
-        None => stage_call.traceparent = stage_call.traceparent.filter(|t| crate::trace::is_traceparent(t)),
-    }
+    let progress = crate::function::Progress::default();
     shared.lock_inflight().insert(
         key.clone(),
         InFlight {
@@ -56,46 +50,67 @@ pub(super) async fn run(
             lease_until,
             lease_secs,
             lost: lost.clone(),
-            progress: stage_call.progress.clone(),
+            progress: progress.clone(),
             progress_sent: 0,
         },
     );
 
-    // Polled here rather than spawned (a second task per call cost about a tenth of the
-    // worker's CPU in a burn-down); dropping it abandons the call, and a panic is caught.
-    // stops what the function started outside its future, however the call ends
-    let cancel = stage_call.cancel.clone();
-    let call = AssertUnwindSafe(registered.function.call(stage_call)).catch_unwind();
-    let timeout = async {
-        match registered.timeout {
-            Some(t) => tokio::time::sleep(t).await,
-            None => std::future::pending().await,
+    // While the hold is open, an advance may run its next stage at once (see hold::Hold::chain):
+    // the task's next call is made from this one, so a copy is kept beforehand.
+    let mut task = task;
+    let mut passes = 0;
+    let (kind, report_span) = loop {
+        let chain_from = match &hold {
+            Some((h, _)) if passes < CHAIN_MAX && shared.context_limit() > 0 && h.is_open() => {
+                Some((task.clone(), h.elapsed()))
+            }
+            _ => None,
+        };
+        // with traces exported, the function continues the stage span, else the enqueue's context
+        let spans = CallSpans::start(&task);
+        let mut stage_call = StageCall::from(task);
+        stage_call.progress = progress.clone();
+        match &spans {
+            Some(spans) => stage_call.traceparent = Some(spans.traceparent()),
+            None => stage_call.traceparent = stage_call.traceparent.filter(|t| crate::trace::is_traceparent(t)),
+        }
+        let kind = call_once(&shared, &registered, stage_call, &lost, &key).await;
+        let report_span = spans.map(|s| s.called(kind.as_ref()));
+        let chained = match (&hold, chain_from, kind) {
+            (Some((h, index)), Some((mut next, start)), Some(ReportKind::Advance { stage, context }))
+                if chainable(&stage, context.as_ref(), shared.context_limit()) =>
+            {
+                if h.chain(*index, &next.stage, start, &stage, context.as_ref()) {
+                    next.stage = stage;
+                    if let Some(context) = context {
+                        next.context = context;
+                    }
+                    next.attempt = 1;
+                    Ok(next)
+                } else {
+                    Err(Some(ReportKind::Advance { stage, context }))
+                }
+            }
+            (_, _, kind) => Err(kind),
+        };
+        match chained {
+            Ok(next) => {
+                if let Some(span) = report_span {
+                    span.written("chained");
+                }
+                passes += 1;
+                call_log = CallLog::from(&next);
+                task = next;
+            }
+            Err(kind) => break (kind, report_span),
         }
     };
-    let kind = tokio::select! {
-        joined = call => match joined {
-            Ok(reply) => Some(reply.into_report()),
-            Err(panic) => Some(StageReply::fail(format!("the function panicked: {}", panic_text(panic))).into_report()),
-        },
-        _ = timeout => {
-            let secs = registered.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
-            Some(StageReply::fail(format!("timed out after {secs} s")).into_report())
-        }
-        _ = lost.cancelled() => {
-            tracing::warn!(task = %key, "task taken away (cancelled, or its lease lost): call stopped");
-            None
-        }
-        _ = shared.release.cancelled() => Some(ReportKind::Release),
-    };
-    cancel.cancel();
     {
         let mut inflight = shared.lock_inflight();
         if inflight.get(&key).is_some_and(|f| f.generation == generation) {
             inflight.remove(&key);
         }
     }
-
-    let report_span = spans.map(|s| s.called(kind.as_ref()));
 
     // A held claim's success or advance is written by the hold while it is open, which then
     // also counts it and frees its slot; any other reply waits for the hold's end (the task is
@@ -126,6 +141,45 @@ pub(super) async fn run(
     }
     drop(permit);
     shared.calls_ended(&task_type, 1);
+}
+
+/// Runs one stage call: its reply, a retryable failure if it panicked or overran its timeout,
+/// a release at the end of the shutdown grace, or None if the task was taken away.
+async fn call_once(
+    shared: &Shared,
+    registered: &Registered,
+    stage_call: StageCall,
+    lost: &CancellationToken,
+    key: &str,
+) -> Option<ReportKind> {
+    // Polled here rather than spawned (a second task per call cost about a tenth of the
+    // worker's CPU in a burn-down); dropping it abandons the call, and a panic is caught.
+    // stops what the function started outside its future, however the call ends
+    let cancel = stage_call.cancel.clone();
+    let call = AssertUnwindSafe(registered.function.call(stage_call)).catch_unwind();
+    let timeout = async {
+        match registered.timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let kind = tokio::select! {
+        joined = call => match joined {
+            Ok(reply) => Some(reply.into_report()),
+            Err(panic) => Some(StageReply::fail(format!("the function panicked: {}", panic_text(panic))).into_report()),
+        },
+        _ = timeout => {
+            let secs = registered.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
+            Some(StageReply::fail(format!("timed out after {secs} s")).into_report())
+        }
+        _ = lost.cancelled() => {
+            tracing::warn!(task = %key, "task taken away (cancelled, or its lease lost): call stopped");
+            None
+        }
+        _ = shared.release.cancelled() => Some(ReportKind::Release),
+    };
+    cancel.cancel();
+    kind
 }
 
 /// What the log says of a call besides its task id: the fields of the lines for a failed call.

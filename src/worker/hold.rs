@@ -8,6 +8,12 @@
 //! through the reporter as usual; a reply that came before the end waits for the commit, so that
 //! its report finds the task running.
 //!
+//! A call that goes on to a next stage while the hold is open may have that stage run at once,
+//! by the same executor, in the same hold ([`Hold::chain`]): the finish writes the stages passed
+//! and the last reply together, so a task whose stages all reply within the window costs one
+//! row change, as a 1-stage task does. Each stage passed is checked first as its report would
+//! be ([`chainable`]); the finish checks it again.
+//!
 //! If the finish fails (the connection is lost, say), the calls still running are abandoned
 //! (their `lost` token, before the rollback makes their tasks ready again) and the transaction
 //! rolls back: nothing of the batch was written, and no report is made for it, as after a lost
@@ -56,6 +62,69 @@ struct State {
     taken: Vec<Option<(ReportKind, f64)>>,
     /// The slots of the calls whose replies the hold took, freed when the hold has ended.
     slots: Vec<OwnedSemaphorePermit>,
+    /// By the batch's order: the stages each call chained while the hold was open.
+    chains: Vec<Option<Chain>>,
+}
+
+/// The stages a call of the batch passed in the hold, and where its task is now.
+#[derive(Debug, Default)]
+struct Chain {
+    /// The stage the task is at (its current call's).
+    stage: String,
+    /// Its context, when a passed stage replaced it.
+    context: Option<serde_json::Value>,
+    /// When the current call began, in seconds since the batch arrived.
+    start: f64,
+    /// Per stage passed: the stage, when its call began and what it took, in seconds.
+    log: Vec<(String, f64, f64)>,
+}
+
+impl Chain {
+    /// The finish's `passed` value for this task.
+    fn to_json(&self) -> serde_json::Value {
+        let ms = |secs: f64| (secs * 1000.0).floor().max(0.0);
+        serde_json::json!({
+            "stage": self.stage,
+            "context": self.context,
+            "start_ms": ms(self.start),
+            "log": self.log.iter()
+                .map(|(stage, start, cost)| serde_json::json!({"stage": stage, "start_ms": ms(*start), "cost_ms": ms(*cost)}))
+                .collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Most stages one call chains in a hold (the schedule log keeps 20 entries).
+pub(super) const CHAIN_MAX: usize = 16;
+
+/// Whether an advance to `stage` with `context` may run at once in the hold: it would pass the
+/// report's checks (the stage rule, a context that is an object, within the JSON rules and, by
+/// a wide margin, within `limit` bytes; JSON text can take up to about six times its length as
+/// jsonb). `limit` 0 (not known yet) chains nothing.
+pub(super) fn chainable(stage: &str, context: Option<&serde_json::Value>, limit: usize) -> bool {
+    if limit == 0 || !crate::function::is_stage_name(stage) {
+        return false;
+    }
+    let Some(context) = context else { return true };
+    if !context.is_object() || !json_within_rules(context, 0) {
+        return false;
+    }
+    serde_json::to_vec(context).is_ok_and(|text| text.len().saturating_mul(8) <= limit)
+}
+
+/// The JSON rules the database keeps (`asyncflow.json_ok`): at most 64 levels of arrays and
+/// objects, numbers within ±1e308; and no NUL in a string, which PostgreSQL's JSON cannot hold.
+fn json_within_rules(value: &serde_json::Value, depth: usize) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(_) => true,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f.abs() <= 1e308),
+        Value::String(s) => !s.contains('\0'),
+        Value::Array(items) => depth < 63 && items.iter().all(|v| json_within_rules(v, depth + 1)),
+        Value::Object(map) => {
+            depth < 63 && map.iter().all(|(k, v)| !k.contains('\0') && json_within_rules(v, depth + 1))
+        }
+    }
 }
 
 enum Outcome {
@@ -89,6 +158,40 @@ impl Hold {
     /// Whether the hold is still open (its tasks are pending and locked, not yet claimed).
     pub(super) fn is_open(&self) -> bool {
         self.lock().open
+    }
+
+    /// The call at `index` of the batch, begun at `start` (seconds since the batch arrived),
+    /// went on from `ran` to `next` (with `context`, None keeping the current one): if the hold is
+    /// still open, it records the stage passed and says the executor may run `next` at once
+    /// (true); the finish writes it. Once the hold has ended (false), the advance is reported
+    /// as usual.
+    pub(super) fn chain(
+        &self,
+        index: usize,
+        ran: &str,
+        start: f64,
+        next: &str,
+        context: Option<&serde_json::Value>,
+    ) -> bool {
+        let now = self.started.elapsed().as_secs_f64();
+        let mut state = self.lock();
+        if !state.open {
+            return false;
+        }
+        let Some(place) = state.chains.get_mut(index) else { return false };
+        let chain = place.get_or_insert_with(Chain::default);
+        chain.log.push((ran.to_string(), start, (now - start).max(0.0)));
+        chain.stage = next.to_string();
+        if let Some(context) = context {
+            chain.context = Some(context.clone());
+        }
+        chain.start = now;
+        true
+    }
+
+    /// Seconds since the batch arrived.
+    pub(super) fn elapsed(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
     }
 
     /// The `lost` token of the call at `index` of the batch: fired if the hold fails, or if it
@@ -218,6 +321,7 @@ pub(super) async fn claim(
             waiting: tasks.len(),
             taken: (0..tasks.len()).map(|_| None).collect(),
             slots: Vec::with_capacity(tasks.len()),
+            chains: (0..tasks.len()).map(|_| None).collect(),
         }),
         started: Instant::now(),
         all_in: Notify::new(),
@@ -248,16 +352,20 @@ async fn finish(
     permit: OwnedSemaphorePermit,
 ) {
     let _ = tokio::time::timeout(window, hold.all_in.notified()).await;
-    let (taken, mut slots) = {
+    let (taken, mut slots, chains) = {
         let mut state = hold.lock();
         state.open = false;
-        (std::mem::take(&mut state.taken), std::mem::take(&mut state.slots))
+        (std::mem::take(&mut state.taken), std::mem::take(&mut state.slots), std::mem::take(&mut state.chains))
     };
     let lost = &hold.lost;
-    let tasks: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>)> = fences
+    let passed: Vec<Option<serde_json::Value>> = chains.iter().map(|c| c.as_ref().map(Chain::to_json)).collect();
+    let tasks: Vec<(&TaskId, i64, Option<&ReportKind>, Option<f64>, Option<&serde_json::Value>)> = fences
         .iter()
         .zip(&taken)
-        .map(|((id, seq, _), reply)| (id, *seq, reply.as_ref().map(|r| &r.0), reply.as_ref().map(|r| r.1)))
+        .zip(&passed)
+        .map(|(((id, seq, _), reply), chain)| {
+            (id, *seq, reply.as_ref().map(|r| &r.0), reply.as_ref().map(|r| r.1), chain.as_ref())
+        })
         .collect();
     let outcome = match api::finish_held(conn.client(), &task_type, &shared.worker_id, &tasks).await {
         // the connection goes back to the pool at once: the reports below may need one
@@ -306,7 +414,13 @@ async fn finish(
     // instead (a result too large, a bad next stage) is reported as usual, and says why.
     let (mut succeeded, mut advanced) = (0u64, 0u64);
     let mut to_report = Vec::new();
-    for ((id, seq, call), reply) in fences.iter().zip(taken) {
+    for ((id, seq, call), (reply, chain)) in fences.iter().zip(taken.into_iter().zip(&chains)) {
+        // the stages chained were written with the task, unless it was refused
+        if let (Some(chain), Outcome::Ended(exceptions)) = (chain, &*outcome) {
+            if exceptions.get(id.as_str()).is_none_or(|r| r.accepted) {
+                advanced += chain.log.len() as u64;
+            }
+        }
         let Some((reply, _)) = reply else { continue };
         match &*outcome {
             Outcome::Ended(exceptions) => match exceptions.get(id.as_str()) {

@@ -32,7 +32,7 @@ mod producer;
 mod reporter;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -246,9 +246,16 @@ struct Shared {
     /// Holds that may be open at once (None: claims are not held).
     holds: Option<Arc<Semaphore>>,
     hold_window: Duration,
+    /// The database's `max_context_bytes`, read by the presence loop; 0 until read (a hold then
+    /// chains no stages, see hold::chainable).
+    context_limit: AtomicUsize,
 }
 
 impl Shared {
+    fn context_limit(&self) -> usize {
+        self.context_limit.load(Ordering::Relaxed)
+    }
+
     fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
         self.inflight.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -471,7 +478,15 @@ impl Worker {
             holds: (matches!(self.backend, Backend::Database(_)) && !self.config.hold_window.is_zero())
                 .then(|| Arc::new(Semaphore::new(hold::HOLDS_MAX))),
             hold_window: self.config.hold_window,
+            context_limit: AtomicUsize::new(0),
         });
+        // read once before the first claim, so that the first holds chain stages too (the
+        // presence loop reads it again every beat)
+        if let (Some(_), Backend::Database(pool)) = (&shared.holds, &self.backend) {
+            if let Ok(limit) = async { db::api::max_context_bytes(&pool.get().await?).await }.await {
+                shared.context_limit.store(usize::try_from(limit).unwrap_or(0), Ordering::Relaxed);
+            }
+        }
         if self.config.max_tasks == Some(0) {
             shared.budget_spent.cancel();
         }

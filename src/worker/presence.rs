@@ -4,8 +4,10 @@
 //! maintenance removes once it is stale (`maintenance::WorkerPruner`).
 //!
 //! The row is for people and dashboards only: nothing in claiming or fencing reads it, so a
-//! failed write is logged and tried again at the next beat.
+//! failed write is logged and tried again at the next beat. The same beat reads the database's
+//! `max_context_bytes`, which the stages a hold chains must stay within.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +46,11 @@ pub(super) async fn run(pool: DbPool, shared: Arc<Shared>, types: Vec<String>, s
         let written = async { api::heartbeat_worker(&pool.get().await?, &row, None).await }.await;
         if let Err(e) = written {
             tracing::warn!(worker = %id, error = %e, "could not write the worker's heartbeat row");
+        }
+        // what a hold's chained stages must stay within (see hold::chainable)
+        match async { api::max_context_bytes(&pool.get().await?).await }.await {
+            Ok(limit) => shared.context_limit.store(usize::try_from(limit).unwrap_or(0), Ordering::Relaxed),
+            Err(e) => tracing::warn!(worker = %id, error = %e, "could not read max_context_bytes"),
         }
     }
     let removed = async { api::remove_worker(&pool.get().await?, &id).await }.await;

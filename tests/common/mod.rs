@@ -254,6 +254,19 @@ pub async fn wait_for_lock_wait(c: &tokio_postgres::Client, text: &str) {
 }
 
 /// The SQLSTATE of a failed call's database error.
+/// The calls in the stage-time histogram of `task_type`, per stage (sorted by stage).
+pub async fn stage_calls(c: &impl tokio_postgres::GenericClient, task_type: &str) -> Vec<(String, i64)> {
+    let rows = c
+        .query(
+            "select stage, sum(calls)::bigint from asyncflow.stage_times where task_type = $1 \
+             group by stage order by stage",
+            &[&task_type],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
 }

@@ -37,9 +37,9 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
         &ty,
         &w,
         &[
-            (&t[0].task_id, t[0].claim_seq, Some(&ok_reply), Some(0.002)),
-            (&t[1].task_id, t[1].claim_seq, None, None),
-            (&t[2].task_id, t[2].claim_seq, Some(&big), Some(0.5)),
+            (&t[0].task_id, t[0].claim_seq, Some(&ok_reply), Some(0.002), None),
+            (&t[1].task_id, t[1].claim_seq, None, None, None),
+            (&t[2].task_id, t[2].claim_seq, Some(&big), Some(0.5), None),
         ],
     )
     .await
@@ -87,7 +87,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     a.batch_execute("begin").await.unwrap();
     let again = api::hold_tasks(&a, &ty, &w, 10).await.unwrap();
     assert_eq!(again.len(), 2);
-    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok_reply), None)).collect();
+    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok_reply), None, None)).collect();
     api::finish_held(&a, &ty, &w, &fences).await.unwrap();
     a.batch_execute("rollback").await.unwrap();
     // a finish without the hold (another transaction, the right fences) changes nothing either
@@ -104,7 +104,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
         .get(0);
     assert_eq!(pending, 2);
     // a finish of tasks not held as given (wrong fence) changes nothing and says so
-    let wrong: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq + 5, Some(&ok_reply), None)).collect();
+    let wrong: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq + 5, Some(&ok_reply), None, None)).collect();
     let refused = api::finish_held(&b, &ty, &w, &wrong).await.unwrap();
     assert_eq!(refused.len(), 2);
     assert!(refused.iter().all(|r| !r.accepted && r.status == Some(TaskStatus::Pending)));
@@ -127,7 +127,7 @@ async fn a_held_claim_locks_its_tasks_and_its_finish_writes_successes_and_claims
     let err = b.execute(key_share, &[&keyed[1].number()]).await.expect_err("the held row's lock keeps it out");
     assert_eq!(sqlstate(&err), "55P03", "{err}");
     b.batch_execute("rollback").await.unwrap();
-    let fences: Vec<_> = held.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok_reply), None)).collect();
+    let fences: Vec<_> = held.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&ok_reply), None, None)).collect();
     assert!(api::finish_held(&a, &kt, &w, &fences).await.unwrap().is_empty(), "finished as asked");
     a.batch_execute("commit").await.unwrap();
     assert_eq!(task(&**b, keyed[1].as_str()).await["status"], "succeeded");
@@ -189,10 +189,10 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
         &ty,
         &w,
         &[
-            (&held[0].task_id, held[0].claim_seq, Some(&with_context), Some(0.003)),
-            (&held[1].task_id, held[1].claim_seq, Some(&keeps_context), Some(0.001)),
-            (&held[2].task_id, held[2].claim_seq, Some(&bad_stage), Some(0.001)),
-            (&held[3].task_id, held[3].claim_seq, Some(&big_context), Some(0.001)),
+            (&held[0].task_id, held[0].claim_seq, Some(&with_context), Some(0.003), None),
+            (&held[1].task_id, held[1].claim_seq, Some(&keeps_context), Some(0.001), None),
+            (&held[2].task_id, held[2].claim_seq, Some(&bad_stage), Some(0.001), None),
+            (&held[3].task_id, held[3].claim_seq, Some(&big_context), Some(0.001), None),
         ],
     )
     .await
@@ -248,7 +248,7 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     let before = task(&**b, again[0].0.task_id.as_str()).await["claim_seq"].as_i64().unwrap_or(i64::MAX);
     assert!(again.iter().all(|(t, _)| t.claim_seq > before), "{before}");
     let done = ReportKind::Succeed { result: json!("ok") };
-    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&done), Some(0.001))).collect();
+    let fences: Vec<_> = again.iter().map(|(t, _)| (&t.task_id, t.claim_seq, Some(&done), Some(0.001), None)).collect();
     assert!(api::finish_held(&a, &ty, &w, &fences).await.unwrap().is_empty());
     a.batch_execute("commit").await.unwrap();
     let finished = task(&**b, held[0].task_id.as_str()).await;
@@ -266,7 +266,7 @@ async fn a_held_advance_goes_on_to_its_next_stage_as_its_report_would() {
     a.batch_execute("select pg_sleep(1.01)").await.unwrap();
     let with_result = ReportKind::Advance { stage: "s2".into(), context: None };
     let answers =
-        api::finish_held(&a, &ty, &w, &[(&last[0].task_id, last[0].claim_seq, Some(&with_result), Some(1.0015))])
+        api::finish_held(&a, &ty, &w, &[(&last[0].task_id, last[0].claim_seq, Some(&with_result), Some(1.0015), None)])
             .await
             .unwrap();
     assert!(answers.is_empty(), "{answers:?}");

@@ -245,26 +245,29 @@ pub async fn hold_tasks<C: GenericClient>(
 /// `asyncflow.type_finish__<type>`, in the hold's transaction: per task its id,
 /// claim_seq, and its call's reply if it came while the hold was open (a success or an advance,
 /// with the call's seconds since the claim; it is written as its report would have been), None
-/// if it is still to report (it is claimed as running). Any other reply is refused whole.
+/// if it is still to report (it is claimed as running). Any other reply is refused whole. The
+/// last field is the task's stages chained in the worker during the hold, as the finish's
+/// `passed` argument reads them (see `sql/api/templates/finish.sql`), None when there were none.
 /// Answers only for the tasks that did not end so: refused, or claimed although their call
 /// replied (a result too large, a bad stage).
 pub async fn finish_held<C: GenericClient>(
     c: &C,
     task_type: &TypeName,
     owner: &WorkerId,
-    tasks: &[(&TaskId, i64, Option<&ReportKind>, Option<f64>)],
+    tasks: &[(&TaskId, i64, Option<&ReportKind>, Option<f64>, Option<&Value>)],
 ) -> Result<Vec<ReportResult>> {
     let n = tasks.len();
     let (mut shards, mut numbers, mut claim_seqs) =
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    let (mut outcomes, mut results, mut stages, mut contexts, mut seconds) = (
+    let (mut outcomes, mut results, mut stages, mut contexts, mut seconds, mut passed) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    for (id, claim_seq, reply, secs) in tasks {
+    for (id, claim_seq, reply, secs, chain) in tasks {
         shards.push(id.shard());
         numbers.push(id.number());
         claim_seqs.push(*claim_seq);
@@ -280,16 +283,17 @@ pub async fn finish_held<C: GenericClient>(
         stages.push(stage);
         contexts.push(context);
         seconds.push(*secs);
+        passed.push(*chain);
     }
     let sql = format!(
         "select task_id, accepted, status::text as status, lease_until \
-         from asyncflow.\"type_finish__{}\"($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         from asyncflow.\"type_finish__{}\"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         task_type.as_str()
     );
     let rows = query_type_function(
         c,
         &sql,
-        &[&owner.as_str(), &shards, &numbers, &claim_seqs, &outcomes, &results, &stages, &contexts, &seconds],
+        &[&owner.as_str(), &shards, &numbers, &claim_seqs, &outcomes, &results, &stages, &contexts, &seconds, &passed],
     )
     .await?
     .ok_or_else(|| unknown_type(task_type))?;

@@ -120,3 +120,9 @@ pub async fn current_leader<C: GenericClient>(
         })
         .transpose()
 }
+
+/// `asyncflow.max_context_bytes`: the largest context or result a report takes.
+pub async fn max_context_bytes<C: GenericClient>(c: &C) -> Result<i32> {
+    let row = query_one(c, "select asyncflow.max_context_bytes() as n", &[]).await?;
+    get(&row, "n")
+}
