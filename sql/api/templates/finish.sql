@@ -74,7 +74,8 @@ begin
     perform set_config('synchronous_commit', 'off', true);
   end if;
   return query
-  with q as (
+  -- materialized: r reads pass_ok three times, and an inlined q would check each passed that often
+  with q as materialized (
     -- the hold's tasks, named by shard and number (no ids to parse); each once, as the
     -- worker names them (a task named twice is changed for one of its mentions, which one
     -- is not defined, and the other is answered as refused)
