@@ -450,6 +450,11 @@ CREATE FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text
     LANGUAGE plpgsql STABLE
     AS -- body: 165 lines, sha256 bfa8da0b39fc7e79
 
+CREATE FUNCTION asyncflow.prune_rate_buckets(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 21 lines, sha256 d05df3f0dd924424
+
 CREATE FUNCTION asyncflow.prune_workers(p_stale_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1557,6 +1562,8 @@ REVOKE ALL ON FUNCTION asyncflow.pipeline_json(p asyncflow.pipelines) FROM PUBLI
 REVOKE ALL ON FUNCTION asyncflow.plan_step_limit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.prune_rate_buckets(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.prune_workers(p_stale_seconds double precision, p_now timestamp with time zone) FROM PUBLIC;
 

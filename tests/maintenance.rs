@@ -424,6 +424,7 @@ async fn the_rescuer_requeues_expired_leases_or_fails_tasks_out_of_tries() {
             "unique_key_retention",
             "history_sampler",
             "worker_pruner",
+            "rate_bucket_pruner",
             "run_checker",
             "run_retention",
             "callbacks"

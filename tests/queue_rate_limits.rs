@@ -148,6 +148,63 @@ async fn a_rate_limit_for_every_key_bounds_each_key_on_its_own_and_a_keys_own_li
     assert_eq!((shown.queue_rate_limit, shown.queue_rate_limits.len()), (None, 1));
 }
 
+/// The buckets of keys under the limit for every key: a bucket refilled to full is removed by
+/// maintenance (a missing bucket is a full one), one spent within the period stays, and so does a
+/// key's own limit; the key's next claim starts from a full bucket, as it would have.
+#[tokio::test]
+async fn full_buckets_of_the_limit_for_every_key_are_pruned_and_a_pruned_key_starts_full() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    let w = asyncflow::WorkerId::new("w").unwrap();
+    register(&**c, "tenant", json!({"fair_queues": true, "schedule_limit": 1000})).await;
+    let t0 = chrono::DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z").unwrap().with_timezone(&chrono::Utc);
+    let at = |secs: i64| t0 + chrono::Duration::seconds(secs);
+    // "old" has only what its first claim takes: no claim walks it again
+    enqueue(&**c, "tenant", "old", 2, t0).await;
+    for key in ["recent", "vip"] {
+        enqueue(&**c, "tenant", key, 10, t0).await;
+    }
+    // every key 2 starts per minute; vip 5 of its own
+    let set = "select asyncflow.set_queue_rate_limit('tenant', $1, $2, $3, $4)";
+    c.query_one(set, &[&None::<String>, &Some(2), &60.0, &t0]).await.unwrap();
+    c.query_one(set, &[&Some("vip"), &Some(5), &60.0, &t0]).await.unwrap();
+    let claimed = api::claim_tasks(&c, "tenant", &w, 1000, Some(at(0))).await.unwrap();
+    assert_eq!(claimed.len(), 9, "2 + 2 + 5");
+    let buckets = || async {
+        let rows = c
+            .query("select queue_key from asyncflow.queue_rate_limits where task_type = 'tenant' order by 1", &[])
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>()
+    };
+    assert_eq!(buckets().await, vec!["old", "recent", "vip"]);
+    // 50 s on, "recent" spends again (its bucket refilled by then); "old" is left alone
+    let tasks = api::claim_tasks(&c, "tenant", &w, 1000, Some(at(50))).await.unwrap();
+    assert!(tasks.iter().any(|t| t.queue_key.as_deref() == Some("recent")), "{tasks:?}");
+    let prune = |secs| {
+        let c = &c;
+        async move { c.query_one("select asyncflow.prune_rate_buckets($1)", &[&at(secs)]).await.unwrap().get::<_, i32>(0) }
+    };
+    // 59 s: "old" (0 tokens at 0 s, 2 a minute) is not full yet, nor is "recent"
+    assert_eq!(prune(59).await, 0);
+    // 61 s: "old" is full (2.03), and goes; "recent", spent at 50 s, is not (1.03); vip's own
+    // limit stays
+    assert_eq!(prune(61).await, 1);
+    assert_eq!(buckets().await, vec!["recent", "vip"]);
+    // "old" claims again from a full bucket: 2 starts, as with the row kept
+    enqueue(&**c, "tenant", "old", 3, at(62)).await;
+    let again = api::claim_tasks(&c, "tenant", &w, 1000, Some(at(62))).await.unwrap();
+    let old = again.iter().filter(|t| t.queue_key.as_deref() == Some("old")).count();
+    assert_eq!(old, 2, "{again:?}");
+    assert_eq!(buckets().await, vec!["old", "recent", "vip"]);
+    // through the maintenance service
+    let services = asyncflow::maintenance::services(&db.pool, &asyncflow::maintenance::MaintenanceConfig::default());
+    let pruner = services.iter().find(|s| s.name() == "rate_bucket_pruner").expect("the service is listed");
+    let report = pruner.run_once(Some(at(3600))).await.unwrap();
+    assert_eq!(report.changed, 2, "{report:?}");
+    assert_eq!(buckets().await, vec!["vip"]);
+}
+
 #[tokio::test]
 async fn bad_queue_rate_limits_are_refused_and_change_nothing() {
     let db = TestDb::new().await;

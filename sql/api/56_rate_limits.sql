@@ -172,3 +172,35 @@ language sql as $$
   from (select k, count(*) as n from unnest(p_keys) k group by k) s
   where r.task_type = p_task_type and r.queue_key = s.k
 $$;
+
+-- prune_rate_buckets (maintenance): removes the buckets, under a type's limit for every key, that
+-- have refilled completely by p_now: a missing bucket is a
+-- full one, which the key's next claim makes anew, so a type whose keys come and go keeps rows
+-- only for the keys claimed within the last period. Each type's buckets go under its fair claim's
+-- lock, tried (a type being claimed at that moment is passed over until the next pass), so no
+-- claim finds a bucket gone between making it and spending it. Keys' own limits stay. Returns
+-- how many rows went.
+create or replace function asyncflow.prune_rate_buckets(p_now timestamptz default null) returns integer
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now constant timestamptz := asyncflow.check_now(p_now);
+  v_type record;
+  v_n integer;
+  v_total integer := 0;
+begin
+  for v_type in select t.task_type, t.queue_max_starts, t.queue_rate_period from asyncflow.task_types t
+    where t.queue_max_starts is not null order by t.task_type
+  loop
+    if pg_try_advisory_xact_lock(16713, hashtext(v_type.task_type)) then
+      -- full: refilled to p_now (as queue_rate_allowance would), at least the limit
+      delete from asyncflow.queue_rate_limits r
+      where r.task_type = v_type.task_type and r.max_starts is null
+        and r.tokens + greatest(0, date_part('epoch', v_now - r.refilled_at)) * v_type.queue_max_starts
+          / v_type.queue_rate_period >= v_type.queue_max_starts;
+      get diagnostics v_n = row_count;
+      v_total := v_total + v_n;
+    end if;
+  end loop;
+  return v_total;
+end
+$$;

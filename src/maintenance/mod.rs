@@ -13,6 +13,7 @@
 //!     unique keys       uniqueness keys whose window ended -> removed
 //!     history_sampler   per-type counters -> minute and hour points of history
 //!     worker_pruner     heartbeat rows of workers gone without a clean exit -> removed
+//!     rate_bucket_pruner  per-key rate buckets refilled to full -> removed (a missing one is full)
 //!     ...               any other service the caller hands over (the workflows' checker, run
 //!                       retention and callback delivery)
 //! ```
@@ -25,6 +26,7 @@
 mod history;
 pub mod leader;
 mod presence;
+mod rate_buckets;
 mod rescuer;
 mod scheduler;
 mod shards;
@@ -37,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use history::{HistorySampler, HISTORY_INTERVAL_DEFAULT};
 pub use presence::{WorkerPruner, WORKER_STALE_DEFAULT};
+pub use rate_buckets::{RateBucketPruner, RATE_BUCKET_INTERVAL_DEFAULT};
 pub use rescuer::Rescuer;
 pub use scheduler::{Scheduler, UniqueKeyRetention, SCHEDULE_INTERVAL_DEFAULT};
 pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
@@ -112,7 +115,8 @@ impl Default for MaintenanceConfig {
 }
 
 /// The task engine's services, in the order a pass runs them: rescuer, shard roller, begin_pos
-/// advancer, retention, scheduler, uniqueness-key retention, history sampler, worker pruner.
+/// advancer, retention, scheduler, uniqueness-key retention, history sampler, worker pruner,
+/// rate-bucket pruner.
 pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Service>> {
     vec![
         Box::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
@@ -124,6 +128,7 @@ pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Servic
         Box::new(HistorySampler::new(pool.clone(), config.history_interval)),
         // a tenth of the age that makes a row stale: rows go within 10 % of it
         Box::new(WorkerPruner::new(pool.clone(), config.worker_stale / 10, config.worker_stale)),
+        Box::new(RateBucketPruner::new(pool.clone(), RATE_BUCKET_INTERVAL_DEFAULT)),
     ]
 }
 

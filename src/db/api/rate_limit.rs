@@ -1,5 +1,6 @@
 //! The rate-limit part of the SQL seam.
 
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::{get, query_one};
@@ -49,4 +50,11 @@ pub async fn set_queue_rate_limit<C: GenericClient>(
         "period": stored["period"],
     }))
     .map_err(|e| Error::Unexpected(format!("set_queue_rate_limit answered {stored}: {e}")))
+}
+
+/// `asyncflow.prune_rate_buckets` (maintenance): removes the full buckets of keys under a type's
+/// limit for every key; how many.
+pub async fn prune_rate_buckets<C: GenericClient>(c: &C, now: Option<DateTime<Utc>>) -> Result<i32> {
+    let row = query_one(c, "select asyncflow.prune_rate_buckets($1) as n", &[&now]).await?;
+    get(&row, "n")
 }
