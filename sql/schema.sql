@@ -136,7 +136,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 61 lines, sha256 68654200575bc13b
+    AS -- body: 61 lines, sha256 d6fc762039443542
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -450,6 +450,10 @@ CREATE FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text
     LANGUAGE plpgsql STABLE
     AS -- body: 165 lines, sha256 bfa8da0b39fc7e79
 
+CREATE FUNCTION asyncflow.progress_too_large(p_progress jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 2 lines, sha256 47cf874e3d299eb4
+
 CREATE FUNCTION asyncflow.prune_rate_buckets(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -669,7 +673,7 @@ CREATE FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_pro
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET lock_timeout TO '5s'
-    AS -- body: 53 lines, sha256 d97a9c7052f7f9f4
+    AS -- body: 52 lines, sha256 41ee8f895652e262
 
 CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
     LANGUAGE plpgsql
@@ -1562,6 +1566,8 @@ REVOKE ALL ON FUNCTION asyncflow.pipeline_json(p asyncflow.pipelines) FROM PUBLI
 REVOKE ALL ON FUNCTION asyncflow.plan_step_limit() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.plan_steps(p_plan jsonb, OUT plan jsonb, OUT path text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.progress_too_large(p_progress jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.prune_rate_buckets(p_now timestamp with time zone) FROM PUBLIC;
 

@@ -267,8 +267,8 @@ begin
         then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
       when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
         then 'context must be a JSON object'
-      when x.outcome = 'heartbeat' and pg_column_size(x.context) > 4096
-        then format('progress is too large: %s bytes, the limit is 4096', pg_column_size(x.context))
+      when x.outcome = 'heartbeat' and asyncflow.progress_too_large(x.context) is not null
+        then asyncflow.progress_too_large(x.context)
       when pg_column_size(x.context) > v_max_bytes
         then format('context is too large: %s bytes, the limit is %s', pg_column_size(x.context), v_max_bytes)
       when pg_column_size(x.result) > v_max_bytes

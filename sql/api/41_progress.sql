@@ -2,6 +2,14 @@
 -- rather than carried by its worker's heartbeat.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
+-- progress_too_large: what is wrong with a progress value's size (at most 4096 bytes), null when
+-- nothing is; the one check of set_progress and of a heartbeat report's progress (40_report.sql).
+create or replace function asyncflow.progress_too_large(p_progress jsonb) returns text
+language sql immutable parallel safe as $$
+  select case when pg_column_size(p_progress) > 4096
+    then 'progress is too large: ' || pg_column_size(p_progress)::text || ' bytes, the limit is 4096' end
+$$;
+
 -- set_progress: sets a running task's progress (a small JSON value, at most 4096 bytes), fenced
 -- by the claim_seq its claim handed out: applied only while the task is running under that
 -- claim, so a call whose lease was taken away, or that has ended, never writes over what its
@@ -25,9 +33,8 @@ begin
     perform asyncflow.raise_error('AF006', 'claim_seq must be an integer, got null');
   elsif p_progress is null or jsonb_typeof(p_progress) = 'null' then
     perform asyncflow.raise_error('AF006', 'progress must be a JSON value other than null');
-  elsif pg_column_size(p_progress) > 4096 then
-    perform asyncflow.raise_error('AF006',
-      format('progress is too large: %s bytes, the limit is 4096', pg_column_size(p_progress)));
+  elsif asyncflow.progress_too_large(p_progress) is not null then
+    perform asyncflow.raise_error('AF006', asyncflow.progress_too_large(p_progress));
   elsif not asyncflow.json_ok(p_progress) then
     perform asyncflow.raise_error('AF006', format('progress: %s', asyncflow.json_problem(p_progress)));
   end if;
