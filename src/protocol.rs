@@ -198,6 +198,42 @@ pub struct ProgressRequest {
     pub progress: Value,
 }
 
+/// A worker says it is alive (`POST /v1/worker/presence`): the row `GET /v1/workers` lists, as a
+/// database worker writes its own every few seconds (`asyncflow.heartbeat_worker`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PresenceRequest {
+    /// The worker's id (1 to 255 characters).
+    pub worker_id: String,
+    /// The host it runs on (at most 255 characters).
+    pub host: String,
+    /// Its process id on that host.
+    pub pid: i32,
+    /// The task types it serves (at most 1,000).
+    pub types: Vec<String>,
+    /// Calls it has running.
+    pub in_flight: i32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+}
+
+/// A worker leaving cleanly (`POST /v1/worker/gone`): its row goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GoneRequest {
+    /// The worker's id.
+    pub worker_id: String,
+}
+
+/// What became of a worker's row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PresenceAnswer {
+    /// The worker's id.
+    pub worker_id: String,
+    /// Whether the worker has a row now (after `gone`: whether it had one).
+    pub listed: bool,
+}
+
 /// Progress recorded on a running task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ProgressAccepted {

@@ -498,3 +498,65 @@ async fn the_cancel_stream_sends_the_cancels_of_its_types() {
     .await;
     assert!(rest.is_ok(), "the stream did not end after its wait");
 }
+
+/// A worker on a server keeps a heartbeat row as a worker on the database does (through `POST
+/// /v1/worker/presence`), so `GET /v1/workers` lists it, and removes it when it stops cleanly
+/// (`POST /v1/worker/gone`).
+#[tokio::test]
+async fn a_worker_on_a_server_is_listed_while_it_runs_and_gone_after_a_clean_stop() {
+    let db = TestDb::new().await;
+    let port = free_port();
+    let _server = Server::start(&db, port).await;
+    let dir = folder("echo", "command = [\"./run\"]\n", "#!/bin/sh\ncat >/dev/null\necho '{\"result\": {}}'\n");
+    register(&db, "echo", TaskTypeUpdate::default()).await;
+    let server = format!("http://127.0.0.1:{port}");
+    let child = worker(&server, &dir.0, "remote-listed", &[]);
+    let c = db.conn().await;
+    wait_until(Duration::from_secs(30), "the remote worker's row", || async {
+        api::list_workers(&c, 60.0, None).await.unwrap().iter().any(|w| w.id == "remote-listed")
+    })
+    .await;
+    let rows = api::list_workers(&c, 60.0, None).await.unwrap();
+    let row = rows.iter().find(|w| w.id == "remote-listed").unwrap();
+    assert_eq!(row.types, vec!["echo".to_string()]);
+    assert_eq!(row.pid, i32::try_from(child.id()).unwrap());
+    assert!(!row.host.is_empty());
+    // SIGTERM: a clean stop removes the row
+    let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let (status, _, err) = wait_child(child, Duration::from_secs(30)).await;
+    assert!(status.success(), "exit status {status:?}: {err}");
+    assert!(api::list_workers(&c, 60.0, None).await.unwrap().is_empty(), "the row is gone");
+    // bad presence bodies are refused, and write nothing
+    let client = reqwest::Client::new();
+    let post = |path: &'static str, body: Value| {
+        let (client, server) = (&client, &server);
+        async move {
+            client
+                .post(format!("{server}{path}"))
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let good = json!({"worker_id": "w", "host": "h", "pid": 1, "types": ["echo"], "in_flight": 0,
+        "started_at": "2030-01-01T00:00:00Z"});
+    let mut negative = good.clone();
+    negative["in_flight"] = json!(-1);
+    let mut long_id = good.clone();
+    long_id["worker_id"] = json!("x".repeat(300));
+    let mut extra = good.clone();
+    extra["colour"] = json!("red");
+    for bad in [negative, long_id, extra, json!({"worker_id": "w"})] {
+        assert_eq!(post("/v1/worker/presence", bad.clone()).await, 400, "{bad}");
+    }
+    assert!(api::list_workers(&c, 60.0, None).await.unwrap().is_empty());
+    assert_eq!(post("/v1/worker/presence", good).await, 200);
+    assert_eq!(api::list_workers(&c, 60.0, None).await.unwrap().len(), 1);
+    assert_eq!(post("/v1/worker/gone", json!({"worker_id": "w"})).await, 200);
+    assert!(api::list_workers(&c, 60.0, None).await.unwrap().is_empty());
+}

@@ -14,7 +14,12 @@
 //!   GET  /v1/worker/next-due?type=T                            -> {type, due, wait_ms}
 //!   POST /v1/worker/held       {type, worker_id}               -> {tasks: [{task_id, claim_seq, stage, attempt, lease_until}]}
 //!   POST /v1/worker/progress   {task_id, claim_seq, progress}  -> 200 | 409 stale | 404 unknown
+//!   POST /v1/worker/presence   {worker_id, host, pid, types, in_flight, started_at} -> {worker_id, listed}
+//!   POST /v1/worker/gone       {worker_id}                     -> {worker_id, listed}
 //! ```
+//!
+//! `presence` and `gone` are a remote worker's heartbeat row for `GET /v1/workers`, as a worker
+//! on the database writes its own (`asyncflow.heartbeat_worker`, `asyncflow.remove_worker`).
 //!
 //! `progress` is for the running call itself rather than its worker: an HTTP function posts its
 //! progress with the `task_id` and `claim_seq` of its stage call, and only that claim's call can
@@ -35,8 +40,9 @@ use super::{parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::ids::{TypeName, WorkerId};
 use crate::protocol::{
-    Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ProgressAccepted, ProgressRequest, ReportAccepted,
-    ReportBatchRequest, ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX, REPORTS_PER_CALL_MAX,
+    GoneRequest, Held, HeldRequest, HeldTasks, HoldRequest, NextDue, PresenceAnswer, PresenceRequest, ProgressAccepted,
+    ProgressRequest, ReportAccepted, ReportBatchRequest, ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX,
+    REPORTS_PER_CALL_MAX,
 };
 use crate::task::{Report, ReportKind};
 
@@ -53,6 +59,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/next-due", get(next_due))
         .route("/v1/worker/held", post(held))
         .route("/v1/worker/progress", post(progress))
+        .route("/v1/worker/presence", post(presence))
+        .route("/v1/worker/gone", post(gone))
 }
 
 /// Claims ready tasks ("hold", the same operation as `asyncflow.claim_tasks`); none when
@@ -230,4 +238,51 @@ async fn progress(
         )));
     }
     Ok(Json(ProgressAccepted { task_id: b.task_id, status }))
+}
+
+/// A remote worker's heartbeat row: written with the server's clock as `last_seen`.
+#[utoipa::path(post, path = "/v1/worker/presence", operation_id = "presence", tag = "worker protocol",
+    request_body = PresenceRequest,
+    responses(
+        (status = 200, description = "The worker's row is written", body = PresenceAnswer),
+        (status = 400, description = "Malformed body, or a value out of range", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+pub(super) async fn presence(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<PresenceAnswer>> {
+    let b: PresenceRequest = parse_body(&state, body)?;
+    let row = api::WorkerRow {
+        id: b.worker_id.clone(),
+        host: b.host,
+        pid: b.pid,
+        types: b.types,
+        in_flight: b.in_flight,
+        started_at: b.started_at,
+        last_seen: b.started_at,
+    };
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    api::heartbeat_worker(&c, &row, None).await?;
+    Ok(Json(PresenceAnswer { worker_id: b.worker_id, listed: true }))
+}
+
+/// A remote worker leaves cleanly: its heartbeat row goes.
+#[utoipa::path(post, path = "/v1/worker/gone", operation_id = "gone", tag = "worker protocol",
+    request_body = GoneRequest,
+    responses(
+        (status = 200, description = "The worker's row is gone (listed: whether there was one)", body = PresenceAnswer),
+        (status = 400, description = "Malformed body", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 413, description = "Body too large", body = ApiError),
+    ))]
+pub(super) async fn gone(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<PresenceAnswer>> {
+    let b: GoneRequest = parse_body(&state, body)?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    let listed = api::remove_worker(&c, &b.worker_id).await?;
+    Ok(Json(PresenceAnswer { worker_id: b.worker_id, listed }))
 }

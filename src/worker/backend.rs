@@ -521,6 +521,27 @@ impl RemoteClient {
             .collect())
     }
 
+    /// Writes this worker's heartbeat row through the server (`POST /v1/worker/presence`).
+    pub(super) async fn presence(&self, row: &crate::db::api::WorkerRow) -> Result<()> {
+        let body = crate::protocol::PresenceRequest {
+            worker_id: row.id.clone(),
+            host: row.host.clone(),
+            pid: row.pid,
+            types: row.types.clone(),
+            in_flight: row.in_flight,
+            started_at: row.started_at,
+        };
+        let _: crate::protocol::PresenceAnswer = self.call(Method::POST, "/v1/worker/presence", Some(&body)).await?;
+        Ok(())
+    }
+
+    /// Removes this worker's heartbeat row through the server (`POST /v1/worker/gone`).
+    pub(super) async fn gone(&self, id: &str) -> Result<()> {
+        let body = crate::protocol::GoneRequest { worker_id: id.to_string() };
+        let _: crate::protocol::PresenceAnswer = self.call(Method::POST, "/v1/worker/gone", Some(&body)).await?;
+        Ok(())
+    }
+
     async fn next_due(&self, task_type: &TypeName) -> Result<Option<Duration>> {
         let path = format!("/v1/worker/next-due?type={task_type}");
         let due: NextDue = self.call(Method::GET, &path, None::<&()>).await?;

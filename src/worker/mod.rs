@@ -506,15 +506,12 @@ impl Worker {
             tokio::spawn(executor::stop_cancelled_calls(shared.clone(), cancels, listener_stop.clone()));
         }
         let presence_stop = CancellationToken::new();
-        let presence = match &self.backend {
-            Backend::Database(pool) => Some(tokio::spawn(presence::run(
-                pool.clone(),
-                shared.clone(),
-                types.iter().map(|(name, _, _)| name.to_string()).collect(),
-                presence_stop.clone(),
-            ))),
-            Backend::Server(_) => None,
-        };
+        let presence = Some(tokio::spawn(presence::run(
+            self.backend.clone(),
+            shared.clone(),
+            types.iter().map(|(name, _, _)| name.to_string()).collect(),
+            presence_stop.clone(),
+        )));
         let heartbeat_stop = CancellationToken::new();
         let heartbeater =
             tokio::spawn(executor::heartbeat_loop(shared.clone(), self.config.heartbeat_check, heartbeat_stop.clone()));

@@ -1,6 +1,7 @@
-//! The worker's heartbeat row: while it runs, a worker on the database writes who it is, the
+//! The worker's heartbeat row: while it runs, a worker writes who it is, the
 //! types it serves and how many calls it has in flight into `asyncflow.workers` every few
-//! seconds, and removes the row when it stops cleanly. A worker that dies leaves its row, which
+//! seconds (in the database, or through the server for a worker on `--server`), and removes the
+//! row when it stops cleanly. A worker that dies leaves its row, which
 //! maintenance removes once it is stale (`maintenance::WorkerPruner`).
 //!
 //! The row is for people and dashboards only: nothing in claiming or fencing reads it, so a
@@ -14,14 +15,15 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
-use crate::db::{api, DbPool};
+use super::{Backend, Shared};
+use crate::db::api;
 
 /// Time between a worker's heartbeat rows.
 pub const PRESENCE_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Writes the worker's row every [`PRESENCE_INTERVAL`] until `stop`, then removes it.
-pub(super) async fn run(pool: DbPool, shared: Arc<Shared>, types: Vec<String>, stop: CancellationToken) {
+/// Writes the worker's row every [`PRESENCE_INTERVAL`] until `stop`, then removes it: in the
+/// database, or through the server for a worker on `--server`.
+pub(super) async fn run(backend: Backend, shared: Arc<Shared>, types: Vec<String>, stop: CancellationToken) {
     let started_at: DateTime<Utc> = Utc::now();
     let id = shared.worker_id.as_str().to_string();
     let host = crate::ids::host_name();
@@ -43,17 +45,25 @@ pub(super) async fn run(pool: DbPool, shared: Arc<Shared>, types: Vec<String>, s
             started_at,
             last_seen: started_at,
         };
-        let written = async { api::heartbeat_worker(&pool.get().await?, &row, None).await }.await;
+        let written = match &backend {
+            Backend::Database(pool) => async { api::heartbeat_worker(&pool.get().await?, &row, None).await }.await,
+            Backend::Server(client) => client.presence(&row).await,
+        };
         if let Err(e) = written {
             tracing::warn!(worker = %id, error = %e, "could not write the worker's heartbeat row");
         }
         // what a hold's chained stages must stay within (see hold::chainable)
-        match async { api::max_context_bytes(&pool.get().await?).await }.await {
-            Ok(limit) => shared.context_limit.store(usize::try_from(limit).unwrap_or(0), Ordering::Relaxed),
-            Err(e) => tracing::warn!(worker = %id, error = %e, "could not read max_context_bytes"),
+        if let Backend::Database(pool) = &backend {
+            match async { api::max_context_bytes(&pool.get().await?).await }.await {
+                Ok(limit) => shared.context_limit.store(usize::try_from(limit).unwrap_or(0), Ordering::Relaxed),
+                Err(e) => tracing::warn!(worker = %id, error = %e, "could not read max_context_bytes"),
+            }
         }
     }
-    let removed = async { api::remove_worker(&pool.get().await?, &id).await }.await;
+    let removed = match &backend {
+        Backend::Database(pool) => async { api::remove_worker(&pool.get().await?, &id).await.map(|_| ()) }.await,
+        Backend::Server(client) => client.gone(&id).await,
+    };
     if let Err(e) = removed {
         tracing::warn!(worker = %id, error = %e, "could not remove the worker's heartbeat row");
     }
