@@ -141,7 +141,7 @@ CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bi
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 136 lines, sha256 0d483aa75b1613c7
+    AS -- body: 136 lines, sha256 6ea4e53d19d4a873
 
 CREATE FUNCTION asyncflow.check_settings(p_settings jsonb) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -566,7 +566,7 @@ CREATE FUNCTION asyncflow.retry_node(run_id text, node text, p_now timestamp wit
 CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 19 lines, sha256 ce5ab7f1c4919349
+    AS -- body: 19 lines, sha256 072d6ba790c19e7e
 
 CREATE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -612,7 +612,8 @@ CREATE TABLE asyncflow.runs (
     sub_runs integer DEFAULT 0 NOT NULL,
     schedule text,
     tick timestamp with time zone,
-    idempotency_key text
+    idempotency_key text,
+    traceparent text
 )
 PARTITION BY RANGE (day);
 
@@ -620,7 +621,7 @@ COMMENT ON COLUMN asyncflow.runs.sub_runs IS 'on a root run: the sub-pipeline ru
 
 CREATE FUNCTION asyncflow.run_json(r asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 6 lines, sha256 00ac2c5ed0f9c1f4
+    AS -- body: 7 lines, sha256 1074da3fdd052782
 
 CREATE FUNCTION asyncflow.sample_stats(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -721,10 +722,10 @@ CREATE FUNCTION asyncflow.stage_time_totals() RETURNS TABLE(task_type text, stag
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 5 lines, sha256 cf200d72fcc61754
 
-CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, idempotency_key text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION asyncflow.start_run(pipeline text, input jsonb DEFAULT '{}'::jsonb, notify_url text DEFAULT NULL::text, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, notify_key text DEFAULT NULL::text, version integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, idempotency_key text DEFAULT NULL::text, traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 27 lines, sha256 3a32587d78ad0580
+    AS -- body: 27 lines, sha256 0dd87511d6351a23
 
 CREATE FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(at timestamp with time zone, succeeded bigint, failed bigint, retried bigint, ready bigint, running bigint, lag_seconds double precision)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -798,7 +799,7 @@ CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
 
 CREATE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 126 lines, sha256 597342c2cef2e7ae
+    AS -- body: 126 lines, sha256 8c6764366f282385
 
 CREATE FUNCTION asyncflow.wf_arrive(p_run asyncflow.runs, p_node text, p_live boolean, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -820,9 +821,9 @@ CREATE FUNCTION asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_n
     LANGUAGE plpgsql
     AS -- body: 26 lines, sha256 367b98a657826359
 
-CREATE FUNCTION asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[]) RETURNS text[]
+CREATE FUNCTION asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[], p_traceparent text DEFAULT NULL::text) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 13 lines, sha256 9e66de7eff387452
+    AS -- body: 13 lines, sha256 29a51f346f563ca3
 
 CREATE FUNCTION asyncflow.wf_data(p_run asyncflow.runs) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -885,9 +886,9 @@ CREATE FUNCTION asyncflow.wf_keep_place(p_old_task_id text, p_new_task_id text) 
     LANGUAGE plpgsql
     AS -- body: 16 lines, sha256 1fbedb303fc32234
 
-CREATE FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) RETURNS text
+CREATE FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone, p_traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
-    AS -- body: 50 lines, sha256 548f68e68d08fcc6
+    AS -- body: 53 lines, sha256 ead001afeb9936fa
 
 CREATE FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE
@@ -915,7 +916,7 @@ CREATE FUNCTION asyncflow.wf_run_for_update(p_run_id text) RETURNS asyncflow.run
 
 CREATE FUNCTION asyncflow.wf_start_segments(p_run asyncflow.runs, p_node text, p_def jsonb, p_inputs jsonb, p_ns integer[], p_items jsonb[], p_count integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 20 lines, sha256 2c130d61f3707bd9
+    AS -- body: 20 lines, sha256 f3d342b76390ba6f
 
 CREATE FUNCTION asyncflow.wf_task_changed(p_ref text, p_task_id text, p_status asyncflow.task_status, p_result jsonb, p_error text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -1675,8 +1676,8 @@ REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.stage_time_totals() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.stage_time_totals() TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text, traceparent text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.start_run(pipeline text, input jsonb, notify_url text, run_at timestamp with time zone, notify_key text, version integer, p_now timestamp with time zone, idempotency_key text, traceparent text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now timestamp with time zone) TO asyncflow_client;
@@ -1725,7 +1726,7 @@ REVOKE ALL ON FUNCTION asyncflow.wf_close_event_work(p_day date, p_event_id text
 
 REVOKE ALL ON FUNCTION asyncflow.wf_complete_event(p_event_id text, p_result jsonb, p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[], p_traceparent text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_data(p_run asyncflow.runs) FROM PUBLIC;
 
@@ -1743,7 +1744,7 @@ REVOKE ALL ON FUNCTION asyncflow.wf_inputs(p_run asyncflow.runs, p_node jsonb) F
 
 REVOKE ALL ON FUNCTION asyncflow.wf_keep_place(p_old_task_id text, p_new_task_id text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone, p_traceparent text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) FROM PUBLIC;
 

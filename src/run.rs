@@ -34,6 +34,10 @@ pub struct StartRun {
     /// id (1 to 255 characters), for as long as that run's records are kept.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// The W3C trace context the run joins (`00-<trace id>-<span id>-<flags>`): its node tasks
+    /// carry it to their functions. Over HTTP the `traceparent` header gives it too.
+    #[serde(default)]
+    pub traceparent: Option<String>,
 }
 
 /// One callback due for delivery (`asyncflow.claim_callbacks`).

@@ -366,3 +366,93 @@ async fn serve_continues_an_incoming_traceparent_and_the_task_carries_its_reques
     assert_eq!((span.trace_id.as_str(), span.parent_span_id.as_str()), (TRACE_ID, ENQUEUE_SPAN));
     assert_eq!(span.name, "asyncflow.request");
 }
+
+/// A run started with a traceparent keeps it and hands it to the tasks of its nodes, to its
+/// sub-pipeline runs (and their tasks) and to its retries; over HTTP the header gives it; a
+/// malformed one is refused and starts nothing.
+#[tokio::test]
+async fn a_run_hands_its_traceparent_to_its_node_tasks_sub_runs_and_retries() {
+    use common::workflow::{claim, ok, pipeline, report, run};
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    common::sql::register(&c, "wf", json!({})).await;
+    pipeline(
+        &c,
+        "child",
+        json!({"nodes": [{"name": "start", "type": "start"}, {"name": "inner", "type": "task", "function": "wf"},
+            {"name": "end", "type": "end"}], "edges": [["start", "inner"], ["inner", "end"]]}),
+    )
+    .await;
+    pipeline(
+        &c,
+        "parent",
+        json!({"nodes": [{"name": "start", "type": "start"}, {"name": "sub", "type": "pipeline", "pipeline": "child"},
+            {"name": "after", "type": "task", "function": "wf"}, {"name": "end", "type": "end"}],
+            "edges": [["start", "sub"], ["sub", "after"], ["after", "end"]]}),
+    )
+    .await;
+    let tp = enqueue_traceparent();
+    let id: String =
+        c.query_one("select asyncflow.start_run('parent', traceparent => $1)", &[&tp]).await.unwrap().get(0);
+    assert_eq!(run(&c, &id).await["traceparent"], json!(tp));
+    let traceparent_of = |task_id: String| {
+        let db = &db;
+        async move { api::get_task(&db.conn().await, &task_id).await.unwrap().unwrap().traceparent }
+    };
+    // the child run's task, then the parent's next node
+    let inner = claim(&c, "wf", None).await;
+    assert_eq!(inner.len(), 1);
+    let child_id = inner[0].context["run_id"].as_str().unwrap().to_string();
+    assert_eq!(run(&c, &child_id).await["traceparent"], json!(tp), "the sub-pipeline run");
+    assert_eq!(traceparent_of(inner[0].task_id.clone()).await.as_deref(), Some(tp.as_str()));
+    report(&c, vec![(&inner[0], ok(json!(1)))], None).await;
+    let after = claim(&c, "wf", None).await;
+    assert_eq!(after.len(), 1);
+    assert_eq!(traceparent_of(after[0].task_id.clone()).await.as_deref(), Some(tp.as_str()));
+    // a retry of the run keeps it
+    c.query_one("select asyncflow.cancel_run($1)", &[&id]).await.unwrap();
+    let retried: String = c.query_one("select asyncflow.retry_run($1)", &[&id]).await.unwrap().get(0);
+    assert_eq!(run(&c, &retried).await["traceparent"], json!(tp));
+    // a run without one has none, nor have its tasks
+    let plain: String = c.query_one("select asyncflow.start_run('child')", &[]).await.unwrap().get(0);
+    assert_eq!(run(&c, &plain).await["traceparent"], Value::Null);
+
+    // a malformed one: AF006, no run started
+    let runs = || async { c.query_one("select count(*) from asyncflow.runs", &[]).await.unwrap().get::<_, i64>(0) };
+    let before = runs().await;
+    for bad in [
+        "nope",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+    ] {
+        let e = c.query_one("select asyncflow.start_run('parent', traceparent => $1)", &[&bad]).await.unwrap_err();
+        assert_eq!(sqlstate(&e), "AF006", "{bad}");
+    }
+    assert_eq!(runs().await, before);
+
+    // over HTTP: the header, or the body's field
+    let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
+    let post = |body: Value, traceparent: Option<String>| {
+        let app = app.clone();
+        async move {
+            use tower::ServiceExt;
+            let mut req = axum::http::Request::builder()
+                .method("POST")
+                .uri("/v1/runs")
+                .header("content-type", "application/json");
+            if let Some(t) = traceparent {
+                req = req.header("traceparent", t);
+            }
+            let resp = app.oneshot(req.body(axum::body::Body::from(body.to_string())).unwrap()).await.unwrap();
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let (s, started) = post(json!({"pipeline": "child"}), Some(tp.clone())).await;
+    assert_eq!(s, StatusCode::CREATED, "{started}");
+    assert_eq!(run(&c, started["run_id"].as_str().unwrap()).await["traceparent"], json!(tp));
+    let (s, e) = post(json!({"pipeline": "child", "traceparent": "bad"}), None).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+    assert_eq!(runs().await, before + 1);
+}

@@ -302,9 +302,11 @@ language sql immutable as $$
     'node', p_node, 'event_id', p_run.run_id || '_' || p_node, 'input', p_run.input, 'inputs', p_inputs)
 $$;
 
--- Creates the tasks of a node (one, or one per segment) and links them to the run. Errors that
--- the task engine raises for this input (too large a context, say) fail the node, not the caller.
-create or replace function asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[]) returns text[]
+-- Creates the tasks of a node (one, or one per segment) and links them to the run; each carries
+-- the run's trace context (p_traceparent). Errors that the task engine raises for this input (too
+-- large a context, say) fail the node, not the caller.
+create or replace function asyncflow.wf_create_tasks(p_node jsonb, p_contexts jsonb, p_refs text[],
+  p_traceparent text default null) returns text[]
 language plpgsql as $$
 declare
   v_ids text[];
@@ -312,7 +314,7 @@ begin
   select array_agg(id order by k) into v_ids
   from asyncflow.create_tasks(p_node ->> 'function', (
     select jsonb_agg(jsonb_strip_nulls(jsonb_build_object('context', c, 'stage', p_node -> 'stage',
-      'priority', p_node -> 'priority')) order by k)
+      'priority', p_node -> 'priority', 'traceparent', p_traceparent)) order by k)
     from jsonb_array_elements(p_contexts) with ordinality x(c, k))) with ordinality y(id, k);
   update asyncflow.tasks t set run_ref = l.ref
   from (select (asyncflow.parse_task_id(i)).*, r as ref from unnest(v_ids, p_refs) u(i, r)) l
@@ -375,7 +377,7 @@ begin
         update asyncflow.run_events set status = 'external', updated_at = p_now where day = p_run.day and event_id = v_event_id;
       else
         v_ids := asyncflow.wf_create_tasks(v_def, jsonb_build_array(asyncflow.wf_node_context(p_run, p_node, v_inputs)),
-          array[v_event_id]);
+          array[v_event_id], p_run.traceparent);
         -- the node's timeout runs from its task's claim (wf_task_changed), not while it waits
         -- in the queue: the run's own timeout bounds the wait
         update asyncflow.run_events set status = 'pending', task_id = v_ids[1], deadline = null, updated_at = p_now
@@ -428,7 +430,7 @@ begin
         else
           v_child := asyncflow.wf_new_run(v_def ->> 'pipeline', (v_def ->> 'version')::integer,
             jsonb_build_object('parent_run', p_run.run_id, 'input', p_run.input, 'inputs', v_inputs),
-            null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now);
+            null, p_run.notify_key, null, v_event_id, p_run.depth + 1, 1, null, p_now, p_run.traceparent);
           -- the child may have ended already (a pipeline of instant nodes) and completed this event
           update asyncflow.run_events set child_run = v_child, updated_at = p_now where day = p_run.day and event_id = v_event_id;
         end if;
@@ -466,7 +468,7 @@ begin
     (select jsonb_agg(v_ctx || jsonb_build_object('segment', jsonb_build_object('n', n, 'count', p_count,
        'id', v_event_id || '_' || n, 'item', item)) order by k)
      from unnest(p_ns, p_items) with ordinality u(n, item, k)),
-    array(select v_event_id || '#' || n from unnest(p_ns) n));
+    array(select v_event_id || '#' || n from unnest(p_ns) n), p_run.traceparent);
   insert into asyncflow.run_segments as s (day, segment_id, event_id, run_id, n, status, item, task_id, deadline,
     created_at, updated_at)
   select p_run.day, v_event_id || '_' || n, v_event_id, p_run.run_id, n, 'pending', item, v_ids[k],
@@ -650,7 +652,7 @@ $$;
 -- start_run, retry_run, the checker's run retries and sub-pipeline nodes all come here.
 create or replace function asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text,
   p_notify_key text, p_run_at timestamptz, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text,
-  p_now timestamptz) returns text
+  p_now timestamptz, p_traceparent text default null) returns text
 language plpgsql as $$
 declare
   v_pipe asyncflow.pipelines;
@@ -687,12 +689,15 @@ begin
     perform asyncflow.raise_error('AF006', 'notify_key must be a string of 1 to 255 characters');
   elsif p_run_at is not null and (not isfinite(p_run_at) or p_run_at > p_now + interval '366 days') then
     perform asyncflow.raise_error('AF006', format('run_at must be a finite time within a year, got %s', p_run_at));
+  elsif not asyncflow.traceparent_ok(p_traceparent) then
+    perform asyncflow.raise_error('AF006', format('traceparent must be a W3C trace context '
+      '(00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros), got %s', to_jsonb(left(p_traceparent, 100))));
   end if;
   perform asyncflow.ensure_run_day(v_day);
   insert into asyncflow.runs (day, run_id, pipeline, version, status, input, notify_url, notify_key, parent_event,
-    depth, attempt, retry_of, run_at, created_at, updated_at)
+    depth, attempt, retry_of, run_at, created_at, updated_at, traceparent)
   values (v_day, v_run_id, p_pipeline, v_pipe.version, 'scheduled', coalesce(p_input, '{}'::jsonb), p_notify_url,
-    p_notify_key, p_parent_event, p_depth, p_attempt, p_retry_of, coalesce(p_run_at, p_now), p_now, p_now);
+    p_notify_key, p_parent_event, p_depth, p_attempt, p_retry_of, coalesce(p_run_at, p_now), p_now, p_now, p_traceparent);
   insert into asyncflow.run_events (day, event_id, run_id, node, node_type, in_degree, created_at, updated_at)
   select v_day, v_run_id || '_' || n, v_run_id, n, v_pipe.plan -> 'nodes' -> n ->> 'type',
     (v_pipe.plan -> 'nodes' -> n ->> 'in_degree')::integer, p_now, p_now

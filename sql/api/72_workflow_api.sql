@@ -9,8 +9,10 @@
 -- makes for sub-pipeline runs from it are not checked again.
 -- With an idempotency key (1 to 255 characters), a second call with the same pipeline and key
 -- starts nothing and returns the first call's run id (whatever its input), for as long as that
--- run's records are kept. Locks: the key's row (a concurrent call with the same key waits for
--- the first to commit or roll back).
+-- run's records are kept. With a traceparent (a W3C trace context; AF006 when malformed) the
+-- run keeps it and its node tasks carry it, as do its sub-pipeline runs and its retries.
+-- Locks: the key's row (a concurrent call with the same key waits for the first to commit or
+-- roll back).
 create or replace function asyncflow.start_run(
   pipeline text,
   input jsonb default '{}',
@@ -19,7 +21,8 @@ create or replace function asyncflow.start_run(
   notify_key text default null,
   version integer default null,
   p_now timestamptz default null,
-  idempotency_key text default null
+  idempotency_key text default null,
+  traceparent text default null
 ) returns text
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
@@ -28,7 +31,7 @@ declare
 begin
   perform asyncflow.check_json($2, 'input');
   if $8 is null then
-    return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now);
+    return asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now, $9);
   end if;
   if length($8) not between 1 and 255 then
     perform asyncflow.raise_error('AF006', 'idempotency_key must be a string of 1 to 255 characters');
@@ -42,7 +45,7 @@ begin
     where k.pipeline = $1 and k.idempotency_key = $8;
     return v_run_id;
   end if;
-  v_run_id := asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now);
+  v_run_id := asyncflow.wf_new_run($1, $6, $2, $3, $5, $4, null, 0, 1, null, v_now, $9);
   update asyncflow.run_idempotency_keys k set run_id = v_run_id, day = asyncflow.run_day(v_run_id)
   where k.pipeline = $1 and k.idempotency_key = $8;
   update asyncflow.runs r set idempotency_key = $8
@@ -60,7 +63,8 @@ language sql stable as $$
     'parent_event', r.parent_event, 'attempt', r.attempt, 'retry_of', r.retry_of, 'retried_by', r.retried_by,
     'run_at', r.run_at, 'deadline', r.deadline, 'started_at', r.started_at, 'finished_at', r.finished_at,
     'total_cost_ms', r.total_cost_ms, 'created_at', r.created_at, 'updated_at', r.updated_at,
-    'schedule', r.schedule, 'tick', r.tick, 'idempotency_key', r.idempotency_key), '{input,result}')
+    'schedule', r.schedule, 'tick', r.tick, 'idempotency_key', r.idempotency_key, 'traceparent', r.traceparent),
+    '{input,result}')
 $$;
 
 -- get_run: the run with its events (in plan order; a dynamic node's with its segments), the
@@ -202,7 +206,7 @@ begin
       v_run.run_id, v_run.parent_event));
   end if;
   v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key, null,
-    null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+    null, 0, v_run.attempt + 1, v_run.run_id, v_now, v_run.traceparent);
   update asyncflow.runs set retried_by = v_new, updated_at = v_now where day = v_run.day and run_id = v_run.run_id;
   return v_new;
 end
@@ -437,7 +441,7 @@ begin
     if v_run.parent_event is null and v_run.attempt <= (v_plan ->> 'retries')::integer then
       begin
         v_new := asyncflow.wf_new_run(v_run.pipeline, v_run.version, v_run.input, v_run.notify_url, v_run.notify_key,
-          null, null, 0, v_run.attempt + 1, v_run.run_id, v_now);
+          null, null, 0, v_run.attempt + 1, v_run.run_id, v_now, v_run.traceparent);
       exception when others then
         get stacked diagnostics v_why = message_text;
         v_new := null;

@@ -22,7 +22,7 @@ grant execute on function
   asyncflow.set_pipeline_status(text, integer, text),
   asyncflow.get_pipeline(text, integer),
   asyncflow.list_pipelines(),
-  asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz, text),
+  asyncflow.start_run(text, jsonb, text, timestamptz, text, integer, timestamptz, text, text),
   asyncflow.get_run(text),
   asyncflow.list_runs(text, text, integer, text),
   asyncflow.cancel_run(text, timestamptz),

@@ -38,6 +38,10 @@ pub enum RunCommand {
         /// Start at most one run per key: again with the same key answers the first run.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// The W3C trace context the run joins (00-<trace id>-<parent id>-<flags>); its node
+        /// tasks carry it.
+        #[arg(long)]
+        traceparent: Option<String>,
         /// Wait until the run ends and print it (exit status 1 unless it succeeded).
         #[arg(long)]
         wait: bool,
@@ -108,6 +112,7 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
             run_at,
             version,
             idempotency_key,
+            traceparent,
             wait,
             timeout,
         } => {
@@ -119,6 +124,7 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
                 run_at,
                 version,
                 idempotency_key,
+                traceparent,
             };
             let run_id = match pool {
                 Some(pool) => api::start_run(&pool.get().await?, &start, None).await?,

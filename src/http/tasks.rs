@@ -113,14 +113,15 @@ async fn create_bulk(
     Ok((StatusCode::CREATED, Json(json!({"ids": ids}))))
 }
 
-const TRACEPARENT_HEADER: &str = "The W3C trace context of the enqueue, for the tasks whose body gives none \
+pub(super) const TRACEPARENT_HEADER: &str =
+    "The W3C trace context of the enqueue, for the tasks whose body gives none \
     (00-<32 hex>-<16 hex>-<2 hex>); a malformed one is refused (400)";
 
 /// The trace context of the tasks a request creates without their own: with traces exported,
 /// the request's span (which continues the `traceparent` header); else the header, if any. Its
 /// format is checked where the task is created (`create_task` refuses a malformed one, and
 /// nothing is created), so a malformed header is passed on as it is, to be refused.
-fn traceparent(headers: &HeaderMap) -> ApiResult<Option<String>> {
+pub(super) fn traceparent(headers: &HeaderMap) -> ApiResult<Option<String>> {
     let header = headers
         .get("traceparent")
         .map(|v| v.to_str().map(str::to_string).map_err(|_| ApiError::bad_request("traceparent must be visible ASCII")))

@@ -131,6 +131,7 @@ async fn retire(State(state): State<AppState>, Path((name, version)): Path<(Stri
 /// Starts a run of a pipeline's active version (or of `version`).
 #[utoipa::path(post, path = "/v1/runs", operation_id = "start_run", tag = "workflows",
     request_body = StartRun,
+    params(("traceparent" = Option<String>, Header, description = super::tasks::TRACEPARENT_HEADER)),
     responses(
         (status = 201, description = "Started (or scheduled for run_at)", body = RunStarted),
         (status = 400, description = "Malformed body or bad input", body = ApiError),
@@ -141,9 +142,13 @@ async fn retire(State(state): State<AppState>, Path((name, version)): Path<(Stri
     ))]
 async fn start_run(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let start: StartRun = parse_body(&state, body)?;
+    let mut start: StartRun = parse_body(&state, body)?;
+    if start.traceparent.is_none() {
+        start.traceparent = super::tasks::traceparent(&headers)?;
+    }
     let run_id = api::start_run(&conn(&state).await?, &start, None).await?;
     Ok((StatusCode::CREATED, Json(json!({"run_id": run_id}))))
 }

@@ -44,7 +44,7 @@ pub async fn start_run<C: GenericClient>(c: &C, run: &StartRun, now: Option<Date
     let input = run.input.clone().unwrap_or_else(|| Value::Object(Default::default()));
     let row = query_one(
         c,
-        "select asyncflow.start_run($1, $2, $3, $4, $5, $6, $7, $8) as id",
+        "select asyncflow.start_run($1, $2, $3, $4, $5, $6, $7, $8, $9) as id",
         &[
             &run.pipeline,
             &input,
@@ -54,6 +54,7 @@ pub async fn start_run<C: GenericClient>(c: &C, run: &StartRun, now: Option<Date
             &run.version,
             &now,
             &run.idempotency_key,
+            &run.traceparent,
         ],
     )
     .await?;
