@@ -25,6 +25,25 @@ fn enqueue_traceparent() -> String {
     format!("00-{TRACE_ID}-{ENQUEUE_SPAN}-01")
 }
 
+/// POSTs `body` to `uri` through the router, with a `traceparent` header if given; the status
+/// and the answer as JSON (null when it is not).
+async fn post_json(
+    app: &axum::Router,
+    uri: &str,
+    body: Value,
+    traceparent: Option<impl AsRef<str>>,
+) -> (StatusCode, Value) {
+    use tower::ServiceExt;
+    let mut req = axum::http::Request::builder().method("POST").uri(uri).header("content-type", "application/json");
+    if let Some(t) = traceparent {
+        req = req.header("traceparent", t.as_ref());
+    }
+    let resp = app.clone().oneshot(req.body(axum::body::Body::from(body.to_string())).unwrap()).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+}
+
 /// One span as the receiver decoded it from OTLP/JSON.
 #[derive(Debug, Clone)]
 struct Received {
@@ -277,21 +296,8 @@ async fn over_http_the_traceparent_header_is_stored_and_a_malformed_one_is_a_400
     let db = TestDb::new().await;
     let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
     common::sql::register(&**db.conn().await, "traced", json!({})).await;
-    let post = |uri: &'static str, body: Value, traceparent: Option<&'static str>| {
-        let app = app.clone();
-        async move {
-            use tower::ServiceExt;
-            let mut req =
-                axum::http::Request::builder().method("POST").uri(uri).header("content-type", "application/json");
-            if let Some(t) = traceparent {
-                req = req.header("traceparent", t);
-            }
-            let resp = app.oneshot(req.body(axum::body::Body::from(body.to_string())).unwrap()).await.unwrap();
-            let status = resp.status();
-            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
-        }
-    };
+    let post =
+        |uri: &'static str, body: Value, traceparent: Option<&'static str>| post_json(&app, uri, body, traceparent);
     let good: &'static str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let (s, created) = post("/v1/tasks", json!({"type": "traced"}), Some(good)).await;
     assert_eq!(s, StatusCode::CREATED, "{created}");
@@ -432,23 +438,7 @@ async fn a_run_hands_its_traceparent_to_its_node_tasks_sub_runs_and_retries() {
 
     // over HTTP: the header, or the body's field
     let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
-    let post = |body: Value, traceparent: Option<String>| {
-        let app = app.clone();
-        async move {
-            use tower::ServiceExt;
-            let mut req = axum::http::Request::builder()
-                .method("POST")
-                .uri("/v1/runs")
-                .header("content-type", "application/json");
-            if let Some(t) = traceparent {
-                req = req.header("traceparent", t);
-            }
-            let resp = app.oneshot(req.body(axum::body::Body::from(body.to_string())).unwrap()).await.unwrap();
-            let status = resp.status();
-            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
-            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
-        }
-    };
+    let post = |body: Value, traceparent: Option<String>| post_json(&app, "/v1/runs", body, traceparent);
     let (s, started) = post(json!({"pipeline": "child"}), Some(tp.clone())).await;
     assert_eq!(s, StatusCode::CREATED, "{started}");
     assert_eq!(run(&c, started["run_id"].as_str().unwrap()).await["traceparent"], json!(tp));
