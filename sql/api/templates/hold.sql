@@ -43,7 +43,10 @@ begin
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
   return query
   with picked as (
-    select t.*, asyncflow.unreadable('context', t.context) as unreadable
+    -- the columns the answer needs, not t.*: the CTE is kept in memory, and the wide ones
+    -- (the schedule log, the result) made each row several times the copy
+    select t.shard, t.id, t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.queue_key,
+      t.traceparent, t.order_time, asyncflow.unreadable('context', t.context) as unreadable
     from asyncflow.{{tasks}} t
     where t.shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
       and t.status = 'pending' and t.order_time <= v_now
