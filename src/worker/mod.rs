@@ -256,6 +256,14 @@ impl Shared {
         self.context_limit.load(Ordering::Relaxed)
     }
 
+    /// Reads the database's `max_context_bytes` into [`Shared::context_limit`] (at start, then on
+    /// every presence beat); on an error the last value read stays.
+    async fn read_context_limit(&self, pool: &DbPool) -> Result<()> {
+        let limit = db::api::max_context_bytes(&pool.get().await?).await?;
+        self.context_limit.store(usize::try_from(limit).unwrap_or(0), Ordering::Relaxed);
+        Ok(())
+    }
+
     fn lock_inflight(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
         self.inflight.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -483,8 +491,8 @@ impl Worker {
         // read once before the first claim, so that the first holds chain stages too (the
         // presence loop reads it again every beat)
         if let (Some(_), Backend::Database(pool)) = (&shared.holds, &self.backend) {
-            if let Ok(limit) = async { db::api::max_context_bytes(&pool.get().await?).await }.await {
-                shared.context_limit.store(usize::try_from(limit).unwrap_or(0), Ordering::Relaxed);
+            if let Err(e) = shared.read_context_limit(pool).await {
+                tracing::warn!(error = %e, "could not read max_context_bytes: no stages are chained until it is");
             }
         }
         if self.config.max_tasks == Some(0) {

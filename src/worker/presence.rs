@@ -8,7 +8,6 @@
 //! failed write is logged and tried again at the next beat. The same beat reads the database's
 //! `max_context_bytes`, which the stages a hold chains must stay within.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,9 +53,8 @@ pub(super) async fn run(backend: Backend, shared: Arc<Shared>, types: Vec<String
         }
         // what a hold's chained stages must stay within (see hold::chainable)
         if let Backend::Database(pool) = &backend {
-            match async { api::max_context_bytes(&pool.get().await?).await }.await {
-                Ok(limit) => shared.context_limit.store(usize::try_from(limit).unwrap_or(0), Ordering::Relaxed),
-                Err(e) => tracing::warn!(worker = %id, error = %e, "could not read max_context_bytes"),
+            if let Err(e) = shared.read_context_limit(pool).await {
+                tracing::warn!(worker = %id, error = %e, "could not read max_context_bytes");
             }
         }
     }
