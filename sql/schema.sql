@@ -136,7 +136,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 61 lines, sha256 d6fc762039443542
+    AS -- body: 60 lines, sha256 440e1e48902ee1fd
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -712,6 +712,10 @@ CREATE FUNCTION asyncflow.shard_positions(p_task_type text DEFAULT NULL::text) R
 CREATE FUNCTION asyncflow.shorten(p_text text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 2 lines, sha256 4eec34340cb56e3a
+
+CREATE FUNCTION asyncflow.stage_ok(p_stage text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 1 lines, sha256 4a922ebc4352ebea
 
 CREATE FUNCTION asyncflow.stage_time_bounds() RETURNS double precision[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -1670,6 +1674,8 @@ REVOKE ALL ON FUNCTION asyncflow.shard_positions(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.shard_positions(p_task_type text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.shorten(p_text text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.stage_ok(p_stage text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
 

@@ -262,8 +262,7 @@ begin
       when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
         then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s',
           coalesce(to_jsonb(x.outcome), 'null'))
-      -- the stage rule, unbounded pattern plus length as the id's above
-      when x.outcome = 'advance' and (coalesce(x.stage, '') !~ '^[A-Za-z0-9_.:/-]+$' or length(x.stage) > 64)
+      when x.outcome = 'advance' and not asyncflow.stage_ok(x.stage)
         then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
       when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
         then 'context must be a JSON object'
