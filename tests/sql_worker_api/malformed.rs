@@ -1,14 +1,19 @@
 //! Malformed reports are refused whole, naming the report and the field.
 use super::*;
 
+/// A task of a new type `clip`, claimed by worker `w1`: its id and claim_seq.
+async fn claimed_clip(c: &tokio_postgres::Client) -> (String, i64) {
+    register(c, "clip", json!({})).await;
+    let id: String = c.query_one("select asyncflow.create_task('clip')", &[]).await.unwrap().get(0);
+    let claimed = c.query("select claim_seq from asyncflow.claim_tasks('clip', 'w1', 1)", &[]).await.unwrap();
+    (id, claimed[0].get(0))
+}
+
 #[tokio::test]
 async fn malformed_reports_are_refused_whole_naming_the_report_and_field() {
     let db = TestDb::new().await;
     let c = db.raw().await;
-    register(&c, "clip", json!({})).await;
-    let id: String = c.query_one("select asyncflow.create_task('clip')", &[]).await.unwrap().get(0);
-    let claimed = c.query("select claim_seq from asyncflow.claim_tasks('clip', 'w1', 1)", &[]).await.unwrap();
-    let seq: i64 = claimed[0].get(0);
+    let (id, seq) = claimed_clip(&c).await;
     let good = json!({"task_id": id, "claim_seq": seq, "outcome": "succeed"});
     for (bad, says) in [
         (json!({"task_id": "clip-1", "claim_seq": seq, "outcome": "succeed"}), "reports[1]: task_id must be a task id"),
@@ -55,10 +60,7 @@ async fn malformed_reports_are_refused_whole_naming_the_report_and_field() {
 async fn malformed_report_arrays_are_refused_whole_naming_the_report_and_field() {
     let db = TestDb::new().await;
     let c = db.raw().await;
-    register(&c, "clip", json!({})).await;
-    let id: String = c.query_one("select asyncflow.create_task('clip')", &[]).await.unwrap().get(0);
-    let claimed = c.query("select claim_seq from asyncflow.claim_tasks('clip', 'w1', 1)", &[]).await.unwrap();
-    let seq: i64 = claimed[0].get(0);
+    let (id, seq) = claimed_clip(&c).await;
     let call = "select * from asyncflow.report_task_arrays('w1', $1::text[], $2::bigint[], $3::text[], $4::text[], \
                 null, null, null, null, $5::float8[])";
     let no_stage: Vec<Option<&str>> = vec![None, None];
