@@ -24,7 +24,8 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     let out = OutDir(std::env::temp_dir().join(format!("asyncflow-bench-{}", uuid::Uuid::new_v4().simple())));
     let run = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
         .args(["bench", "--seconds", "0.3", "--tasks", "300", "--aged-rows", "2000", "--drop-rows", "1000"])
-        .args(["--wake-rate", "40", "--dropin-tasks", "200", "--fork-tasks", "5", "--json", "--out"])
+        .args(["--wake-rate", "40", "--dropin-tasks", "200", "--fork-tasks", "5", "--dashboard-tasks", "2000"])
+        .args(["--json", "--out"])
         .arg(&out.0)
         .env("DATABASE_URL", &server_url)
         .stdout(std::process::Stdio::piped())
@@ -33,7 +34,16 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         .unwrap();
     let bench_db = format!("asyncflow_bench_{}", run.id());
     let run = run.wait_with_output().unwrap();
-    assert!(run.status.success(), "bench failed: {}", String::from_utf8_lossy(&run.stderr));
+    if !run.status.success() {
+        // the progress lines and the workers' logs come first: the error is at the end
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        panic!(
+            "bench failed ({}), the last lines:\n{}",
+            run.status,
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        );
+    }
     let printed: Value = serde_json::from_slice(&run.stdout).expect("--json prints the results");
     let written: Value = serde_json::from_str(&std::fs::read_to_string(out.0.join("results.json")).unwrap()).unwrap();
     assert_eq!(printed, written);
@@ -61,7 +71,7 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     for key in ["dropin_rust", "dropin_warm", "dropin_http", "dropin_fork", "dropin_warm_over_fork", "dropin3_warm"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    for key in ["aging_empty", "aging", "drop", "drop_dead"] {
+    for key in ["aging_empty", "aging", "drop", "drop_dead", "dashboard_before", "dashboard_tasks", "metrics_tasks"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for f in written["figures"].as_array().unwrap() {
