@@ -112,6 +112,20 @@ pub(super) fn chainable(stage: &str, context: Option<&serde_json::Value>, limit:
     serde_json::to_vec(context).is_ok_and(|text| text.len().saturating_mul(8) <= limit)
 }
 
+/// Whether the hold's finish can write `reply`: a success or an advance that PostgreSQL can
+/// hold (no NUL in a stage name, the JSON rules kept). Anything else goes to the reporter,
+/// which fails such a task alone; in the finish it would fail the whole batch, whose tasks
+/// would then be claimed and called again and again.
+fn holdable(reply: &ReportKind) -> bool {
+    match reply {
+        ReportKind::Succeed { result } => json_within_rules(result, 0),
+        ReportKind::Advance { stage, context } => {
+            !stage.contains('\0') && context.as_ref().is_none_or(|c| json_within_rules(c, 0))
+        }
+        _ => false,
+    }
+}
+
 /// The JSON rules the database keeps (`asyncflow.json_ok`): at most 64 levels of arrays and
 /// objects, numbers within ±1e308; and no NUL in a string, which PostgreSQL's JSON cannot hold.
 fn json_within_rules(value: &serde_json::Value, depth: usize) -> bool {
@@ -210,7 +224,7 @@ impl Hold {
         reply: ReportKind,
         slot: OwnedSemaphorePermit,
     ) -> std::result::Result<(), (ReportKind, OwnedSemaphorePermit)> {
-        if !matches!(reply, ReportKind::Succeed { .. } | ReportKind::Advance { .. }) {
+        if !holdable(&reply) {
             return Err((reply, slot));
         }
         let secs = self.started.elapsed().as_secs_f64();

@@ -243,3 +243,65 @@ async fn a_producer_does_not_spin_while_a_hold_is_open() {
     // a few claims, next_due and idle checks; spinning through the 300 ms made hundreds
     assert!(spent < 40, "{spent} transactions");
 }
+
+/// Replies PostgreSQL cannot hold (a NUL in a result, in an advance's context or in its stage
+/// name) are not taken by the hold, whose finish would fail for the whole batch and have the
+/// same tasks claimed and called again and again: they go to the reporter, which counts a
+/// failed try for those tasks alone, and the rest of the batch is written.
+#[tokio::test]
+async fn a_reply_postgres_cannot_hold_is_a_failed_try_and_does_not_stall_the_hold() {
+    let db = TestDb::new().await;
+    let stop = CancellationToken::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let ty = TypeName::new("nul_replies").unwrap();
+    let worker = Worker::new(
+        db.pool.clone(),
+        db.url.clone(),
+        WorkerConfig { hold_window: Duration::from_millis(300), exit_when_idle: true, ..config(10) },
+    )
+    .register(
+        ty.clone(),
+        move |call: StageCall| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                match (call.stage.as_str(), call.context["n"].as_u64().unwrap_or(0)) {
+                    ("start", 0) => StageReply::Succeeded { result: json!({"a": "x\u{0}y"}) },
+                    ("start", 1) => StageReply::Next { next_stage: "two".into(), context: Some(json!({"k": "\u{0}"})) },
+                    ("start", 2) => StageReply::Next { next_stage: "tw\u{0}o".into(), context: None },
+                    // against the stage rule: the finish refuses it, the report then fails the try
+                    ("start", 3) => StageReply::Next { next_stage: "bad stage!".into(), context: None },
+                    ("start", _) => StageReply::Next { next_stage: "two".into(), context: None },
+                    _ => StageReply::Succeeded { result: json!({"ok": true}) },
+                }
+            }
+        },
+        None,
+        fast(TaskTypeUpdate::default()),
+    );
+    api::register_task_type(&db.conn().await, &ty, &fast(TaskTypeUpdate::default())).await.unwrap();
+    let tasks: Vec<NewTask> =
+        (0..7).map(|n| NewTask { context: Some(json!({"n": n})), ..Default::default() }).collect();
+    let ids = api::create_tasks(&db.conn().await, "nul_replies", &tasks).await.unwrap();
+    let summary = tokio::time::timeout(Duration::from_secs(30), worker.run(stop.clone()))
+        .await
+        .expect("the worker ends: no task is claimed again and again")
+        .unwrap();
+    // each task claimed once: four bad replies refused, three good tasks through both stages
+    assert_eq!((summary.claimed, summary.succeeded, summary.retried), (7, 3, 4), "{summary:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 10, "each stage called once");
+    for (n, id) in ids.iter().enumerate() {
+        let task = api::get_task(&db.conn().await, id.as_str()).await.unwrap().unwrap();
+        if n <= 3 {
+            // a failed try, as for any reply the database refuses: back in the queue for its
+            // retries, with the reason
+            assert_eq!((task.status, task.retry_count), (TaskStatus::Pending, 1), "{n}: {task:?}");
+            let error = task.error.clone().unwrap_or_default();
+            let reason = if n == 3 { "stage must match" } else { "NUL" };
+            assert!(error.starts_with("the reply was refused: ") && error.contains(reason), "{n}: {error}");
+        } else {
+            assert_eq!(task.status, TaskStatus::Succeeded, "{n}: {task:?}");
+            assert_eq!(task.result, Some(json!({"ok": true})), "{n}");
+        }
+    }
+}
