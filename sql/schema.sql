@@ -457,7 +457,7 @@ CREATE FUNCTION asyncflow.progress_too_large(p_progress jsonb) RETURNS text
 CREATE FUNCTION asyncflow.prune_rate_buckets(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 21 lines, sha256 d05df3f0dd924424
+    AS -- body: 26 lines, sha256 9c6f5c95c23aad91
 
 CREATE FUNCTION asyncflow.prune_workers(p_stale_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER

@@ -178,8 +178,9 @@ $$;
 -- full one, which the key's next claim makes anew, so a type whose keys come and go keeps rows
 -- only for the keys claimed within the last period. Each type's buckets go under its fair claim's
 -- lock, tried (a type being claimed at that moment is passed over until the next pass), so no
--- claim finds a bucket gone between making it and spending it. Keys' own limits stay. Returns
--- how many rows went.
+-- claim finds a bucket gone between making it and spending it; a bucket row another transaction
+-- holds is passed over too, so a pass never waits. Keys' own limits stay. Returns how many rows
+-- went.
 create or replace function asyncflow.prune_rate_buckets(p_now timestamptz default null) returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
@@ -192,11 +193,16 @@ begin
     where t.queue_max_starts is not null order by t.task_type
   loop
     if pg_try_advisory_xact_lock(16713, hashtext(v_type.task_type)) then
-      -- full: refilled to p_now (as queue_rate_allowance would), at least the limit
+      -- full: refilled to p_now (as queue_rate_allowance would), at least the limit; a bucket
+      -- another transaction has locked (set_queue_rate_limit on its key, still open) is passed
+      -- over, never waited for: the pass would hold the claim locks it took meanwhile
       delete from asyncflow.queue_rate_limits r
-      where r.task_type = v_type.task_type and r.max_starts is null
-        and r.tokens + greatest(0, date_part('epoch', v_now - r.refilled_at)) * v_type.queue_max_starts
-          / v_type.queue_rate_period >= v_type.queue_max_starts;
+      where (r.task_type, r.queue_key) in (
+        select b.task_type, b.queue_key from asyncflow.queue_rate_limits b
+        where b.task_type = v_type.task_type and b.max_starts is null
+          and b.tokens + greatest(0, date_part('epoch', v_now - b.refilled_at)) * v_type.queue_max_starts
+            / v_type.queue_rate_period >= v_type.queue_max_starts
+        for update skip locked);
       get diagnostics v_n = row_count;
       v_total := v_total + v_n;
     end if;
