@@ -196,6 +196,13 @@ impl From<&ClaimedTask> for CallLog {
     }
 }
 
+impl CallLog {
+    /// The same task's call at a stage chained in its hold (the first attempt there).
+    pub(super) fn chained(&self, stage: &str) -> CallLog {
+        CallLog { task_type: self.task_type.clone(), stage: stage.to_string(), attempt: 1 }
+    }
+}
+
 /// Reports a reply through the reporter and counts what became of it: `accepted`, `refused`
 /// (the fence did not match) or `unknown` (no answer, at shutdown).
 pub(super) async fn report_reply(

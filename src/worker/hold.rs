@@ -440,7 +440,11 @@ async fn finish(
             Outcome::Ended(exceptions) => match exceptions.get(id.as_str()) {
                 None if matches!(reply, ReportKind::Succeed { .. }) => succeeded += 1,
                 None => advanced += 1,
-                Some(r) if r.accepted => to_report.push((id, *seq, call, reply)),
+                // logged at the stage the reply came from: a chained one's, if any
+                Some(r) if r.accepted => {
+                    let call = chain.as_ref().map_or_else(|| call.clone(), |c| call.chained(&c.stage));
+                    to_report.push((id, *seq, call, reply))
+                }
                 Some(_) => {
                     shared.stats.refused.fetch_add(1, Ordering::Relaxed);
                 }
@@ -457,9 +461,10 @@ async fn finish(
     drop(slots);
     shared.calls_ended(task_type.as_str(), freed);
     if !kept.is_empty() {
-        let reports = to_report
-            .into_iter()
-            .map(|(id, seq, call, reply)| super::executor::report_reply(&shared, id, seq, call, reply));
+        let shared = &shared;
+        let reports = to_report.into_iter().map(|(id, seq, call, reply)| async move {
+            super::executor::report_reply(shared, id, seq, &call, reply).await
+        });
         futures_util::future::join_all(reports).await;
         let freed = kept.len();
         drop(kept);
