@@ -118,14 +118,14 @@ async fn the_warm_functions_page_runs_as_written() {
     assert!(get.contains(&id), "the page's get names the id create printed ({id}): {get}");
     let (status, result) = shown.trim().split_once(", result ").expect("status, result {...}");
     let result: Value = serde_json::from_str(result).unwrap();
-    let mut task = Value::Null;
-    for _ in 0..300 {
-        task = serde_json::from_str(&common::cli::ok(&sh(&dir, &db.url, get).output().unwrap())).unwrap();
-        if task["status"] != "pending" && task["status"] != "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let shown =
+        || -> Value { serde_json::from_str(&common::cli::ok(&sh(&dir, &db.url, get).output().unwrap())).unwrap() };
+    common::wait_until(Duration::from_secs(30), "the task ended", || async {
+        let task = shown();
+        task["status"] != "pending" && task["status"] != "running"
+    })
+    .await;
+    let task = shown();
     assert_eq!(task["status"], status, "{task}");
     assert_eq!(task["result"], result, "{task}");
     // both stages ran, each once: resize advanced to publish, which succeeded
