@@ -1,5 +1,5 @@
 -- Snapshot of the schema that asyncflow migrate makes (generated; never executed).
--- Regenerate: UPDATE_SCHEMA=1 cargo test --test schema_snapshot
+-- Regenerate: UPDATE_SCHEMA=1 cargo test --test suite schema_snapshot::
 -- Dumped by pg_dump from PostgreSQL 15.
 
 CREATE SCHEMA asyncflow;

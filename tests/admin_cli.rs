@@ -1,5 +1,5 @@
 //! `asyncflow task ...` / `asyncflow type ...`, against the database and against a server.
-mod common;
+use crate::common;
 
 use std::process::Command;
 

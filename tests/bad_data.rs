@@ -2,7 +2,7 @@
 //! serde_json's limit, clocks beyond RFC 3339's years) is refused where it comes in: AF006
 //! naming the field (HTTP 400), nothing changed. Values at the limits are taken and read back by
 //! the Rust readers (`api::get_task`, claims, the HTTP API).
-mod common;
+use crate::common;
 
 use asyncflow::db::api;
 use asyncflow::http::router;

@@ -2,7 +2,7 @@
 //! or schedule log, a run's input, with JSON the entry rule refuses) never fail a claim, a held
 //! claim or a read: the claim fails such a task with the reason and hands out the rest of its
 //! batch; a read shows the row with `decode_error` and the field's text in `raw`.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `asyncflow bench` runs every phase end to end at toy sizes and writes its results and chart.
 //! It asserts what the command produces, never how fast anything was: figures come from the
 //! command, not from tests.
-mod common;
+use crate::common;
 
 use std::process::Command;
 

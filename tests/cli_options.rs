@@ -1,7 +1,7 @@
 //! The command line's own rules, with the real binary: global options after the subcommand,
 //! migrations only when asked, no embedded server unless asked, one duration syntax, errors that
 //! name what is wrong, an idempotent create that says so, and no panic on a closed stdout.
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 

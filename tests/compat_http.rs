@@ -1,7 +1,7 @@
 //! The flowsvr compatibility endpoints (src/http/compat/) against a real database: both key
 //! dialects, root and /v1 paths, the code/msg envelope with 80xx codes, atomic hold with a
 //! persisted order_time, the set_task rule (held tasks only, finished tasks immutable), and auth.
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 

@@ -5,7 +5,7 @@
 //! Set-up, server and script runner: tests/common/browser.rs. tests/dashboard_actions.rs drives
 //! the operator's actions (filters, bulk retry, types and queues, workflow runs).
 //! Screenshots of each step land in `target/tmp/dashboard/`.
-mod common;
+use crate::common;
 
 use asyncflow::db::api;
 use asyncflow::ids::{TypeName, WorkerId};

@@ -4,8 +4,8 @@
 //! and remove a queue key's limit, a run's graph with a failed node, and Retry node. Also writes
 //! the screenshots of the overview, a task, a queue view and a run graph to
 //! `target/tmp/dashboard/` (overview.png, task.png, queues.png, run-graph.png):
-//! `cargo test --test dashboard_actions`.
-mod common;
+//! `cargo test --test suite dashboard_actions::`.
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! The dashboard's data: status counters kept exact by every transition, the history rings
 //! sampled with a moved clock, worker heartbeat rows, the maintenance leader, and the routes that
 //! serve them.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

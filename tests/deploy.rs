@@ -2,7 +2,7 @@
 //! together with the binary and the docs: every manifest parses, every command line in them is
 //! one the binary accepts, the probes answer, and the autoscaler's query is the one
 //! docs/operations.md gives, running on a migrated database as the role the manifests name.
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! where the page says, its shell lines are run by `sh` (with `asyncflow` meaning this build's
 //! binary), and what they print is compared with the `# ...` lines the page shows under them.
 //! The page cannot drift from what the product does.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

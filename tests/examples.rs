@@ -1,6 +1,6 @@
 //! The repository's own functions/ run by the worker binary: each example does what its README
 //! says, and `slow` (2 s lease, 4 s call) survives on heartbeats while a rescuer is running.
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -8,7 +8,7 @@
 //! `pg_ctl stop -m immediate` sends) before the WAL writer has written it, a restart (crash
 //! recovery), a second claim by the same worker id; the first attempt's report is refused, the
 //! second's accepted.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

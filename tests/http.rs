@@ -1,6 +1,6 @@
 //! The HTTP API through its router (no socket) and once over a real socket: tasks, types, the
 //! fenced worker protocol, auth, error bodies.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

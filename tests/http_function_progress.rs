@@ -1,7 +1,7 @@
 //! Progress from HTTP functions: a function called by a worker over HTTP posts its progress to an
 //! `asyncflow serve` (`POST /v1/worker/progress`) with the task id and the claim's fencing token
 //! from its stage call; `get_task` shows it while the call runs, and a stale token is refused.
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! own in `tests/liveness/`.
 #[path = "liveness/cancellation.rs"]
 mod cancellation;
-mod common;
+use crate::common;
 #[path = "liveness/outages.rs"]
 mod outages;
 #[path = "liveness/workflow_nodes.rs"]

@@ -1,7 +1,7 @@
 //! The log as operators read it: `--log-format json` writes one JSON object per line, and each
 //! failed call, retry, rescue, task given up and undelivered callback is a line with fields
 //! (`task`, `task_type`, `stage`, `attempt`, `error`, `outcome`; `callback` for callbacks).
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -1,6 +1,6 @@
 //! Maintenance services with an injected clock: rolling shards, begin_pos, retention, the
 //! rescuer, and leader election.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Many queues within a type: a task's queue_key, claims by turns of key in a type with
 //! fair_queues, the per-key limit queue_concurrency, and the refusals of bad keys and settings.
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

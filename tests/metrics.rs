@@ -1,7 +1,7 @@
 //! `GET /metrics`: per-type figures read from the database (exact values after tasks of two
 //! types were created and worked through the SQL API and the worker protocol), this server's
 //! request and hold histograms, well-formed Prometheus text, and the bearer token.
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,6 +1,6 @@
 //! Migrations and the SQL API: from empty, idempotent, concurrent, a database ahead of the code or
 //! made by a pre-release history refused, and the SQL API applied again when it changed.
-mod common;
+use crate::common;
 
 use asyncflow::db::migrate::{latest_version, migrate, versions};
 use common::TestDb;

@@ -4,7 +4,7 @@
 //! private database from the test harness and with the binary cargo built. nginx must be
 //! installed, or installable (root with apt-get: the script installs it); otherwise the test
 //! fails and says so, it never passes silently.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

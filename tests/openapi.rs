@@ -1,8 +1,8 @@
 //! The OpenAPI document: the committed `openapi.json` is what the code generates
-//! (`UPDATE_OPENAPI=1 cargo test --test openapi` rewrites it), it is OpenAPI 3 in shape, it
+//! (`UPDATE_OPENAPI=1 cargo test --test suite openapi::` rewrites it), it is OpenAPI 3 in shape, it
 //! names every route of the router but the compat ones, every error answer has the `Error`
 //! schema, and the bodies the server really answers have the documented properties.
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ fn the_committed_openapi_json_is_the_generated_document() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == current,
-        "openapi.json is not what the code generates; run `UPDATE_OPENAPI=1 cargo test --test openapi` and commit it"
+        "openapi.json is not what the code generates; run `UPDATE_OPENAPI=1 cargo test --test suite openapi::` and commit it"
     );
 }
 

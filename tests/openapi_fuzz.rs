@@ -17,7 +17,7 @@
 //! now; the ids the server hands out may differ too). By hand: `OPENAPI_FUZZ_CASES=N` sends N
 //! requests, `OPENAPI_FUZZ_SEED=N` (a number) changes the seed, and `OPENAPI_FUZZ_SURVEY=1` lists
 //! every kind of undocumented answer instead of stopping at the first (and shrinking it).
-mod common;
+use crate::common;
 #[path = "openapi_fuzz/mutate.rs"]
 mod mutate;
 

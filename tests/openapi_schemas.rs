@@ -8,7 +8,7 @@
 //! tests/openapi.rs checks the document's shape and its agreement with the routes with a small
 //! checker of its own; this file checks what that checker cannot: the meaning of `allOf`,
 //! `oneOf`, `additionalProperties`, `unevaluatedProperties`, `required` and formats.
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -3,7 +3,7 @@
 //! (`unshare --pid --fork --mount-proc`, which needs root). As PID 1 it must collect the
 //! processes its functions orphan, and a SIGTERM must still hand its tasks back and end it with
 //! status 0 (a PID 1 receives only the signals it handles).
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

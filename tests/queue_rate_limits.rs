@@ -1,6 +1,6 @@
 //! Rate limits per queue key of a type with fair_queues: one key's limit, the limit for every
 //! key, held by the fair claim across workers; bad limits refused with nothing changed.
-mod common;
+use crate::common;
 
 use asyncflow::db::api;
 use asyncflow::task_type::QueueRateLimit;

@@ -3,7 +3,7 @@
 //! `asyncflow_worker`, a server role granted only `asyncflow_worker` (docs/operations.md) and a
 //! client role granted only `asyncflow_client` then run the 3-stage media example end to end.
 //! None of them has CREATE on the database or any privilege on a table.
-mod common;
+use crate::common;
 
 use common::cli::{ok, refused};
 

@@ -1,6 +1,6 @@
 //! Periodic schedules through their entry points: the HTTP API, `[[schedules]]` in a
 //! `function.toml` applied when a worker starts, and the metrics.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,10 +1,9 @@
 //! Periodic schedules: set / list / remove through the SQL API, the scheduler's missed-tick
 //! policies with an injected clock, pause and resume, pipelines, and exactly one task per tick
 //! with several maintainers racing while one of them is killed.
-mod common;
+use crate::common;
 #[allow(dead_code)]
-#[path = "common/workflow.rs"]
-mod workflow;
+use crate::common::workflow;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,9 +1,8 @@
 //! The scheduling features beside periodic schedules: idempotent start_run, uniqueness windows,
 //! progress and rate limits.
-mod common;
+use crate::common;
 #[allow(dead_code)]
-#[path = "common/workflow.rs"]
-mod workflow;
+use crate::common::workflow;
 
 use asyncflow::db::api;
 use asyncflow::run::StartRun;

@@ -3,8 +3,8 @@
 //! views, grants and each function's signature and attributes are written out; a function's body
 //! is written as a digest of its text (the text itself is in sql/api/, and only there). This test
 //! keeps it current;
-//! `UPDATE_SCHEMA=1 cargo test --test schema_snapshot` rewrites it.
-mod common;
+//! `UPDATE_SCHEMA=1 cargo test --test suite schema_snapshot::` rewrites it.
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -82,7 +82,7 @@ async fn sql_schema_snapshot_matches_the_migrations() {
         .get(0);
     let header = format!(
         "-- Snapshot of the schema that asyncflow migrate makes (generated; never executed).\n\
-         -- Regenerate: UPDATE_SCHEMA=1 cargo test --test schema_snapshot\n\
+         -- Regenerate: UPDATE_SCHEMA=1 cargo test --test suite schema_snapshot::\n\
          -- Dumped by pg_dump from PostgreSQL {major}.\n\n"
     );
     let current = format!("{header}{}", normalise(&digest_bodies(&String::from_utf8_lossy(&out.stdout))));
@@ -100,6 +100,6 @@ async fn sql_schema_snapshot_matches_the_migrations() {
     }
     assert!(
         committed == current,
-        "sql/schema.sql is out of date with sql/migrations and sql/api: run UPDATE_SCHEMA=1 cargo test --test schema_snapshot"
+        "sql/schema.sql is out of date with sql/migrations and sql/api: run UPDATE_SCHEMA=1 cargo test --test suite schema_snapshot::"
     );
 }

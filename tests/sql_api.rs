@@ -1,5 +1,5 @@
 //! The SQL API as a contract, through SQL: what callers in any language get.
-mod common;
+use crate::common;
 #[path = "sql_api/search_path.rs"]
 mod search_path;
 

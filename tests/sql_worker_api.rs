@@ -4,7 +4,7 @@
 mod chains;
 #[path = "sql_worker_api/claims.rs"]
 mod claims;
-mod common;
+use crate::common;
 #[path = "sql_worker_api/holds.rs"]
 mod holds;
 #[path = "sql_worker_api/malformed.rs"]

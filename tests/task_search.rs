@@ -1,6 +1,6 @@
 //! Finding tasks by filter and search, and bulk retry / cancel of what a filter selects, through
 //! the HTTP router (no socket) against a real database; the database is read after each change.
-mod common;
+use crate::common;
 
 use asyncflow::db::api;
 use asyncflow::http::router;

@@ -2,7 +2,7 @@
 //! OTLP receiver, continues that trace (claim, stage call, report) and hands the stage span's
 //! context to the function; with export off nothing is sent and the function gets the stored
 //! traceparent as it is. A malformed traceparent is refused, in SQL and over HTTP.
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Warm functions (`mode = "warm"`) through the real worker binary and real processes: crashes,
 //! protocol breaks, timeouts and cancels that kill only their own instance, recycling, SIGTERM
 //! hand-back, `--exit-when-idle`; the Python helper library in both modes; HTTP connection reuse.
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

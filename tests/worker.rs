@@ -1,6 +1,6 @@
 //! The worker end to end with in-process (Rust) functions: stages, retries, later, timeouts,
 //! panics, lease loss, graceful shutdown.
-mod common;
+use crate::common;
 #[path = "worker/holds.rs"]
 mod holds;
 

@@ -1,6 +1,6 @@
 //! The `asyncflow worker` binary as operators run it: a functions folder of real programs,
 //! signals, ephemeral mode, and a crash.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! `asyncflow serve` (the HTTP worker protocol) with no database connection of its own; the
 //! protocol's reads for it (next-due, held) and fenced release; a server killed and restarted
 //! mid-run; a hold whose answer is lost.
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::Path;

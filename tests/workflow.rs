@@ -1,7 +1,7 @@
 //! The workflow engine through the SQL API: runs moved on by their tasks' reports (claimed and
 //! reported here as a worker would), fan-out and fan-in, dynamic segments, routers,
 //! sub-pipelines, retries, failures and versions.
-mod common;
+use crate::common;
 
 use common::sql::{register, secs, t0};
 use common::workflow::{claim, event, node, ok, pipeline, refused, report, run, start, work_all, Claimed};

@@ -1,6 +1,6 @@
 //! Pipeline definitions: what is refused (with the node or edge named), what the execution plan
 //! prunes, versions and their status.
-mod common;
+use crate::common;
 
 use common::sql::register;
 use common::workflow::{pipeline, refused, run, start};

@@ -1,7 +1,7 @@
 //! The example pipeline end to end through the binary: `asyncflow pipeline apply
 //! pipelines/transcode.json`, `asyncflow run start ... --notify-url`, `asyncflow worker` running
 //! functions/transcode (real audio work), the signed callback, `asyncflow run get`.
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! The workflow services with an injected clock: the checker (delayed starts, stuck nodes, run
 //! deadlines and run retries), callback delivery (endpoint down then up, signature, give-up,
 //! callback nodes, allowed targets), run retention; and the HTTP routes.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

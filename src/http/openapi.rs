@@ -3,7 +3,7 @@
 //! Served at `GET /openapi.json` without a token, like `/healthz` (it describes the API's shape and
 //! holds no data). `openapi.json` in the repository root is a committed copy;
 //! `tests/openapi.rs` fails when it differs from what the code generates, and
-//! `UPDATE_OPENAPI=1 cargo test --test openapi` rewrites it.
+//! `UPDATE_OPENAPI=1 cargo test --test suite openapi::` rewrites it.
 //!
 //! Invariants:
 //! - Every route under `/v1` is in the document except the compatibility endpoints of the

@@ -127,9 +127,19 @@ impl Drop for Server {
     }
 }
 
+/// One set-up at a time in the test binary: the browser tests run in parallel, and two
+/// `apt-get install` or `npm ci` at once fail on each other's locks.
+static SETUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Chromium and the folder of the scripts, set up once per test.
 pub async fn setup() -> (PathBuf, PathBuf) {
-    tokio::task::spawn_blocking(|| (chromium(), playwright())).await.expect("browser set-up")
+    tokio::task::spawn_blocking(|| {
+        // a set-up that panicked leaves the lock poisoned; the next one checks again from scratch
+        let _one = SETUP.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (chromium(), playwright())
+    })
+    .await
+    .expect("browser set-up")
 }
 
 /// Runs `tests/dashboard/<script>` with the server's URL, the token, Chromium, the screenshot
