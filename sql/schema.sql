@@ -262,7 +262,7 @@ PARTITION BY LIST (task_type);
 CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) RETURNS SETOF asyncflow.tasks
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 105 lines, sha256 04c53a892dbd0fd0
+    AS -- body: 118 lines, sha256 5b7ae0d316a238f6
 
 CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER

@@ -71,7 +71,17 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     for key in ["dropin_rust", "dropin_warm", "dropin_http", "dropin_fork", "dropin_warm_over_fork", "dropin3_warm"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    for key in ["aging_empty", "aging", "drop", "drop_dead", "dashboard_before", "dashboard_tasks", "metrics_tasks"] {
+    for key in [
+        "aging_empty",
+        "aging",
+        "drop",
+        "drop_dead",
+        "dashboard_before",
+        "dashboard_tasks",
+        "metrics_tasks",
+        "search_before",
+        "search_tasks",
+    ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for f in written["figures"].as_array().unwrap() {

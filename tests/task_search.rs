@@ -192,3 +192,70 @@ async fn bulk_retry_counts_first_then_retries_only_what_the_filter_selects_in_bo
     }
     assert_eq!(statuses(failed.clone()).await, after, "nothing changed by the refused calls");
 }
+
+#[tokio::test]
+async fn pages_without_a_type_cross_types_in_name_order_and_shards_in_id_order() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    // registered out of name order; shards of 10 tasks (the least), rolled as they fill
+    let settings = TaskTypeUpdate { shard_max_rows: Some(10), ..Default::default() };
+    for name in ["zeta", "alpha", "mid"] {
+        api::register_task_type(&c, &TypeName::new(name).unwrap(), &settings).await.unwrap();
+    }
+    let mut created: Vec<(String, String)> = vec![];
+    for round in 0..3 {
+        for name in ["zeta", "alpha", "mid"] {
+            for _ in 0..10 {
+                let id = api::create_task(&c, name, &NewTask::default()).await.unwrap();
+                created.push((name.to_string(), id.to_string()));
+            }
+            assert!(api::roll_shard(&c, name, None).await.unwrap().is_some(), "{name}: round {round} rolled");
+        }
+    }
+    // in `mid` and `zeta`, one task of each failed with an error to search for
+    let worker = WorkerId::new("search-test").unwrap();
+    let mut failed = vec![];
+    for name in ["mid", "zeta"] {
+        let claimed = api::claim_tasks(&c, name, &worker, 1, None).await.unwrap();
+        let report = Report {
+            task_id: claimed[0].task_id.clone(),
+            claim_seq: claimed[0].claim_seq,
+            kind: ReportKind::Fail { error: format!("quota exceeded in {name}"), retry: false },
+        };
+        assert!(api::report_tasks(&c, &worker, &[report], None).await.unwrap()[0].accepted);
+        failed.push(claimed[0].task_id.to_string());
+    }
+    let mut expected = created.clone();
+    expected.sort_by(|a, b| {
+        let id = |s: &str| s.rsplit('-').next().and_then(|n| n.parse::<i64>().ok()).unwrap_or(-1);
+        (a.0.as_str(), id(&a.1)).cmp(&(b.0.as_str(), id(&b.1)))
+    });
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(expected.len(), 90);
+
+    let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
+    // every page of 7, no type given: the types by name, each type's tasks by id across its shards
+    let mut seen = vec![];
+    let mut after: Option<String> = None;
+    for _ in 0..20 {
+        let uri = match &after {
+            Some(a) => format!("/v1/tasks?limit=7&after={a}"),
+            None => "/v1/tasks?limit=7".to_string(),
+        };
+        let (status, page) = call(&app, "GET", &uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {page}");
+        seen.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected, "all pages, in (type, id) order");
+
+    let (_, page) = call(&app, "GET", "/v1/tasks?status=failed", None).await;
+    assert_eq!(ids(&page), failed, "a status across types");
+    let (_, page) = call(&app, "GET", "/v1/tasks?q=QUOTA%20exceeded", None).await;
+    assert_eq!(ids(&page), failed, "error text across types");
+    let (_, page) = call(&app, "GET", &format!("/v1/tasks?status=failed&after={}", failed[0]), None).await;
+    assert_eq!(ids(&page), failed[1..], "a status after a task of another type");
+}

@@ -8,8 +8,9 @@
 --                                             the task's last error (case-insensitive)
 -- Any other key, a value that is not a string, a bad status or time raises AF006.
 --
--- Cost. Tasks are read in (type, id) order, so a type filter reads only that type's partitions
--- and keyset paging (p_after) starts where the last page ended. A task id in q reads one row by
+-- Cost. Tasks are read in (type, id) order, a type at a time along its shards' primary keys, so
+-- a page reads only as far as it needs to fill itself, a type filter reads only that type's
+-- partitions, and keyset paging (p_after) starts where the last page ended. A task id in q reads one row by
 -- its key; an idempotency key reads asyncflow.idempotency_keys by its key, once per type. Text
 -- in the last error has no index: it is looked for in a window of at most 10,000 tasks that
 -- match the other conditions (from p_after on), so narrow a search of a large store by type,
@@ -39,6 +40,7 @@ declare
   v_after_type text;
   v_after_id bigint;
   v_like text;
+  v_window integer;
 begin
   if p_filter is null then
     p_filter := '{}';
@@ -93,21 +95,33 @@ begin
     end if;
   end if;
 
+  v_window := case when v_like is null then p_limit else 10000 end;
   return query
   with window_ as (
     -- the tasks matching every condition but q, in order: all of them without q, at most
-    -- 10,000 for the search of error text
-    select t.task_type, t.shard, t.id, t.last_error from asyncflow.tasks t
-    where (v_type is null or t.task_type = v_type) and (v_status is null or t.status = v_status)
-      and (p_statuses is null or t.status = any(p_statuses)) and (not p_plain_only or t.run_ref is null)
-      and (v_stage is null or t.stage = v_stage) and (v_queue_key is null or t.queue_key = v_queue_key)
-      and (v_user_id is null or t.user_id = v_user_id)
-      and (v_after_created is null or t.created_at >= v_after_created)
-      and (v_before_created is null or t.created_at < v_before_created)
-      and (v_after_type is null or (t.task_type, t.id) > (v_after_type, v_after_id))
-      and (v_id_type is null or (t.task_type, t.shard, t.id) = (v_id_type, v_id_shard, v_id))
-    order by t.task_type, t.id
-    limit case when v_like is null then p_limit else 10000 end
+    -- 10,000 for the search of error text. Read a type at a time, in name order: within one
+    -- type the shards' primary keys (id, shard) give id order, so a page stops reading once it
+    -- is full. Read all at once, tasks of every type were sorted by (type, id) first: 0.4 s a
+    -- page at 3 M tasks, against 2 ms.
+    select t.task_type, t.shard, t.id, t.last_error
+    from asyncflow.task_types y
+    cross join lateral (
+      select t.task_type, t.shard, t.id, t.last_error from asyncflow.tasks t
+      where t.task_type = y.task_type and (v_status is null or t.status = v_status)
+        and (p_statuses is null or t.status = any(p_statuses)) and (not p_plain_only or t.run_ref is null)
+        and (v_stage is null or t.stage = v_stage) and (v_queue_key is null or t.queue_key = v_queue_key)
+        and (v_user_id is null or t.user_id = v_user_id)
+        and (v_after_created is null or t.created_at >= v_after_created)
+        and (v_before_created is null or t.created_at < v_before_created)
+        and (v_after_type is null or (t.task_type, t.id) > (v_after_type, v_after_id))
+        and (v_id_type is null or (t.task_type, t.shard, t.id) = (v_id_type, v_id_shard, v_id))
+      order by t.id
+      limit v_window
+    ) t
+    where (v_type is null or y.task_type = v_type) and (v_after_type is null or y.task_type >= v_after_type)
+      and (v_id_type is null or y.task_type = v_id_type)
+    order by y.task_type, t.id
+    limit v_window
   ), keys as (
     select w.task_type, w.shard, w.id from window_ w where v_like is null or w.last_error ilike v_like
     union

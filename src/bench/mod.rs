@@ -23,8 +23,9 @@
 //!                    own roll leaves them (5 M rows each by default), three times, in turn with
 //!                    three empty-table burn-downs (its reference); medians
 //!   drop             retention dropping an expired 1 M-row shard
-//!   dashboard        GET /v1/dashboard and GET /metrics through the real router, before and
-//!                    after a set-based fill of 10 M tasks (the figures before are the baseline)
+//!   dashboard        GET /v1/dashboard, GET /metrics and the first page of GET /v1/tasks
+//!                    through the real router, before and after a set-based fill of 10 M tasks
+//!                    (the figures before are the baseline)
 //!   dropin(3)        the drop-in worker (`asyncflow worker --functions`, a process of its own)
 //!                    burning down no-op tasks through a warm Python function, an HTTP function
 //!                    on a local server and a Python function forked per call, in stage calls/s
@@ -546,12 +547,13 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         figures.push(Figure::new("drop_dead", "dead tuples left by the drop", dropped.dead_tuples as f64, "rows"));
     }
     if wants(args, "dashboard") {
-        progress.phase("dashboard: GET /v1/dashboard and GET /metrics, before and after the fill");
+        progress.phase("dashboard: GET /v1/dashboard, GET /metrics and GET /v1/tasks, before and after the fill");
         let d = dashboard::run(pool, args.dashboard_tasks, &mut progress).await?;
         let millions = d.tasks as f64 / 1e6;
         for (key, route, before, after) in [
             ("dashboard", "GET /v1/dashboard", d.before.dashboard, d.after.dashboard),
             ("metrics", "GET /metrics", d.before.metrics, d.after.metrics),
+            ("search", "GET /v1/tasks?limit=50", d.before.search, d.after.search),
         ] {
             figures.push(Figure::new(
                 &format!("{key}_before"),
