@@ -262,6 +262,7 @@ PARTITION BY LIST (task_type);
 CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) RETURNS SETOF asyncflow.tasks
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS -- body: 118 lines, sha256 5b7ae0d316a238f6
 
 CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
@@ -513,7 +514,7 @@ CREATE FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFAULT '{}'::jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 58 lines, sha256 ce3e922e195e7a84
+    AS -- body: 62 lines, sha256 2b134e6559a41df6
 
 CREATE FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER

@@ -81,6 +81,8 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         "metrics_tasks",
         "search_before",
         "search_tasks",
+        "failed_before",
+        "failed_tasks",
     ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }

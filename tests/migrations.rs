@@ -177,3 +177,42 @@ async fn claims_by_turns(c: &tokio_postgres::Client) -> bool {
         c.query_one("select prosrc from pg_proc where proname = 'type_claim__crawl'", &[]).await.unwrap().get(0);
     src.contains("queue_cursors")
 }
+
+#[tokio::test]
+async fn types_registered_before_the_index_of_failed_and_cancelled_tasks_get_it_from_its_migration() {
+    use asyncflow::db::api;
+    use asyncflow::ids::TypeName;
+    use asyncflow::task_type::TaskTypeUpdate;
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    for name in ["alpha", "beta"] {
+        api::register_task_type(&c, &TypeName::new(name).unwrap(), &TaskTypeUpdate::default()).await.unwrap();
+    }
+    let count = || async {
+        c.query_one(
+            "select count(*) from pg_catalog.pg_class where relname in ('tasks_alpha$failed_cancelled', 'tasks_beta$failed_cancelled')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+    };
+    assert_eq!(count().await, 2, "register_task_type makes it");
+    // a database from before the migration, with its types
+    c.batch_execute(
+        "drop index asyncflow.\"tasks_alpha$failed_cancelled\"; drop index asyncflow.\"tasks_beta$failed_cancelled\"; \
+         delete from asyncflow.refinery_schema_history where version = 11",
+    )
+    .await
+    .unwrap();
+    assert_eq!(count().await, 0);
+    let report = migrate(&db.url).await.unwrap();
+    assert_eq!(report.applied, [11]);
+    assert_eq!(count().await, 2, "the migration made it for every type");
+    let def: String = c
+        .query_one("select pg_catalog.pg_get_indexdef('asyncflow.\"tasks_beta$failed_cancelled\"'::regclass)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(def.contains("(id) WHERE (status = ANY (ARRAY['failed'::asyncflow.task_status, 'cancelled'"), "{def}");
+}

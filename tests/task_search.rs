@@ -259,3 +259,62 @@ async fn pages_without_a_type_cross_types_in_name_order_and_shards_in_id_order()
     let (_, page) = call(&app, "GET", &format!("/v1/tasks?status=failed&after={}", failed[0]), None).await;
     assert_eq!(ids(&page), failed[1..], "a status after a task of another type");
 }
+
+/// Scans, in this transaction, of the shard indexes under `tasks_<type>$failed_cancelled`.
+async fn failed_index_scans(c: &tokio_postgres::Transaction<'_>, task_type: &str) -> i64 {
+    let parent = format!("asyncflow.\"tasks_{task_type}$failed_cancelled\"");
+    c.query_one(
+        "select coalesce(sum(pg_stat_get_xact_numscans(i.inhrelid)), 0)::bigint from pg_catalog.pg_inherits i \
+         where i.inhparent = pg_catalog.to_regclass($1)",
+        &[&parent],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test]
+async fn failed_and_cancelled_tasks_are_found_through_their_own_index_even_after_many_calls() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    api::register_task_type(&c, &TypeName::new("relay").unwrap(), &TaskTypeUpdate::default()).await.unwrap();
+    let mut ids = vec![];
+    for _ in 0..30 {
+        ids.push(api::create_task(&c, "relay", &NewTask::default()).await.unwrap().to_string());
+    }
+    let worker = WorkerId::new("search-test").unwrap();
+    let claimed = api::claim_tasks(&c, "relay", &worker, 2, None).await.unwrap();
+    let reports: Vec<Report> = claimed
+        .iter()
+        .map(|t| Report {
+            task_id: t.task_id.clone(),
+            claim_seq: t.claim_seq,
+            kind: ReportKind::Fail { error: "refused".into(), retry: false },
+        })
+        .collect();
+    assert!(api::report_tasks(&c, &worker, &reports, None).await.unwrap().iter().all(|r| r.accepted));
+    assert!(api::cancel_task(&c, &ids[29]).await.unwrap());
+    let mut failed: Vec<String> = claimed.iter().map(|t| t.task_id.to_string()).collect();
+    failed.sort_by_key(|id| id.rsplit('-').next().and_then(|n| n.parse::<i64>().ok()));
+
+    let mut raw = db.raw().await;
+    let tx = raw.transaction().await.unwrap();
+    let find = |filter: Value| {
+        let tx = &tx;
+        async move {
+            let rows = tx.query("select asyncflow.find_tasks($1, null, 50) as t", &[&filter]).await.unwrap();
+            rows.iter().map(|r| r.get::<_, Value>("t")["id"].as_str().unwrap_or("").to_string()).collect::<Vec<_>>()
+        }
+    };
+    // more calls than the plan cache needs to settle on one plan for every value
+    for _ in 0..8 {
+        assert_eq!(find(json!({})).await.len(), 30);
+    }
+    assert_eq!(failed_index_scans(&tx, "relay").await, 0);
+    assert_eq!(find(json!({"status": "failed"})).await, failed);
+    let after_failed = failed_index_scans(&tx, "relay").await;
+    assert!(after_failed > 0, "the failed tasks were read through their index");
+    assert_eq!(find(json!({"status": "cancelled"})).await, [ids[29].clone()]);
+    assert!(failed_index_scans(&tx, "relay").await > after_failed, "and the cancelled ones");
+    assert_eq!(find(json!({"status": "pending"})).await.len(), 27, "other statuses are read as before");
+}

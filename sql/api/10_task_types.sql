@@ -136,6 +136,10 @@ begin
       'tasks_' || p_task_type || '_ready', 'tasks_' || p_task_type);
     execute format('create index %I on asyncflow.%I (lease_until) where status = ''running''',
       'tasks_' || p_task_type || '_running', 'tasks_' || p_task_type);
+    -- the task search's way to failed and cancelled tasks (find_tasks); `$` keeps the name out
+    -- of the type names' space
+    execute format('create index %I on asyncflow.%I (id) where status in (''failed'', ''cancelled'')',
+      'tasks_' || p_task_type || '$failed_cancelled', 'tasks_' || p_task_type);
     execute format('alter table asyncflow.tasks attach partition asyncflow.%I for values in (%L)',
       'tasks_' || p_task_type, p_task_type);
     perform asyncflow.create_shard(p_task_type, 1, v_now);

@@ -20,10 +20,14 @@
 -- one of p_statuses (null: any), without a workflow node's tasks when p_plain_only, after the
 -- task id p_after, in (type, id) order, at most p_limit. Private: find_tasks and the bulk
 -- functions read through it. Locks: none.
+-- Planned for each call's values (plan_cache_mode): a generic plan, which the plan cache may
+-- settle on after five calls, cannot use the partial index of failed and cancelled tasks
+-- ("tasks_<type>$failed_cancelled") and would read every task of the type to fill a page.
 create or replace function asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[],
   p_plain_only boolean, p_after text, p_limit integer)
 returns setof asyncflow.tasks
-language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_custom_plan as $$
 declare
   v_bad text;
   v_type text;

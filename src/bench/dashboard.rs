@@ -1,5 +1,6 @@
 //! The dashboard phase: `GET /v1/dashboard`, `GET /metrics` and the first page of the task
-//! search (`GET /v1/tasks?limit=50`, the dashboard's Tasks view) through the real router, on a
+//! search (`GET /v1/tasks?limit=50`, the dashboard's Tasks view, and its failed tasks,
+//! `GET /v1/tasks?status=failed&limit=50`, none among the fill's) through the real router, on a
 //! local socket, before and after the database is filled with millions of tasks. The first two
 //! come from counters and the page reads as far as it fills itself, so the two timings should be
 //! alike; the ones before the fill are the same-run baseline.
@@ -36,6 +37,8 @@ pub(super) struct Timings {
     pub metrics: Timing,
     /// `GET /v1/tasks?limit=50`: the first page of the task search, no filter
     pub search: Timing,
+    /// `GET /v1/tasks?status=failed&limit=50`: the failed tasks (none among the fill's)
+    pub failed: Timing,
 }
 
 /// What the phase measured.
@@ -78,16 +81,17 @@ pub(super) async fn run(pool: &DbPool, tasks: i64, progress: &mut Progress) -> R
 }
 
 async fn time_routes(client: &reqwest::Client, base: &str) -> Result<Timings> {
-    let (dashboard, metrics, search) =
-        (format!("{base}/v1/dashboard"), format!("{base}/metrics"), format!("{base}/v1/tasks?limit=50"));
+    let (dashboard, metrics) = (format!("{base}/v1/dashboard"), format!("{base}/metrics"));
+    let (search, failed) = (format!("{base}/v1/tasks?limit=50"), format!("{base}/v1/tasks?status=failed&limit=50"));
     // one call of each first: connections and prepared statements are made once per server
-    for url in [&dashboard, &metrics, &search] {
+    for url in [&dashboard, &metrics, &search, &failed] {
         time(client, url, 1).await?;
     }
     Ok(Timings {
         dashboard: time(client, &dashboard, CALLS).await?,
         metrics: time(client, &metrics, CALLS).await?,
         search: time(client, &search, CALLS).await?,
+        failed: time(client, &failed, CALLS).await?,
     })
 }
 

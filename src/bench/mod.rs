@@ -24,7 +24,7 @@
 //!                    three empty-table burn-downs (its reference); medians
 //!   drop             retention dropping an expired 1 M-row shard
 //!   dashboard        GET /v1/dashboard, GET /metrics and the first page of GET /v1/tasks
-//!                    through the real router, before and after a set-based fill of 10 M tasks
+//!                    (no filter, and status=failed) through the real router, before and after a set-based fill of 10 M tasks
 //!                    (the figures before are the baseline)
 //!   dropin(3)        the drop-in worker (`asyncflow worker --functions`, a process of its own)
 //!                    burning down no-op tasks through a warm Python function, an HTTP function
@@ -554,6 +554,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             ("dashboard", "GET /v1/dashboard", d.before.dashboard, d.after.dashboard),
             ("metrics", "GET /metrics", d.before.metrics, d.after.metrics),
             ("search", "GET /v1/tasks?limit=50", d.before.search, d.after.search),
+            ("failed", "GET /v1/tasks?status=failed&limit=50", d.before.failed, d.after.failed),
         ] {
             figures.push(Figure::new(
                 &format!("{key}_before"),
