@@ -343,11 +343,21 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
     // Keys given before the setting is on are kept, and count once it is.
     api::create_tasks(&c, "mail", &keyed("x", 3)).await.unwrap();
     api::create_tasks(&c, "mail", &keyed("y", 1)).await.unwrap();
-    assert_eq!(index_names(&db, "mail").await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
+    assert_eq!(
+        index_names(&db, "mail").await,
+        ["tasks_mail$failed_cancelled", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
+    );
     register(&db, "mail", fair(2, None)).await;
     assert_eq!(
         index_names(&db, "mail").await,
-        ["tasks_mail$key_ready", "tasks_mail$key_running", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
+        [
+            "tasks_mail$failed_cancelled",
+            "tasks_mail$key_ready",
+            "tasks_mail$key_running",
+            "tasks_mail_pkey",
+            "tasks_mail_ready",
+            "tasks_mail_running"
+        ]
     );
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "y"]);
     // Named again (a worker's start): nothing to build, the same indexes stay.
@@ -367,7 +377,10 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(true), ..Default::default() }).await;
     assert_eq!(oids().await, before);
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
-    assert_eq!(index_names(&db, "mail").await, ["tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]);
+    assert_eq!(
+        index_names(&db, "mail").await,
+        ["tasks_mail$failed_cancelled", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
+    );
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "x"]);
 }
 
@@ -380,10 +393,20 @@ async fn the_key_indexes_never_take_the_names_of_another_types_indexes() {
     register(&db, "x", fair(10, None)).await;
     assert_eq!(
         index_names(&db, "x").await,
-        ["tasks_x$key_ready", "tasks_x$key_running", "tasks_x_pkey", "tasks_x_ready", "tasks_x_running"]
+        [
+            "tasks_x$failed_cancelled",
+            "tasks_x$key_ready",
+            "tasks_x$key_running",
+            "tasks_x_pkey",
+            "tasks_x_ready",
+            "tasks_x_running"
+        ]
     );
     register(&db, "x", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
-    assert_eq!(index_names(&db, "x_key").await, ["tasks_x_key_pkey", "tasks_x_key_ready", "tasks_x_key_running"]);
+    assert_eq!(
+        index_names(&db, "x_key").await,
+        ["tasks_x_key$failed_cancelled", "tasks_x_key_pkey", "tasks_x_key_ready", "tasks_x_key_running"]
+    );
     // and the other way round: a fair type first, then the type whose names would have been its
     register(&db, "y", fair(10, None)).await;
     register(&db, "y_key", TaskTypeUpdate::default()).await;
