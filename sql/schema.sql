@@ -263,7 +263,7 @@ CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_custom_plan'
-    AS -- body: 118 lines, sha256 5b7ae0d316a238f6
+    AS -- body: 123 lines, sha256 b327e28a452fc608
 
 CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER

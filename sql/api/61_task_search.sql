@@ -111,7 +111,10 @@ begin
     from asyncflow.task_types y
     cross join lateral (
       select t.task_type, t.shard, t.id, t.last_error from asyncflow.tasks t
-      where t.task_type = y.task_type and (v_status is null or t.status = v_status)
+      -- the type filter again here: the planner prunes partitions by this subquery's own
+      -- conditions, not by the outer one's
+      where t.task_type = y.task_type and (v_type is null or t.task_type = v_type)
+        and (v_status is null or t.status = v_status)
         and (p_statuses is null or t.status = any(p_statuses)) and (not p_plain_only or t.run_ref is null)
         and (v_stage is null or t.stage = v_stage) and (v_queue_key is null or t.queue_key = v_queue_key)
         and (v_user_id is null or t.user_id = v_user_id)
@@ -136,7 +139,9 @@ begin
   )
   select t.* from keys k
   join asyncflow.tasks t on t.task_type = k.task_type and t.shard = k.shard and t.id = k.id
-  where (v_status is null or t.status = v_status) and (p_statuses is null or t.status = any(p_statuses))
+  -- the type filters again here too: a partition this query cannot name is planned on each call
+  where (v_type is null or t.task_type = v_type) and (v_id_type is null or t.task_type = v_id_type)
+    and (v_status is null or t.status = v_status) and (p_statuses is null or t.status = any(p_statuses))
     and (not p_plain_only or t.run_ref is null)
     and (v_stage is null or t.stage = v_stage) and (v_queue_key is null or t.queue_key = v_queue_key)
     and (v_user_id is null or t.user_id = v_user_id)
