@@ -202,12 +202,12 @@ async fn pages_without_a_type_cross_types_in_name_order_and_shards_in_id_order()
     for name in ["zeta", "alpha", "mid"] {
         api::register_task_type(&c, &TypeName::new(name).unwrap(), &settings).await.unwrap();
     }
-    let mut created: Vec<(String, String)> = vec![];
+    let mut created = vec![];
     for round in 0..3 {
         for name in ["zeta", "alpha", "mid"] {
             for _ in 0..10 {
                 let id = api::create_task(&c, name, &NewTask::default()).await.unwrap();
-                created.push((name.to_string(), id.to_string()));
+                created.push(id);
             }
             assert!(api::roll_shard(&c, name, None).await.unwrap().is_some(), "{name}: round {round} rolled");
         }
@@ -225,12 +225,8 @@ async fn pages_without_a_type_cross_types_in_name_order_and_shards_in_id_order()
         assert!(api::report_tasks(&c, &worker, &[report], None).await.unwrap()[0].accepted);
         failed.push(claimed[0].task_id.to_string());
     }
-    let mut expected = created.clone();
-    expected.sort_by(|a, b| {
-        let id = |s: &str| s.rsplit('-').next().and_then(|n| n.parse::<i64>().ok()).unwrap_or(-1);
-        (a.0.as_str(), id(&a.1)).cmp(&(b.0.as_str(), id(&b.1)))
-    });
-    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    created.sort_by(|a, b| (a.task_type(), a.number()).cmp(&(b.task_type(), b.number())));
+    let expected: Vec<String> = created.into_iter().map(|id| id.into_string()).collect();
     assert_eq!(expected.len(), 90);
 
     let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
@@ -294,8 +290,9 @@ async fn failed_and_cancelled_tasks_are_found_through_their_own_index_even_after
         .collect();
     assert!(api::report_tasks(&c, &worker, &reports, None).await.unwrap().iter().all(|r| r.accepted));
     assert!(api::cancel_task(&c, &ids[29]).await.unwrap());
-    let mut failed: Vec<String> = claimed.iter().map(|t| t.task_id.to_string()).collect();
-    failed.sort_by_key(|id| id.rsplit('-').next().and_then(|n| n.parse::<i64>().ok()));
+    let mut failed: Vec<_> = claimed.iter().map(|t| t.task_id.clone()).collect();
+    failed.sort_by_key(|id| id.number());
+    let failed: Vec<String> = failed.into_iter().map(|id| id.into_string()).collect();
 
     let mut raw = db.raw().await;
     let tx = raw.transaction().await.unwrap();
