@@ -390,6 +390,11 @@ CREATE FUNCTION asyncflow.max_context_bytes() RETURNS integer
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 1 lines, sha256 48a673d1a77b153e
 
+CREATE FUNCTION asyncflow.missing_grants(p_role text, p_task_types text[] DEFAULT NULL::text[]) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 14 lines, sha256 8653bccf66107293
+
 CREATE FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) RETURNS bigint
     LANGUAGE sql STABLE PARALLEL SAFE
     AS -- body: 1 lines, sha256 99f59c1088e8124c
@@ -1548,6 +1553,9 @@ REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone)
 
 REVOKE ALL ON FUNCTION asyncflow.max_context_bytes() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.max_context_bytes() TO asyncflow_worker;
+
+REVOKE ALL ON FUNCTION asyncflow.missing_grants(p_role text, p_task_types text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.missing_grants(p_role text, p_task_types text[]) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) FROM PUBLIC;
 

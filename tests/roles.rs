@@ -5,6 +5,9 @@
 //! None of them has CREATE on the database or any privilege on a table.
 use crate::common;
 
+#[path = "roles/documented.rs"]
+mod documented;
+
 use common::cli::{ok, refused};
 
 use std::path::{Path, PathBuf};
@@ -26,16 +29,31 @@ impl Cluster {
         format!("{kind}_{}", self.suffix)
     }
 
+    /// The owner, and the worker, server and client roles granted their asyncflow role by a
+    /// superuser.
     async fn new() -> Cluster {
+        let cluster = Cluster::bare().await;
+        let (wk, sv, cl) = (cluster.role("wk"), cluster.role("sv"), cluster.role("cl"));
+        common::superuser()
+            .await
+            .batch_execute(&format!(
+                "grant asyncflow_worker to {wk}; grant asyncflow_worker to {sv}; grant asyncflow_client to {cl};"
+            ))
+            .await
+            .expect("grants");
+        cluster
+    }
+
+    /// The login roles, none granted anything, and the database, owned by a role that is neither
+    /// a superuser nor has CREATEROLE or CREATEDB.
+    async fn bare() -> Cluster {
         let suffix = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let cluster = Cluster { database: format!("roles_{suffix}"), suffix };
         let su = common::superuser().await;
         let (op, wk, sv, cl) = (cluster.role("op"), cluster.role("wk"), cluster.role("sv"), cluster.role("cl"));
         su.batch_execute(&format!(
             "create role {op} login nosuperuser nocreaterole nocreatedb;
-             create role {wk} login; grant asyncflow_worker to {wk};
-             create role {sv} login; grant asyncflow_worker to {sv};
-             create role {cl} login; grant asyncflow_client to {cl};"
+             create role {wk} login; create role {sv} login; create role {cl} login;"
         ))
         .await
         .expect("roles");

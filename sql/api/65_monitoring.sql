@@ -11,6 +11,31 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
          (select a.checksum from asyncflow.sql_api a)
 $$;
 
+-- missing_grants: the functions of schema asyncflow that p_role (asyncflow_client or
+-- asyncflow_worker) may execute and the calling role may not, by name: empty when the caller can
+-- do that role's work. Read from the grants themselves, so it follows 90_grants.sql and the
+-- per-type functions' own grants. p_task_types narrows the per-type functions (type_claim__x,
+-- type_hold__x, ...) to those types. Security invoker: it asks about the caller. A start-up check
+-- of worker and serve, which name the grant that is missing.
+create or replace function asyncflow.missing_grants(p_role text, p_task_types text[] default null)
+returns text[]
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+begin
+  if p_role is null or p_role not in ('asyncflow_client', 'asyncflow_worker') then
+    perform asyncflow.raise_error('AF006', format(
+      'p_role: %s is not asyncflow_client or asyncflow_worker', coalesce(p_role, 'null')));
+  end if;
+  return (
+    select coalesce(array_agg(distinct p.proname::text order by p.proname::text), '{}')
+    from pg_proc p
+    where p.pronamespace = 'asyncflow'::regnamespace
+      and has_function_privilege(p_role, p.oid, 'execute')
+      and not has_function_privilege(p.oid, 'execute')
+      and (p_task_types is null or p.proname !~ '^type_[a-z]+__'
+           or substring(p.proname from '^type_[a-z]+__(.*)$') = any(p_task_types)));
+end
+$$;
+
 -- list_task_types: every registered type's settings (task_type_json), by name.
 create or replace function asyncflow.list_task_types() returns setof jsonb
 language sql stable security definer set search_path = pg_catalog, pg_temp as $$

@@ -42,6 +42,7 @@ grant select on asyncflow.queue_depth to asyncflow_client;
 -- listings, metrics and dashboard read, and whether the database is current for a build.
 grant execute on function
   asyncflow.schema_state(),
+  asyncflow.missing_grants(text, text[]),
   asyncflow.list_task_types(),
   asyncflow.shard_positions(text),
   asyncflow.count_by_status(text),

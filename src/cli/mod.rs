@@ -205,6 +205,18 @@ async fn migrate_or_check(url: &str, migrate: bool) -> Result<()> {
     }
 }
 
+/// `serve` needs the client's grants for its API, and refuses to start without them; without
+/// the worker's it serves everything but the worker protocol, and says so once.
+async fn check_serve_grants(pool: &db::DbPool) -> Result<()> {
+    use db::migrate::{check_grants, Grant};
+    let client = pool.get().await?;
+    check_grants(&client, Grant::Client, None).await?;
+    if let Err(e) = check_grants(&client, Grant::Worker, None).await {
+        tracing::info!("the worker protocol's routes (/v1/worker/...) will be refused: {e}");
+    }
+    Ok(())
+}
+
 /// Prints a command's JSON answer.
 fn print_json(output: &serde_json::Value) {
     crate::outln!("{}", serde_json::to_string_pretty(output).unwrap_or_default());
@@ -296,10 +308,8 @@ pub async fn run(cli: Cli) -> Result<()> {
             print_json(&run::run(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Schedule { target, command } => {
-            db::migrate::migrate(&url).await?;
-            let pool = db::pool(&url, 2)?;
-            let output = schedule::schedule(Some(&pool), &target, command).await?;
-            println!("{}", serde_json::to_string_pretty(&output).unwrap_or_default());
+            db::migrate::check_current(&url).await?;
+            print_json(&schedule::schedule(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {
@@ -317,6 +327,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
             migrate_or_check(&url, args.migrate).await?;
             let pool = db::pool(&url, db_config.pool_size)?;
+            check_serve_grants(&pool).await?;
             crate::http::serve(pool, &url, config, shutdown).await?;
         }
         Command::Bench(args) => {

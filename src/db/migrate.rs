@@ -106,9 +106,11 @@ async fn run_locked(client: &mut tokio_postgres::Client) -> Result<MigrateReport
 fn missing_roles_message(missing: &[String]) -> String {
     format!(
         "the role(s) {} do not exist, and this role may not create them (it is neither a superuser nor \
-         has CREATEROLE). Once per PostgreSQL cluster, a superuser creates them: \
-         `create role asyncflow_client nologin; create role asyncflow_worker nologin; \
-         grant asyncflow_client to asyncflow_worker;` (or runs asyncflow migrate once); then run \
+         has CREATEROLE). Once per PostgreSQL cluster, a superuser runs the SQL block of \
+         docs/operations.md (Roles and grants, step 1), which creates them and lets this role grant \
+         them: `create role asyncflow_client nologin; create role asyncflow_worker nologin; \
+         grant asyncflow_client to asyncflow_worker; \
+         grant asyncflow_client, asyncflow_worker to <owner> with admin option;`; then run \
          asyncflow migrate again as the database's owner",
         missing.join(", ")
     )
@@ -126,6 +128,63 @@ pub async fn check_current(url: &str) -> Result<()> {
     })?;
     let state = api::schema_state(&client).await?;
     check_state(&state)
+}
+
+/// The work a process does, by the role whose grants it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// Enqueue, read and manage tasks, runs and schedules: `asyncflow_client`.
+    Client,
+    /// Claim and report tasks (and everything a client may): `asyncflow_worker`.
+    Worker,
+}
+
+impl Grant {
+    /// The role that carries these grants.
+    pub fn role(self) -> &'static str {
+        match self {
+            Grant::Client => "asyncflow_client",
+            Grant::Worker => "asyncflow_worker",
+        }
+    }
+}
+
+/// Whether the connected role may do `grant`'s work (for the per-type functions, only those of
+/// `task_types` when given); otherwise an error that names what it may not call and the grant
+/// that gives it. A start-up check, so a process refuses at once instead of failing each call.
+pub async fn check_grants<C: db::GenericClient>(c: &C, grant: Grant, task_types: Option<&[String]>) -> Result<()> {
+    let (me, missing) = api::missing_grants(c, grant.role(), task_types).await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Config(missing_grants_message(&me, grant, &missing)))
+}
+
+/// The refusal of [`check_grants`].
+pub fn missing_grants_message(me: &str, grant: Grant, missing: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let mut names: Vec<String> = missing.iter().take(SHOWN).map(|f| format!("asyncflow.{f}")).collect();
+    if missing.len() > SHOWN {
+        names.push(format!("and {} more", missing.len() - SHOWN));
+    }
+    format!(
+        "the database role {me} may not call {}: the schema's owner runs `grant {} to {};` (docs/operations.md, \
+         Roles and grants)",
+        names.join(", "),
+        grant.role(),
+        quote_role(me)
+    )
+}
+
+/// A role name as SQL writes it: bare when it is a plain lowercase name, else double-quoted.
+fn quote_role(name: &str) -> String {
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
 }
 
 /// [`check_current`] on what the database said.
@@ -182,6 +241,18 @@ fn check_history(history: &[(i64, String)]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_grant_names_the_functions_and_the_grant_to_run() {
+        let missing: Vec<String> =
+            ["claim_tasks", "report_tasks", "type_hold__a", "type_hold__b", "type_hold__c"].map(String::from).to_vec();
+        let m = missing_grants_message("app", Grant::Worker, &missing);
+        assert!(m.contains("asyncflow.claim_tasks, asyncflow.report_tasks"), "{m}");
+        assert!(m.contains("and 1 more"), "{m}");
+        assert!(m.contains("`grant asyncflow_worker to app;`"), "{m}");
+        let m = missing_grants_message("My \"App\"", Grant::Client, &missing[..1]);
+        assert!(m.contains("`grant asyncflow_client to \"My \"\"App\"\"\";`"), "{m}");
+    }
 
     #[test]
     fn the_sql_api_is_embedded_in_name_order() {

@@ -108,6 +108,19 @@ impl Backend {
         Ok(registered)
     }
 
+    /// Refuses a database role that may not claim and report tasks of `types` (a role granted
+    /// asyncflow_client but not asyncflow_worker), naming the grant it needs. A server checks
+    /// its own role, so a server backend has nothing to check here.
+    pub(super) async fn check_may_claim(&self, types: &[String]) -> Result<()> {
+        match self {
+            Backend::Database(pool) => {
+                crate::db::migrate::check_grants(&pool.get().await?, crate::db::migrate::Grant::Worker, Some(types))
+                    .await
+            }
+            Backend::Server(_) => Ok(()),
+        }
+    }
+
     /// Sets (creates or replaces) the periodic schedule `name`.
     pub(super) async fn set_schedule(&self, name: &str, set: &SetSchedule) -> Result<()> {
         match self {

@@ -431,6 +431,8 @@ impl Worker {
             (true, Some(reg)) => Error::Config(format!("{}: settings: {e}", reg.origin)),
             _ => e,
         })?;
+        let names: Vec<String> = self.functions.keys().map(|n| n.to_string()).collect();
+        self.backend.check_may_claim(&names).await?;
         for (name, set, origin) in &self.schedules {
             self.backend
                 .set_schedule(name, set)

@@ -147,3 +147,16 @@ pub async fn apply_sql_api(
     .map_err(Error::from_db)?;
     tx.commit().await.map_err(Error::from_db)
 }
+
+/// `asyncflow.missing_grants`: the functions `role` (`asyncflow_client` or `asyncflow_worker`)
+/// may execute and the connected role may not (only those of `task_types` among the per-type
+/// functions, when given), with the connected role's name.
+pub async fn missing_grants<C: GenericClient>(
+    c: &C,
+    role: &str,
+    task_types: Option<&[String]>,
+) -> Result<(String, Vec<String>)> {
+    let sql = "select current_user::text as me, asyncflow.missing_grants($1, $2) as missing";
+    let row = c.query_one(sql, &[&role, &task_types]).await.map_err(Error::from_db)?;
+    Ok((get(&row, "me")?, get(&row, "missing")?))
+}
