@@ -242,6 +242,90 @@ fn check_history(history: &[(i64, String)]) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Checks this build's migrations, as (version, name, text), against `lock` (the format of
+    /// sql/migrations.lock): every locked migration is present with its name and its text unchanged,
+    /// and every migration not locked is numbered above the last locked one. The refusals, one per
+    /// line, when not.
+    fn check_migrations_lock(lock: &str, migrations: &[(u32, String, String)]) -> std::result::Result<(), String> {
+        let mut problems = Vec::new();
+        let mut locked = Vec::new();
+        for line in lock.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let mut fields = line.split_whitespace();
+            match (fields.next().and_then(|v| v.parse::<u32>().ok()), fields.next(), fields.next(), fields.next()) {
+                (Some(version), Some(name), Some(sum), None) => locked.push((version, name, sum)),
+                _ => problems.push(format!("sql/migrations.lock: malformed line {line:?}")),
+            }
+        }
+        let last_locked = locked.iter().map(|(v, _, _)| *v).max().unwrap_or(0);
+        for (version, name, sum) in &locked {
+            match migrations.iter().find(|(v, _, _)| v == version) {
+                None => problems.push(format!("V{version}__{name}.sql has landed and is gone (a landed migration stays)")),
+                Some((_, n, _)) if n != name => {
+                    problems.push(format!("V{version}__{name}.sql has landed and was renamed to V{version}__{n}.sql"))
+                }
+                Some((_, _, text)) if hex::encode(Sha256::digest(text.as_bytes())) != *sum => problems.push(format!(
+                    "V{version}__{name}.sql has landed and was edited: a landed migration never changes, a fix is a new one"
+                )),
+                Some(_) => {}
+            }
+        }
+        for (version, name, _) in migrations {
+            if *version <= last_locked && !locked.iter().any(|(v, _, _)| v == version) {
+                problems.push(format!(
+                    "V{version}__{name}.sql is numbered below the last landed migration (V{last_locked}): \
+                     number it above every landed one"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+
+    /// The landed migrations (sql/migrations.lock): version, name and SHA-256 of each file.
+    const MIGRATIONS_LOCK: &str = include_str!("../../sql/migrations.lock");
+
+    /// This build's migrations as (version, name, text), for [`check_migrations_lock`].
+    fn embedded_migrations() -> Vec<(u32, String, String)> {
+        embedded::migrations::runner()
+            .get_migrations()
+            .iter()
+            .map(|m| (m.version(), m.name().to_string(), m.sql().unwrap_or_default().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_landed_migration_never_changes() {
+        if let Err(problems) = check_migrations_lock(MIGRATIONS_LOCK, &embedded_migrations()) {
+            panic!("sql/migrations.lock:\n{problems}");
+        }
+    }
+
+    #[test]
+    fn the_lock_refuses_an_edit_a_rename_a_removal_and_a_number_below_the_last() {
+        let sum = |t: &str| hex::encode(Sha256::digest(t.as_bytes()));
+        let lock = format!("# comment\n1 baseline {}\n3 more {}\n", sum("create a;"), sum("create b;"));
+        let m = |v: u32, n: &str, t: &str| (v, n.to_string(), t.to_string());
+        assert_eq!(check_migrations_lock(&lock, &[m(1, "baseline", "create a;"), m(3, "more", "create b;")]), Ok(()));
+        assert_eq!(
+            check_migrations_lock(&lock, &[m(1, "baseline", "create a;"), m(3, "more", "create b;"), m(4, "x", "")]),
+            Ok(())
+        );
+        let edited =
+            check_migrations_lock(&lock, &[m(1, "baseline", "create a; -- edited"), m(3, "more", "create b;")]);
+        assert!(edited.unwrap_err().contains("V1__baseline.sql has landed and was edited"));
+        let renamed = check_migrations_lock(&lock, &[m(1, "baseline", "create a;"), m(3, "other", "create b;")]);
+        assert!(renamed.unwrap_err().contains("renamed to V3__other.sql"));
+        let gone = check_migrations_lock(&lock, &[m(1, "baseline", "create a;")]);
+        assert!(gone.unwrap_err().contains("V3__more.sql has landed and is gone"));
+        let below =
+            check_migrations_lock(&lock, &[m(1, "baseline", "create a;"), m(2, "late", ""), m(3, "more", "create b;")]);
+        assert!(below.unwrap_err().contains("V2__late.sql is numbered below the last landed migration (V3)"));
+        assert!(check_migrations_lock("1 baseline", &[]).unwrap_err().contains("malformed line"));
+    }
+
     #[test]
     fn a_missing_grant_names_the_functions_and_the_grant_to_run() {
         let missing: Vec<String> =
