@@ -58,26 +58,36 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
 pub mod bench;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+#[cfg(feature = "cli")]
 pub mod config;
 pub mod db;
+#[cfg(feature = "cli")]
 pub mod demo;
 pub mod error;
+#[cfg(feature = "worker")]
 pub mod function;
+#[cfg(feature = "server")]
 pub mod http;
 pub mod ids;
+#[cfg(feature = "cli")]
 pub mod logging;
 pub mod maintenance;
 pub mod out;
 pub mod protocol;
+#[cfg(feature = "worker")]
 pub mod reaper;
 pub mod run;
 pub mod schedule;
+pub mod signature;
 pub mod task;
 pub mod task_type;
 pub mod trace;
+#[cfg(feature = "worker")]
 pub mod worker;
 pub mod workflow;
 

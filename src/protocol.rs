@@ -21,7 +21,6 @@ use chrono::{DateTime, Utc};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::error::echo;
 use crate::ids::TaskId;
@@ -39,7 +38,8 @@ fn default_limit() -> i32 {
 }
 
 /// A claim: up to `limit` ready tasks of one type, each with a lease and a fencing token.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HoldRequest {
     /// A registered task type.
@@ -49,19 +49,21 @@ pub struct HoldRequest {
     pub worker_id: String,
     /// Most tasks to take, 1..=1000 (default 10).
     #[serde(default = "default_limit")]
-    #[schema(default = 10, minimum = 1, maximum = 1000)]
+    #[cfg_attr(feature = "server", schema(default = 10, minimum = 1, maximum = 1000))]
     pub limit: i32,
 }
 
 /// The tasks a hold took.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct Held {
     /// Each with its lease and fencing token (`claim_seq`).
     pub tasks: Vec<ClaimedTask>,
 }
 
 /// Mixed reports on held tasks (at most 1000), applied in one statement.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReportBatchRequest<'a> {
     /// The worker that holds the tasks.
@@ -71,7 +73,7 @@ pub struct ReportBatchRequest<'a> {
     // otherwise be dropped and the task advanced with its old context). Borrowed when sent, so
     // that a client need not copy what it reports.
     #[serde(deserialize_with = "strict_reports")]
-    #[schema(value_type = Vec<Report>)]
+    #[cfg_attr(feature = "server", schema(value_type = Vec<Report>))]
     pub reports: Cow<'a, [Report]>,
 }
 
@@ -118,14 +120,16 @@ fn strict_reports<'de, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Cow<
 }
 
 /// The results of a batch of reports, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ReportResults {
     /// One per report.
     pub results: Vec<ReportOutcome>,
 }
 
 /// How one report of a batch was received.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ReportOutcome {
     /// Task id.
     pub task_id: String,
@@ -144,20 +148,21 @@ impl From<ReportResult> for ReportOutcome {
 }
 
 /// A report on one held task; which fields a route needs is in its description.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReportRequest {
     /// The worker that holds the task.
     pub worker_id: String,
     /// The task.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "server", schema(value_type = String))]
     pub task_id: TaskId,
     /// The fencing token the hold handed out.
     pub claim_seq: i64,
     /// advance: the next stage (required).
     pub stage: Option<String>,
     /// advance, later: the new context, a JSON object (absent keeps the current one).
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub context: Option<Value>,
     /// succeed: the result (default null).
     pub result: Option<Value>,
@@ -169,12 +174,13 @@ pub struct ReportRequest {
     pub delay: Option<f64>,
     /// heartbeat: the call's progress, a small JSON value (shown by `get_task`).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub progress: Option<Value>,
 }
 
 /// An accepted report on one task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ReportAccepted {
     /// Task id.
     pub task_id: String,
@@ -186,7 +192,8 @@ pub struct ReportAccepted {
 
 /// `POST /v1/worker/progress`: a running call's progress, posted by the call itself (an HTTP
 /// function), fenced by the claim's token from its stage call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ProgressRequest {
     /// The task (the stage call's `task_id`).
@@ -194,13 +201,14 @@ pub struct ProgressRequest {
     /// The claim's fencing token (the stage call's `claim_seq`).
     pub claim_seq: i64,
     /// The progress, a small JSON value (at most 4096 bytes; not null), shown by `get_task`.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "server", schema(value_type = Object))]
     pub progress: Value,
 }
 
 /// A worker says it is alive (`POST /v1/worker/presence`): the row `GET /v1/workers` lists, as a
 /// database worker writes its own every few seconds (`asyncflow.heartbeat_worker`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PresenceRequest {
     /// The worker's id (1 to 255 characters).
@@ -218,7 +226,8 @@ pub struct PresenceRequest {
 }
 
 /// A worker leaving cleanly (`POST /v1/worker/gone`): its row goes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GoneRequest {
     /// The worker's id.
@@ -226,7 +235,8 @@ pub struct GoneRequest {
 }
 
 /// What became of a worker's row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct PresenceAnswer {
     /// The worker's id.
     pub worker_id: String,
@@ -235,7 +245,8 @@ pub struct PresenceAnswer {
 }
 
 /// Progress recorded on a running task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ProgressAccepted {
     /// Task id.
     pub task_id: String,
@@ -244,7 +255,8 @@ pub struct ProgressAccepted {
 }
 
 /// When a type's earliest pending task is due.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct NextDue {
     /// The task type.
     #[serde(rename = "type", alias = "task_type")]
@@ -257,7 +269,8 @@ pub struct NextDue {
 }
 
 /// Which tasks of a type a worker holds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HeldRequest {
     /// A task type name.
@@ -268,7 +281,8 @@ pub struct HeldRequest {
 }
 
 /// The tasks a worker holds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct HeldTasks {
     /// Running tasks owned by the worker, in id order.
     pub tasks: Vec<HeldTask>,
@@ -276,7 +290,8 @@ pub struct HeldTasks {
 
 /// One line of `GET /v1/worker/cancels` (newline-delimited JSON): a running call to stop, or,
 /// with both fields absent, a keep-alive (the first line says the stream is live).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct CancelNotice {
     /// The task taken away from its worker (cancelled, or its run or node ended without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,14 +9,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What starts a run (`asyncflow.start_run`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct StartRun {
     /// Pipeline name.
     pub pipeline: String,
     /// The run's input, a JSON object (default `{}`).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub input: Option<Value>,
     /// Where the outcome is POSTed when the run ends (succeeded, failed, timed out, cancelled).
     #[serde(default)]

@@ -32,7 +32,8 @@ pub const MISSED_GRACE: Duration = Duration::from_secs(60);
 const ON_TIME_MAX: usize = 1000;
 
 /// What a tick does when it is released late (after [`MISSED_GRACE`]), e.g. after downtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Missed {
     /// Missed ticks are not run.
@@ -67,7 +68,8 @@ impl Missed {
 
 /// What a schedule's ticks release and how (`spec` of `asyncflow.set_schedule`): a task of
 /// `type`, or a run of `pipeline`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// Task type of the task each tick creates (or `pipeline`).
@@ -75,7 +77,7 @@ pub struct ScheduleSpec {
     pub task_type: Option<String>,
     /// The task's context (a JSON object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub context: Option<Value>,
     /// The task's priority (seconds ahead in the queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,7 +93,7 @@ pub struct ScheduleSpec {
     pub pipeline: Option<String>,
     /// The run's input (a JSON object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub input: Option<Value>,
     /// IANA time zone the cron expression is read in (default UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,14 +110,15 @@ pub struct ScheduleSpec {
 }
 
 /// A schedule as `asyncflow.list_schedules` and `asyncflow.set_schedule` give it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct Schedule {
     /// Name (`^[a-z][a-z0-9_.-]{0,63}$`).
     pub name: String,
     /// Cron expression.
     pub cron: String,
     /// The spec, every key present.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "server", schema(value_type = Object))]
     pub spec: Value,
     /// IANA time zone.
     pub time_zone: String,
@@ -159,7 +162,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 /// The body of `PUT /v1/schedules/{name}` (and of a `[[schedules]]` entry of `function.toml`,
 /// with its name): the cron expression and the spec.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SetSchedule {
     /// Cron expression: five fields (minute hour day-of-month month day-of-week), six with

@@ -5,12 +5,12 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::ids::TaskId;
 
 /// Where a task is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
     /// Waiting for its order_time (ready when it is in the past).
@@ -45,7 +45,8 @@ impl TaskStatus {
 }
 
 /// One entry of a task's schedule log: one attempt, or an event (cancel, manual retry).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ScheduleLogEntry {
     /// Worker that held the attempt.
     #[serde(default)]
@@ -74,10 +75,11 @@ pub struct ScheduleLogEntry {
 }
 
 /// A task, as `asyncflow.get_task` returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct Task {
     /// Opaque id.
-    #[schema(value_type = String, example = "video-1-42")]
+    #[cfg_attr(feature = "server", schema(value_type = String, example = "video-1-42"))]
     pub id: TaskId,
     /// Task type.
     #[serde(rename = "type")]
@@ -132,7 +134,7 @@ pub struct Task {
     pub decode_error: Option<String>,
     /// The text of each field named in `decode_error`, by field name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub raw: Option<serde_json::Map<String, Value>>,
     /// The periodic schedule that released it, if any.
     #[serde(default)]
@@ -142,7 +144,7 @@ pub struct Task {
     pub tick: Option<DateTime<Utc>>,
     /// The latest progress its running call reported (with a heartbeat).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub progress: Option<Value>,
     /// The W3C trace context of its enqueue (`00-<trace id>-<parent id>-<flags>`), if it was
     /// given one: workers continue that trace.
@@ -166,12 +168,13 @@ pub(crate) fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: 
 
 /// One task to create; every field is optional, and a field it does not know is refused (a
 /// misspelt `priorty` would otherwise create the task without it).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewTask {
     /// Context for the first stage, a JSON object (default `{}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub context: Option<Value>,
     /// Seconds ahead, 0..=31,104,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,10 +218,11 @@ impl NewTask {
 }
 
 /// A task handed to a worker by a claim, with the fencing token (`claim_seq`) its reports carry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ClaimedTask {
     /// Task id.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "server", schema(value_type = String))]
     pub task_id: TaskId,
     /// Task type (`type`; `task_type` is read too, from servers of earlier builds).
     #[serde(rename = "type", alias = "task_type")]
@@ -248,10 +252,11 @@ pub struct ClaimedTask {
 }
 
 /// A running task a worker holds, with the fencing token of its claim (`asyncflow.held_tasks`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct HeldTask {
     /// Task id.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "server", schema(value_type = String))]
     pub task_id: TaskId,
     /// The fencing token of the worker's claim.
     pub claim_seq: i64,
@@ -264,7 +269,8 @@ pub struct HeldTask {
 }
 
 /// What a worker reports about a claimed task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(tag = "outcome", rename_all = "lowercase")]
 pub enum ReportKind {
     /// Go on to `stage` with `context`.
@@ -273,7 +279,7 @@ pub enum ReportKind {
         stage: String,
         /// Context for it, a JSON object (None keeps the current one).
         #[serde(skip_serializing_if = "Option::is_none")]
-        #[schema(value_type = Option<Object>)]
+        #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
         context: Option<Value>,
     },
     /// Finished with a result.
@@ -294,7 +300,7 @@ pub enum ReportKind {
         delay: f64,
         /// New context, a JSON object (None keeps the current one).
         #[serde(skip_serializing_if = "Option::is_none")]
-        #[schema(value_type = Option<Object>)]
+        #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
         context: Option<Value>,
     },
     /// Handed back unfinished (shutdown): ready again at once, the try given back.
@@ -303,16 +309,17 @@ pub enum ReportKind {
     Heartbeat {
         /// The call's progress, a small JSON value (shown by `get_task`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schema(value_type = Option<Object>)]
+        #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
         progress: Option<Value>,
     },
 }
 
 /// A report on one claimed task, fenced by its claim.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct Report {
     /// Task id.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "server", schema(value_type = String))]
     pub task_id: TaskId,
     /// The claim_seq the task was claimed with.
     pub claim_seq: i64,
@@ -355,7 +362,8 @@ pub struct ReportResult {
 }
 
 /// Queue depth of one task type (the `asyncflow.queue_depth` view).
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct QueueDepth {
     /// Task type.
     #[serde(rename = "type")]
@@ -373,7 +381,8 @@ pub struct QueueDepth {
 }
 
 /// One queue of a task type with `fair_queues` (`asyncflow.queue_keys`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct QueueKeyDepth {
     /// The queue key (`""`: the tasks created without one).
     pub queue_key: String,
@@ -391,7 +400,8 @@ pub struct QueueKeyDepth {
 }
 
 /// A per-key limit to set (`asyncflow.set_queue_limit`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QueueLimit {
     /// The queue key (`""`: the tasks created without one).
@@ -400,6 +410,6 @@ pub struct QueueLimit {
     /// the key's own limit, so that the type's `queue_concurrency` applies again. Required: a
     /// body that leaves it out is refused rather than read as a removal.
     #[serde(deserialize_with = "nullable")]
-    #[schema(nullable, required = true)]
+    #[cfg_attr(feature = "server", schema(nullable, required = true))]
     pub concurrency: Option<i32>,
 }

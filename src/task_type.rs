@@ -3,10 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 /// A task type's settings, as `asyncflow.register_task_type` returns them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct TaskTypeSettings {
     /// Name (`type`; `task_type` is read too).
     #[serde(rename = "type", alias = "task_type")]
@@ -55,7 +55,8 @@ pub struct TaskTypeSettings {
 }
 
 /// Settings to apply; the ones left `None` stay as they are.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TaskTypeUpdate {
     /// See [`TaskTypeSettings::schedule_limit`].
@@ -82,7 +83,7 @@ pub struct TaskTypeUpdate {
     /// See [`TaskTypeSettings::concurrency`]. `Some(None)` (JSON `null`) removes the limit;
     /// `None` (the field left out) leaves it as it is.
     #[serde(default, deserialize_with = "crate::task::present", skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<i32>, nullable)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<i32>, nullable))]
     pub concurrency: Option<Option<i32>>,
     /// See [`TaskTypeSettings::paused`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,23 +98,24 @@ pub struct TaskTypeUpdate {
     /// See [`TaskTypeSettings::queue_concurrency`]. `Some(None)` (JSON `null`) removes the
     /// limit; `None` (the field left out) leaves it as it is.
     #[serde(default, deserialize_with = "crate::task::present", skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<i32>, nullable)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<i32>, nullable))]
     pub queue_concurrency: Option<Option<i32>>,
 }
 
 /// A type's rate limit (`asyncflow.set_rate_limit`): at most `max_starts` task starts per
 /// `period` seconds, across all workers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Most starts per period, 1 to 1,000,000; null removes the limit. Required: a body that
     /// leaves it out is refused rather than read as a removal.
     #[serde(deserialize_with = "crate::task::nullable")]
-    #[schema(nullable, required = true)]
+    #[cfg_attr(feature = "server", schema(nullable, required = true))]
     pub max_starts: Option<i32>,
     /// The period in seconds, 0.001 to 86,400 (default 1).
     #[serde(default = "one_second")]
-    #[schema(default = 1.0)]
+    #[cfg_attr(feature = "server", schema(default = 1.0))]
     pub period: f64,
 }
 
@@ -125,7 +127,8 @@ fn one_second() -> f64 {
 /// at most `max_starts` starts of one key's tasks per `period` seconds, across all workers. As
 /// an answer: the limit that now applies to the key (its own, else the one for every key; both
 /// fields null when none does).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QueueRateLimit {
     /// The queue key (`""`: the tasks created without one); null or left out: every key of the
@@ -135,11 +138,11 @@ pub struct QueueRateLimit {
     /// Most starts per period, 1 to 1,000,000; null removes the limit. Required: a body that
     /// leaves it out is refused rather than read as a removal.
     #[serde(deserialize_with = "crate::task::nullable")]
-    #[schema(nullable, required = true)]
+    #[cfg_attr(feature = "server", schema(nullable, required = true))]
     pub max_starts: Option<i32>,
     /// The period in seconds, 0.001 to 86,400 (default 1).
     #[serde(default)]
-    #[schema(nullable, default = 1.0)]
+    #[cfg_attr(feature = "server", schema(nullable, default = 1.0))]
     pub period: Option<f64>,
 }
 

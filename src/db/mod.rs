@@ -2,6 +2,7 @@
 //! ([`api`], the only module with SQL text), and the LISTEN connection.
 
 pub mod api;
+#[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod listen;
 pub mod migrate;

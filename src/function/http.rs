@@ -9,34 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
 use super::{BoxFuture, Function, StageCall, StageReply};
 use crate::error::with_causes;
 
-/// Header carrying the signature.
-pub const SIGNATURE_HEADER: &str = "x-asyncflow-signature";
-
-/// `sha256=<hex>` of HMAC-SHA256(secret, body).
-pub fn sign(secret: &[u8], body: &[u8]) -> String {
-    // HMAC accepts keys of any length; new_from_slice cannot fail for it.
-    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
-        Ok(m) => m,
-        Err(_) => return String::new(),
-    };
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// Checks a signature header value in constant time.
-pub fn verify(secret: &[u8], body: &[u8], header: &str) -> bool {
-    let Some(hex_sig) = header.strip_prefix("sha256=") else { return false };
-    let Ok(sig) = hex::decode(hex_sig) else { return false };
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else { return false };
-    mac.update(body);
-    mac.verify_slice(&sig).is_ok()
-}
+pub use crate::signature::{sign, verify, SIGNATURE_HEADER};
 
 /// A function behind an HTTP endpoint.
 #[derive(Clone)]
@@ -135,20 +111,5 @@ impl HttpInner {
             Ok(v) => StageReply::from_json(v).unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}"))),
             Err(e) => StageReply::fail(format!("the reply body is not JSON ({e})")),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signatures_verify_only_with_the_same_secret_and_body() {
-        let sig = sign(b"s3cret", b"{\"a\":1}");
-        assert!(sig.starts_with("sha256=") && sig.len() == 7 + 64);
-        assert!(verify(b"s3cret", b"{\"a\":1}", &sig));
-        assert!(!verify(b"other", b"{\"a\":1}", &sig));
-        assert!(!verify(b"s3cret", b"{\"a\":2}", &sig));
-        assert!(!verify(b"s3cret", b"{\"a\":1}", "sha256=zz"));
     }
 }

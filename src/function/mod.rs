@@ -9,7 +9,6 @@ pub mod registry;
 pub mod warm;
 
 use std::future::Future;
-use std::pin::Pin;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -17,8 +16,8 @@ use serde_json::{Map, Value};
 
 use crate::task::{ClaimedTask, ReportKind};
 
-/// A boxed, sendable future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, sendable future (futures-util's), what [`Function::call`] returns.
+pub use futures_util::future::BoxFuture;
 
 /// One stage call: JSON on stdin for executables, the POST body for HTTP functions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -46,7 +46,7 @@ pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
 
 use crate::db::DbPool;
 use crate::error::Result;
-use crate::function::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// What one `run_once` did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

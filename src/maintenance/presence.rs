@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
 use crate::error::Result;
-use crate::function::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// Default age after which a worker's row is removed (workers write theirs every few seconds).
 pub const WORKER_STALE_DEFAULT: Duration = Duration::from_secs(60);

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
 use crate::error::Result;
-use crate::function::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// Default time between passes.
 pub const RATE_BUCKET_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
 use crate::error::Result;
-use crate::function::BoxFuture;
 use crate::task::TaskStatus;
+use futures_util::future::BoxFuture;
 
 /// Rescues expired leases.
 pub struct Rescuer {

@@ -23,8 +23,8 @@ use chrono::{DateTime, Utc};
 use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
 use crate::error::Result;
-use crate::function::BoxFuture;
 use crate::schedule::{Cron, Schedule};
+use futures_util::future::BoxFuture;
 
 /// Default scheduler pass interval: a per-second schedule is released within about a second.
 pub const SCHEDULE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
 use crate::error::Result;
-use crate::function::BoxFuture;
+use futures_util::future::BoxFuture;
 
 macro_rules! per_type_service {
     ($name:ident, $label:literal, $doc:literal, |$client:ident, $ty:ident, $now:ident, $detail:ident| $body:block) => {

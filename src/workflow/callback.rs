@@ -12,7 +12,7 @@
 //! Each request carries `Content-Type: application/json`, `X-Asyncflow-Callback-Id`,
 //! `X-Asyncflow-Attempt` and, when a secret is configured, `X-Asyncflow-Signature:
 //! sha256=<hex HMAC-SHA256(secret, body)>` (the same scheme as HTTP function calls, see
-//! [`crate::function::http::verify`]). Delivery is at least once: a receiver dedups on the
+//! [`crate::signature::verify`]). Delivery is at least once: a receiver dedups on the
 //! callback id (also in the body as `callback_id`). Every attempt is recorded in the callback's
 //! log, and a failed run calls back like any other. Where callbacks may connect is
 //! [`CallbackConfig::targets`] (`--callback-allow`, see [`super::targets`]): a refused target
@@ -28,10 +28,10 @@ use futures_util::StreamExt;
 use super::targets::{Refused, TargetResolver, Targets};
 use crate::db::{api, DbPool};
 use crate::error::{find_cause, with_causes, Error, Result};
-use crate::function::http::{sign, SIGNATURE_HEADER};
-use crate::function::BoxFuture;
 use crate::maintenance::{RunOnceReport, Service};
 use crate::run::{CallbackDelivery, CallbackOutcome};
+use crate::signature::{sign, SIGNATURE_HEADER};
+use futures_util::future::BoxFuture;
 
 /// Header carrying the callback id.
 pub const CALLBACK_ID_HEADER: &str = "x-asyncflow-callback-id";

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 
 use crate::db::{api, DbPool};
 use crate::error::Result;
-use crate::function::BoxFuture;
 use crate::maintenance::{RunOnceReport, Service};
+use futures_util::future::BoxFuture;
 
 /// Default checker interval.
 pub const CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);

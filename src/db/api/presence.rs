@@ -7,7 +7,8 @@ use crate::db::GenericClient;
 use crate::error::{Error, Result};
 
 /// A worker as its heartbeat row says.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct WorkerRow {
     /// Worker id.
     pub id: String,
@@ -26,7 +27,8 @@ pub struct WorkerRow {
 }
 
 /// The maintenance leader as it last said.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct LeaderRow {
     /// The leading process's id.
     pub id: String,

@@ -22,7 +22,8 @@ pub async fn sample_stats<C: GenericClient>(c: &C, now: Option<DateTime<Utc>>) -
 }
 
 /// One point of a type's history (or of all types summed).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct StatsPoint {
     /// Start of the interval (RFC 3339).
     pub at: DateTime<Utc>,

@@ -1,24 +1,4 @@
-//! Traces: OpenTelemetry spans exported over OTLP/HTTP (JSON bodies), off unless an endpoint is
-//! configured ([`TraceConfig`], read once at start-up).
-//!
-//! A task carries the W3C `traceparent` of its enqueue. A worker that exports continues that
-//! trace for every stage it runs, in three spans:
-//!
-//! ```text
-//!   enqueue's span (the application's, or serve's request)
-//!     └── asyncflow.claim     from the claim in the database to the call's start
-//!           └── asyncflow.stage   the stage call; its context is what the function gets
-//!                 └── asyncflow.report  writing the reply (a held claim's reply: handed to the hold)
-//! ```
-//!
-//! The function joins the trace through the `traceparent` it is given (`TRACEPARENT` for
-//! executables, a header for HTTP functions, a field of the call line for warm instances and of
-//! [`crate::function::StageCall`] for Rust handlers): the stage span's context when exporting,
-//! else the task's stored traceparent as it is. With export off nothing here runs on the claim and
-//! report path but one check of [`enabled`].
-//!
-//! The `tracing` spans of the process (serve's requests) go to the same exporter through
-//! `tracing-opentelemetry`.
+//! The OpenTelemetry side of [`crate::trace`] (feature `otel`): the OTLP exporter and the spans.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -32,6 +12,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, Span};
 
+use super::is_traceparent;
 use crate::error::{Error, Result};
 use crate::task::{ClaimedTask, ReportKind};
 
@@ -39,14 +20,15 @@ use crate::task::{ClaimedTask, ReportKind};
 pub const SERVICE_NAME_DEFAULT: &str = "asyncflow";
 
 /// Where spans go; no endpoint, no export.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct TraceConfig {
     /// Export OpenTelemetry traces over OTLP/HTTP (JSON) to this base URL (spans are POSTed to
     /// <url>/v1/traces). Unset: no traces.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    #[cfg_attr(feature = "cli", arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true))]
     pub otlp_endpoint: Option<String>,
     /// The `service.name` of the exported spans.
-    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = SERVICE_NAME_DEFAULT, global = true)]
+    #[cfg_attr(feature = "cli", arg(long, env = "OTEL_SERVICE_NAME", default_value = SERVICE_NAME_DEFAULT, global = true))]
     pub otel_service_name: String,
 }
 
@@ -91,23 +73,6 @@ pub fn start(config: &TraceConfig) -> Result<Option<(Exporter, SdkTracer)>> {
     // set once, by main; a second start (tests in one process) keeps the first tracer
     let _ = TRACER.set(tracer.clone());
     Ok(Some((Exporter(provider), tracer)))
-}
-
-/// Whether `text` is a W3C traceparent as `create_task` takes it: version 00, 32 and 16 lowercase
-/// hex digits, neither all zeros, 2 hex digits of flags.
-pub fn is_traceparent(text: &str) -> bool {
-    let b = text.as_bytes();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
-    let zeros = |r: std::ops::Range<usize>| b[r].iter().all(|c| *c == b'0');
-    b.len() == 55
-        && b.starts_with(b"00-")
-        && b[35] == b'-'
-        && b[52] == b'-'
-        && hex(3..35)
-        && !zeros(3..35)
-        && hex(36..52)
-        && !zeros(36..52)
-        && hex(53..55)
 }
 
 /// The context a stored traceparent names (an empty one for None or a malformed value: the
@@ -243,17 +208,6 @@ pub fn current_traceparent() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_traceparent_is_checked_as_the_database_checks_it() {
-        assert!(is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
-        assert!(!is_traceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"));
-        assert!(!is_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
-        assert!(!is_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));
-        assert!(!is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"));
-        assert!(!is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x"));
-        assert!(!is_traceparent("00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01"));
-    }
 
     #[test]
     fn a_span_context_reads_back_as_the_traceparent_it_came_from() {
