@@ -86,6 +86,8 @@ pub mod schedule;
 pub mod signature;
 pub mod task;
 pub mod task_type;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod trace;
 #[cfg(feature = "worker")]
 pub mod worker;

@@ -40,6 +40,7 @@ mod openapi_schemas;
 mod pid1;
 mod queue_rate_limits;
 mod roles;
+mod rust_library;
 mod schedule_entry_points;
 mod schedules;
 mod scheduling_features;

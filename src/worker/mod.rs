@@ -408,6 +408,12 @@ impl Worker {
         Ok(self)
     }
 
+    /// Stops once no task of its types is ready (see [`WorkerConfig::exit_when_idle`]).
+    pub fn exit_when_idle(mut self) -> Self {
+        self.config.exit_when_idle = true;
+        self
+    }
+
     /// The worker's id.
     pub fn id(&self) -> &WorkerId {
         &self.config.worker_id

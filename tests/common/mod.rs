@@ -209,6 +209,11 @@ pub async fn server_url(database: &str, user: &str) -> String {
     url_as(&server.admin_url, database, user)
 }
 
+/// The URL of the server's `postgres` database as its superuser.
+pub async fn admin_url() -> String {
+    tokio::task::spawn_blocking(server).await.expect("server").admin_url.clone()
+}
+
 /// A superuser's connection to the test server's maintenance database.
 pub async fn superuser() -> tokio_postgres::Client {
     let server = tokio::task::spawn_blocking(server).await.expect("server");

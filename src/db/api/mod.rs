@@ -153,6 +153,11 @@ pub async fn create_tasks<C: GenericClient>(c: &C, task_type: &str, tasks: &[New
     rows.iter().map(|r| TaskId::parse(&get::<String>(r, "id")?)).collect()
 }
 
+/// `asyncflow.task_created_here`: whether the calling transaction created the task.
+pub async fn task_created_here<C: GenericClient>(c: &C, task_id: &str) -> Result<bool> {
+    get(&query_one(c, "select asyncflow.task_created_here($1) as created", &[&task_id]).await?, "created")
+}
+
 /// `asyncflow.get_task`: the task, or None.
 pub async fn get_task<C: GenericClient>(c: &C, task_id: &str) -> Result<Option<Task>> {
     let row = query_one(c, "select asyncflow.get_task($1) as t", &[&task_id]).await?;
