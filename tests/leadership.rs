@@ -134,7 +134,7 @@ async fn a_leader_cut_off_without_a_close_is_replaced_within_the_bound() {
     let _ = (std::fs::remove_file(&cut_log), std::fs::remove_file(&other_log));
 }
 
-/// A worker process leads alone; its calls (3 s, on a 3 s lease) are running when the network
+/// A worker process leads alone; its calls (3 s, on a 6 s lease) are running when the network
 /// freezes, end during the cut, and their reports wait in the process; the leases run out and
 /// the leader's last rescue is held on the way. At the heal everything held is delivered in the
 /// order it was sent, the rescue first: it leaves the leases of its own process's worker alone,
@@ -147,7 +147,7 @@ async fn at_the_heal_a_process_never_rescues_its_own_workers_leases_before_their
     let calls = std::env::temp_dir().join(format!("af-calls-{}", uuid::Uuid::new_v4().simple()));
     let folder = common::Folder::new(&[(
         "nap",
-        "command = [\"./run\"]\ntimeout = 60\n[settings]\nmax_processing_time = 3\nmax_retry_num = 5\n",
+        "command = [\"./run\"]\ntimeout = 60\n[settings]\nmax_processing_time = 6\nmax_retry_num = 5\n",
         &format!("echo call >> {}; sleep 3; echo '{{\"result\": 1}}'", calls.display()),
     )]);
     let functions = folder.0.to_str().unwrap().to_string();
@@ -165,9 +165,10 @@ async fn at_the_heal_a_process_never_rescues_its_own_workers_leases_before_their
     let count = || std::fs::read_to_string(&calls).map(|t| t.lines().count()).unwrap_or(0);
     wait_until(Duration::from_secs(20), "the four calls to start", || async { count() == 4 }).await;
     proxy.freeze();
-    // the calls end, the leases (3 s) run out, the leader steps down and the server ends its
-    // session (6 s)
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    // the leader's next rescue (every second) is held first, before the calls' first heartbeat
+    // (a third into the 6 s lease); the calls end, the leases run out, the leader steps down
+    // and the server ends its session (6 s)
+    tokio::time::sleep(Duration::from_secs(12)).await;
     proxy.thaw();
     wait_until(Duration::from_secs(40), "the four tasks to succeed", || async {
         let mut done = 0;
