@@ -158,6 +158,8 @@ async fn at_the_heal_a_process_never_rescues_its_own_workers_leases_before_their
     let c = db.conn().await;
     wait_until(Duration::from_secs(30), "the worker to lead", || async { leader_id(&c).await == Some(cut_id.clone()) })
         .await;
+    wait_until(Duration::from_secs(30), "the worker to start", || async { read(&log).contains("worker started") })
+        .await;
     let mut ids = Vec::new();
     for _ in 0..4 {
         ids.push(api::create_task(&c, "nap", &NewTask::default()).await.unwrap().as_str().to_string());
