@@ -112,6 +112,11 @@ CREATE FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 5 lines, sha256 7b967cfbcc035c47
 
+CREATE FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) RETURNS record
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 9 lines, sha256 0b38af81572995f6
+
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -385,6 +390,11 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 12 lines, sha256 400e9cacea83bf2b
 
+CREATE FUNCTION asyncflow.maintenance_functions() RETURNS SETOF text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 4 lines, sha256 082c0a86e8912f00
+
 CREATE FUNCTION asyncflow.max_context_bytes() RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -555,10 +565,10 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     SET jit TO 'off'
     AS -- body: 50 lines, sha256 99979108c64ffba5
 
-CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
+CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000, p_skip_owners text[] DEFAULT NULL::text[]) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 50 lines, sha256 eb0ca76f821092c8
+    AS -- body: 51 lines, sha256 c35cf8d7188eaec1
 
 CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -1427,6 +1437,9 @@ GRANT ALL ON FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb,
 
 REVOKE ALL ON FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) TO asyncflow_client;
 
@@ -1551,6 +1564,9 @@ GRANT ALL ON FUNCTION asyncflow.list_workers(p_within_seconds double precision, 
 
 REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.maintenance_functions() FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.maintenance_functions() TO asyncflow_client;
+
 REVOKE ALL ON FUNCTION asyncflow.max_context_bytes() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.max_context_bytes() TO asyncflow_worker;
 
@@ -1629,7 +1645,7 @@ GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text
 REVOKE ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) TO asyncflow_worker;
 
-REVOKE ALL ON FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone, p_limit integer, p_skip_owners text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) FROM PUBLIC;
 

@@ -297,7 +297,7 @@ async fn set_task_is_fenced_by_the_claim_a_token_or_the_hold_stamped() {
     api.hold("lark", 1).await;
     let c = db.conn().await;
     let rescued =
-        asyncflow::db::api::rescue_expired(&c, Some(Utc::now() + chrono::Duration::hours(1)), 100).await.unwrap();
+        asyncflow::db::api::rescue_expired(&c, Some(Utc::now() + chrono::Duration::hours(1)), 100, &[]).await.unwrap();
     assert_eq!(rescued.len(), 1);
     let late = api.set(json!({"task_id": id, "task_stage": "record", "status": 1})).await;
     assert_eq!(late["code"], 8041, "{late}");

@@ -220,7 +220,7 @@ async fn status_counters_equal_a_real_count_after_every_kind_of_transition() {
 
     // rescue: leases that ran out go back to pending, or fail when out of tries
     let lease_end = Utc::now() + chrono::Duration::days(1);
-    let rescued = api::rescue_expired(&c, Some(lease_end), 1000).await.unwrap();
+    let rescued = api::rescue_expired(&c, Some(lease_end), 1000, &[]).await.unwrap();
     assert!(rescued.len() >= 10, "the claimed tasks not reported were rescued: {}", rescued.len());
     assert_exact(&db, "a rescue").await;
 

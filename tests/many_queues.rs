@@ -537,7 +537,7 @@ async fn a_task_whose_worker_vanished_is_rescued_and_claimed_again_under_its_key
     // the worker vanishes: its lease runs out, the rescuer queues the task again (after its
     // 1 s back-off), and the key's one slot is free again for it
     let later = chrono::Utc::now() + chrono::Duration::seconds(31);
-    let rescued = api::rescue_expired(&c, Some(later), 100).await.unwrap();
+    let rescued = api::rescue_expired(&c, Some(later), 100, &[]).await.unwrap();
     assert_eq!(rescued.len(), 1);
     let due = later + chrono::Duration::seconds(2);
     let again = api::claim_tasks(&c, "crawl", &WorkerId::new("second").unwrap(), 10, Some(due)).await.unwrap();

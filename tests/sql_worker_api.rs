@@ -373,7 +373,7 @@ async fn a_stale_fencing_token_is_refused_after_rescue_and_changes_nothing() {
     .unwrap();
     assert!(hb[0].accepted);
     assert_eq!(hb[0].lease_until, Some(now + secs(15.0)));
-    let rescued = api::rescue_expired(&c, Some(now + secs(16.0)), 100).await.unwrap();
+    let rescued = api::rescue_expired(&c, Some(now + secs(16.0)), 100, &[]).await.unwrap();
     assert_eq!(rescued.len(), 1);
     let before = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
     for kind in [

@@ -27,6 +27,7 @@ mod examples;
 mod fencing;
 mod http;
 mod http_function_progress;
+mod leadership;
 mod liveness;
 mod logs;
 mod maintenance;

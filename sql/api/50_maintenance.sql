@@ -7,7 +7,11 @@
 -- gives a new claim_seq. Locks: the rescued rows (SKIP LOCKED: a row being reported right now is
 -- left for the next pass). At most p_limit tasks per call. Returns each rescued task with its new
 -- status and the stage, attempt and error of the try that was rescued (for the rescuer's log).
-create or replace function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000)
+-- p_skip_owners: workers whose leases are left alone, those running in the rescuer's own
+-- process. Their calls are alive, and their reports may be queued behind this statement (a
+-- network partition that heals delivers both): rescuing them would run finished calls again.
+create or replace function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000,
+  p_skip_owners text[] default null)
 returns table (task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer,
   error text)
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -24,6 +28,7 @@ begin
   with expired as (
     select task_type, shard, id from asyncflow.tasks
     where status = 'running' and lease_until < v_now
+      and (p_skip_owners is null or owner <> all(p_skip_owners))
     limit p_limit
     for update skip locked
   ), changed as (

@@ -94,6 +94,35 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   where m.last_seen >= asyncflow.check_now(p_now) - make_interval(secs => p_within_seconds)
 $$;
 
+-- maintenance_functions: the functions the maintenance services call (src/maintenance, the
+-- workflows' services in src/workflow and the leader's note_leader/leave_leadership). A test
+-- runs every service as a role granted exactly these, so the list cannot fall behind.
+create or replace function asyncflow.maintenance_functions() returns setof text
+language sql immutable security invoker set search_path = pg_catalog, pg_temp as $$
+  select unnest(array['rescue_expired', 'roll_shard', 'advance_begin_pos', 'drop_expired_shards',
+    'list_task_types', 'shard_positions', 'list_schedules', 'release_schedule_tick', 'note_schedule',
+    'drop_expired_unique_keys', 'sample_stats', 'prune_workers', 'prune_rate_buckets', 'check_runs',
+    'claim_callbacks', 'record_callback', 'drop_expired_runs', 'note_leader', 'leave_leadership'])
+$$;
+
+-- can_maintain: whether the calling role may run every maintenance service, and if not, which
+-- of their functions it may not execute (or which are missing). A process checks it before it
+-- tries for the maintenance lock, so that a role that would hold the lock and fail every pass
+-- (a worker role) never keeps the owner's `asyncflow maintain` from leading. Security invoker:
+-- the question is about the caller, not the schema's owner.
+create or replace function asyncflow.can_maintain(out ok boolean, out denied text[])
+language sql stable security invoker set search_path = pg_catalog, pg_temp as $$
+  with needed as (
+    select f.name, bool_and(has_function_privilege(p.oid, 'execute')) as allowed
+    from asyncflow.maintenance_functions() f(name)
+    left join pg_proc p on p.proname = f.name and p.pronamespace = 'asyncflow'::regnamespace
+    group by f.name
+  )
+  select coalesce(bool_and(allowed), false),
+    coalesce(array_agg(name order by name) filter (where allowed is not true), '{}')
+  from needed
+$$;
+
 -- max_context_bytes: the largest context or result a report takes (the config's limit), for a
 -- worker that runs a task's next stage at once (a hold's chained stages, templates/finish.sql)
 -- and must know beforehand that its report will pass.

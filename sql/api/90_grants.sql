@@ -54,7 +54,9 @@ grant execute on function
   asyncflow.queue_depth_rows(),
   asyncflow.stats_history(text, text, timestamptz),
   asyncflow.list_workers(double precision, timestamptz),
-  asyncflow.current_leader(double precision, timestamptz)
+  asyncflow.current_leader(double precision, timestamptz),
+  asyncflow.maintenance_functions(),
+  asyncflow.can_maintain()
 to asyncflow_client;
 
 -- Workers say they are alive (67_workers.sql), for GET /v1/workers.

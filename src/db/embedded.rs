@@ -29,12 +29,20 @@ pub struct EmbeddedConfig {
     pub data_dir: PathBuf,
     /// Extra `-c name=value` server settings.
     pub settings: Vec<(String, String)>,
+    /// The port to listen on (None: a free one); a restart on the same port keeps its URL.
+    pub port: Option<u16>,
 }
 
 impl EmbeddedConfig {
     /// Durable defaults for the binary, keeping data in `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        EmbeddedConfig { data_dir: data_dir.into(), settings: Vec::new() }
+        EmbeddedConfig { data_dir: data_dir.into(), settings: Vec::new(), port: None }
+    }
+
+    /// Listens on `port` (a server started again on the data directory keeps its URL).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
     }
 
     /// Adds a server setting.
@@ -239,7 +247,10 @@ fn start_blocking(config: &EmbeddedConfig) -> Result<EmbeddedPostgres> {
             data_dir.display()
         )));
     }
-    let port = free_port()?;
+    let port = match config.port {
+        Some(port) => port,
+        None => free_port()?,
+    };
     let log_path = data_dir.with_extension("log");
     // appended to, never truncated: the log of an earlier run is kept
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;

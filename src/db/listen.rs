@@ -8,7 +8,9 @@
 //!   its workflow run or node ended without it), so the worker stops the call at once. One lost
 //!   while the connection was down is made up by the next heartbeat, which is refused.
 //!
-//! A lost connection is retried with jittered back-off.
+//! A lost connection is retried with jittered back-off of at most a second, so that producers
+//! waiting out a claim back-off hear within about a second that the database is back (the
+//! `None` wake-up after each reconnect).
 
 use std::time::Duration;
 
@@ -27,6 +29,12 @@ pub type Wake = Option<String>;
 pub const WAKE_CHANNEL: &str = "asyncflow";
 /// The channel of cancelled calls (see the module docs).
 pub const CANCEL_CHANNEL: &str = "asyncflow_cancel";
+
+/// Longest pause between two attempts to connect again.
+pub const RECONNECT_MAX: Duration = Duration::from_secs(1);
+
+/// Time between two pings of an idle LISTEN connection, and the time a ping may take.
+const PING_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What the listener fans out.
 #[derive(Clone)]
@@ -54,7 +62,9 @@ pub fn spawn(url: String, cancel: CancellationToken) -> Channels {
                 }
             }
             failures = failures.saturating_add(1);
-            let cap_ms = (100u64 << failures.min(8)).min(10_000);
+            // capped at RECONNECT_MAX: one connection attempt a second per process costs the
+            // server little, and the reconnect is what wakes the producers (see the module docs)
+            let cap_ms = (100u64 << failures.min(8)).min(RECONNECT_MAX.as_millis() as u64);
             let wait = Duration::from_millis(rand::thread_rng().gen_range(cap_ms / 2..=cap_ms));
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -66,7 +76,11 @@ pub fn spawn(url: String, cancel: CancellationToken) -> Channels {
 }
 
 async fn listen_once(url: &str, tx: &Channels, failures: &mut u32) -> Result<(), String> {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.map_err(|e| e.to_string())?;
+    let pg = crate::db::config(url).map_err(|e| e.to_string())?;
+    let (client, mut connection) = crate::db::within_connect_timeout(&pg, pg.connect(NoTls))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
     let forward = tx.clone();
     let driver = async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -89,7 +103,17 @@ async fn listen_once(url: &str, tx: &Channels, failures: &mut u32) -> Result<(),
         *failures = 0;
         // Anything sent while we were not listening is lost: everyone looks again.
         let _ = tx.wakes.send(None);
-        std::future::pending::<Result<(), String>>().await
+        // A network path that stops forwarding without closing the socket would leave this
+        // connection silent (TCP keepalive answered on the way) and its subscribers deaf: a ping
+        // that does not answer in time ends it, and the reconnect wakes everyone.
+        loop {
+            tokio::time::sleep(PING_INTERVAL).await;
+            match tokio::time::timeout(PING_INTERVAL, api::ping(&client)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => return Err(format!("no answer to a ping within {PING_INTERVAL:?}")),
+            }
+        }
     };
     tokio::select! {
         r = driver => r,

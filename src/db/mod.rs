@@ -17,34 +17,116 @@ use crate::error::{Error, Result};
 
 pub use deadpool_postgres::{GenericClient, Pool as DbPool};
 
-/// Builds a pool of `size` connections to `url`. Connections are made lazily.
-pub fn pool(url: &str, size: usize) -> Result<Pool> {
+/// Connect timeout when `DATABASE_URL` gives none (`connect_timeout`), per host tried.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// TCP keepalive on every connection when the URL does not say (`keepalives_idle`,
+/// `keepalives_interval`, `keepalives_retries`): a silent peer is probed after 10 s idle, then
+/// every 5 s.
+pub const KEEPALIVES_IDLE_DEFAULT: Duration = Duration::from_secs(10);
+/// See [`KEEPALIVES_IDLE_DEFAULT`].
+pub const KEEPALIVES_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// See [`KEEPALIVES_IDLE_DEFAULT`].
+pub const KEEPALIVES_RETRIES_DEFAULT: u32 = 3;
+/// `tcp_user_timeout` when the URL gives none: a connection whose sent data stays
+/// unacknowledged this long, or whose keepalive probes go unanswered this long, is closed, so a
+/// statement on a connection to an unreachable server fails within about this time instead of
+/// the kernel's 15 minutes (2 h 11 min for an idle one).
+pub const TCP_USER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// The connection settings of `url`, with asyncflow's defaults for what it does not say: the
+/// application name, a connect timeout, TCP keepalive and a TCP user timeout. Settings given in
+/// the URL are kept (`connect_timeout=30`, `keepalives=0`, `tcp_user_timeout=0`, a multi-host
+/// URL with `target_session_attrs=read-write`, ...).
+pub fn config(url: &str) -> Result<tokio_postgres::Config> {
     let mut pg =
         tokio_postgres::Config::from_str(url).map_err(|e| Error::Config(format!("invalid database URL: {e}")))?;
+    let given = url_parameters(url);
+    let says = |key: &str| given.iter().any(|k| k == key);
     if pg.get_application_name().is_none() {
         pg.application_name("asyncflow");
     }
-    pg.connect_timeout(Duration::from_secs(10));
+    if pg.get_connect_timeout().is_none() {
+        pg.connect_timeout(CONNECT_TIMEOUT_DEFAULT);
+    }
+    if !says("keepalives_idle") {
+        pg.keepalives_idle(KEEPALIVES_IDLE_DEFAULT);
+    }
+    if !says("keepalives_interval") {
+        pg.keepalives_interval(KEEPALIVES_INTERVAL_DEFAULT);
+    }
+    if !says("keepalives_retries") {
+        pg.keepalives_retries(KEEPALIVES_RETRIES_DEFAULT);
+    }
+    if !says("tcp_user_timeout") {
+        pg.tcp_user_timeout(TCP_USER_TIMEOUT_DEFAULT);
+    }
+    Ok(pg)
+}
+
+/// The names of the parameters `url` gives, in either form (`postgres://...?k=v&...` or
+/// `k=v k=v`).
+fn url_parameters(url: &str) -> Vec<String> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        match url::Url::parse(url) {
+            Ok(parsed) => parsed.query_pairs().map(|(k, _)| k.into_owned()).collect(),
+            // a multi-host URL is no valid URL for this parser: read the query by hand
+            Err(_) => url
+                .split_once('?')
+                .map(|(_, q)| q.split('&').filter_map(|kv| kv.split('=').next()).map(str::to_string).collect())
+                .unwrap_or_default(),
+        }
+    } else {
+        url.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, _)| k.trim().to_string()).collect()
+    }
+}
+
+/// Builds a pool of `size` connections to `url` (with the settings of [`config`]). Connections
+/// are made lazily. Making one gives up after the URL's connect timeout for each of its hosts.
+pub fn pool(url: &str, size: usize) -> Result<Pool> {
+    let pg = config(url)?;
+    let hosts = pg.get_hosts().len().max(1) as u32;
+    let create = pg.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT_DEFAULT) * hosts;
     let manager = Manager::from_config(pg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
         .max_size(size.max(1))
         .runtime(deadpool_postgres::Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(30)))
-        .create_timeout(Some(Duration::from_secs(10)))
+        .wait_timeout(Some(Duration::from_secs(30).max(create)))
+        // the connect timeout of each host bounds it; this only catches a start-up that hangs
+        .create_timeout(Some(create + Duration::from_secs(5)))
         .build()
         .map_err(|e| Error::Config(format!("connection pool: {e}")))
 }
 
-/// Opens one connection outside the pool (for LISTEN, leadership, migrations), driving it on a
-/// spawned task. The returned handle ends when the connection does.
+/// Opens one connection outside the pool (for LISTEN, leadership, migrations), with the settings
+/// of [`config`], driving it on a spawned task. The returned handle ends when the connection
+/// does.
 pub async fn connect(url: &str) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(Error::from_db)?;
+    let pg = config(url)?;
+    let (client, connection) = within_connect_timeout(&pg, pg.connect(NoTls)).await?.map_err(Error::from_db)?;
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "database connection ended");
         }
     });
     Ok((client, driver))
+}
+
+/// Runs `connecting` (a connection's start-up on `pg`) within the connect timeout of each host
+/// tried, plus a second: tokio-postgres applies `connect_timeout` to the socket's connect only,
+/// so a server (or a network path) that accepts the socket and then says nothing would hang the
+/// start-up for ever.
+pub async fn within_connect_timeout<T>(
+    pg: &tokio_postgres::Config,
+    connecting: impl std::future::Future<Output = T>,
+) -> Result<T> {
+    let hosts = pg.get_hosts().len().max(1) as u32;
+    let limit = pg.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT_DEFAULT) * hosts + Duration::from_secs(1);
+    tokio::time::timeout(limit, connecting).await.map_err(|_| {
+        Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the database did not answer the connection's start-up within {limit:?}"),
+        ))
+    })
 }
 
 /// Whether a database error means the connection (or the server) went away or could not be
@@ -86,7 +168,11 @@ pub async fn wait_for_database(url: &str, shutdown: &tokio_util::sync::Cancellat
             }
             Err(e) => e,
         };
-        let passing = matches!(&error, Error::Database(e) if connection_failed(e));
+        let passing = match &error {
+            Error::Database(e) => connection_failed(e),
+            Error::Io(e) => e.kind() == std::io::ErrorKind::TimedOut,
+            _ => false,
+        };
         if !passing {
             return Err(error);
         }

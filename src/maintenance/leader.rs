@@ -17,19 +17,35 @@
 //! maintenance operation is safe to run twice at once (row locks, SKIP LOCKED), so this costs
 //! nothing but duplicate work.
 //!
-//! A participant given an [`Identity`] also writes who leads into `asyncflow.maintenance_leader`
-//! at every check while it leads (`note_leader`: since when, last seen), and removes it when it
-//! stops leading cleanly, so `GET /v1/workers` can show the leader. The row is only what the
-//! leader said: the lock decides, and a row not refreshed for a while is not shown.
-
+//! **Bounded when the network fails.** A connection that goes silent (a partition, a path that
+//! stops forwarding without closing the socket) would otherwise keep the lock on the server
+//! until TCP gives up, hours later. Both ends bound it, from the check interval `c` (2 s by
+//! default) and the check timeout `t` = max(`c`, 1 s):
+//! - the leader steps down when a check does not answer within `t`: at most `c + t` (4 s) after
+//!   its last answered check;
+//! - the server ends the session (and frees the lock) once it has been idle for
+//!   `idle_session_timeout` = `2c + t` (6 s), longer than the leader takes to step down, so the
+//!   old leader has stopped before anyone else can lead; TCP keepalive and `tcp_user_timeout`
+//!   on the session (set like idle_session_timeout, see [`session_limits`]) end it too when the
+//!   peer is gone;
+//! - another participant tries every `c`, so it leads at most `3c + t` (8 s) after the old
+//!   leader's last answered check.
+//!
+//! **Only a role that can lead.** A maintenance participant ([`spawn_maintenance`]) asks
+//! `asyncflow.can_maintain()` before it first tries for the lock: a role that may not run every
+//! service (a worker role) would hold the lock and fail every pass, keeping the owner's
+//! `asyncflow maintain` out. Such a process says so once, at INFO, and takes no part. A leader
+//! whose services fail anyway (a grant revoked later) is told to [`LeaderHandle::resign`]: it
+//! gives up the lock and stays out of the election for a while, asking again before it returns.
+//!
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::{self, api};
 
-/// Lock key (class 'AF', 2) for the maintenance leader.
+/// Lock key (class 'AF', 2) for the maintenance lead.
 pub const MAINTENANCE_LOCK: i32 = 2;
 
 /// A running election participant.
@@ -38,6 +54,14 @@ pub struct LeaderHandle {
     pub is_leader: watch::Receiver<bool>,
     /// Backend pid of the dedicated connection while connected (tests kill it).
     pub backend_pid: watch::Receiver<Option<i32>>,
+    resign: mpsc::UnboundedSender<Duration>,
+}
+
+impl LeaderHandle {
+    /// Gives the lead up, if held, and stays out of the election for `pause`.
+    pub fn resign(&self, pause: Duration) {
+        let _ = self.resign.send(pause);
+    }
 }
 
 /// Who a leader says it is in `asyncflow.maintenance_leader`.
@@ -57,9 +81,40 @@ impl Identity {
     }
 }
 
+/// How long a check may take before the participant gives its connection up (and the lead, if
+/// it held it): the check interval, at least a second.
+pub fn check_timeout(check: Duration) -> Duration {
+    check.max(Duration::from_secs(1))
+}
+
+/// What the server is told about the participant's session (see the module docs): idle for
+/// longer than a leader takes to notice it cannot reach the server, it is ended.
+pub fn session_limits(check: Duration) -> api::SessionLimits {
+    let timeout = check_timeout(check);
+    let idle = check * 2 + timeout;
+    api::SessionLimits {
+        idle,
+        keepalive_idle: timeout,
+        keepalive_interval: Duration::from_secs(1),
+        keepalive_count: 2,
+        user_timeout: idle,
+    }
+}
+
+/// The longest a cut-off leader keeps leading after its last answered check (`c + t`).
+pub fn step_down_bound(check: Duration) -> Duration {
+    check + check_timeout(check)
+}
+
+/// The longest until another participant leads after the old leader's last answered check
+/// (`3c + t`), once the server ended the old session.
+pub fn takeover_bound(check: Duration) -> Duration {
+    session_limits(check).idle + check
+}
+
 /// Takes part in the election for `key` until `stop` fires.
 pub fn spawn(url: String, key: i32, check: Duration, stop: CancellationToken) -> LeaderHandle {
-    spawn_noted(url, key, check, stop, None)
+    start(url, key, check, stop, None, false)
 }
 
 /// As [`spawn`]; while leading, also records `identity` as the leader (see the module docs).
@@ -70,34 +125,101 @@ pub fn spawn_noted(
     stop: CancellationToken,
     identity: Option<Identity>,
 ) -> LeaderHandle {
+    start(url, key, check, stop, identity, false)
+}
+
+/// Takes part in the maintenance election, as [`spawn_noted`], once the role has been found
+/// able to run every maintenance service (`asyncflow.can_maintain()`); a role that is not takes
+/// no part, and says so once.
+pub fn spawn_maintenance(url: String, check: Duration, stop: CancellationToken, identity: Identity) -> LeaderHandle {
+    start(url, MAINTENANCE_LOCK, check, stop, Some(identity), true)
+}
+
+/// What one check found.
+enum Checked {
+    /// The lock is held (true) or not.
+    Leading(bool),
+    /// The role may not maintain: leave the election.
+    Cannot,
+}
+
+fn start(
+    url: String,
+    key: i32,
+    check: Duration,
+    stop: CancellationToken,
+    identity: Option<Identity>,
+    must_be_able: bool,
+) -> LeaderHandle {
     let (leader_tx, is_leader) = watch::channel(false);
     let (pid_tx, backend_pid) = watch::channel(None);
+    let (resign, mut resigned) = mpsc::unbounded_channel::<Duration>();
+    let timeout = check_timeout(check);
+    let limits = session_limits(check);
     tokio::spawn(async move {
-        loop {
+        // asked once per connection until it answers; after a resignation, asked again
+        let mut able = !must_be_able;
+        'participate: loop {
             if stop.is_cancelled() {
                 break;
             }
+            let mut pause = check;
             match db::connect(&url).await {
                 Ok((client, mut driver)) => {
-                    pid_tx.send_replace(api::backend_pid(&client).await.ok());
-                    loop {
-                        let check_result = if *leader_tx.borrow() {
-                            api::ping(&client).await.map(|_| true)
-                        } else {
-                            api::try_lead(&client, key).await
-                        };
-                        match check_result {
-                            Ok(leading) => {
-                                leader_tx.send_if_modified(|l| std::mem::replace(l, leading) != leading);
-                                if let (true, Some(me)) = (leading, &identity) {
-                                    // only shown, never relied on: a failure costs the row, not the lead
-                                    if let Err(e) = api::note_leader(&client, &me.id, &me.host, None).await {
-                                        tracing::warn!(error = %e, "could not record the maintenance leader");
+                    let set_up = async {
+                        api::limit_session(&client, &limits).await?;
+                        api::backend_pid(&client).await
+                    };
+                    match tokio::time::timeout(timeout, set_up).await {
+                        Ok(Ok(pid)) => {
+                            pid_tx.send_replace(Some(pid));
+                        }
+                        Ok(Err(e)) => tracing::warn!(error = %e, "leader connection could not be set up"),
+                        Err(_) => tracing::warn!(?timeout, "leader connection did not answer its set-up in time"),
+                    }
+                    while pid_tx.borrow().is_some() {
+                        let leading = *leader_tx.borrow();
+                        let checked = async {
+                            if !able {
+                                let (ok, denied) = api::can_maintain(&client).await?;
+                                if !ok {
+                                    return Ok::<_, crate::error::Error>((Checked::Cannot, denied));
+                                }
+                                able = true;
+                            }
+                            let held = if leading {
+                                api::ping(&client).await.map(|_| true)?
+                            } else {
+                                api::try_lead(&client, key).await?
+                            };
+                            if let (true, Some(me)) = (held, &identity) {
+                                // only shown, never relied on: a failure costs the row, not the lead
+                                if let Err(e) = api::note_leader(&client, &me.id, &me.host, None).await {
+                                    if db_closed(&e) {
+                                        return Err(e);
                                     }
+                                    tracing::warn!(error = %e, "could not record the maintenance leader");
                                 }
                             }
-                            Err(e) => {
+                            Ok((Checked::Leading(held), Vec::new()))
+                        };
+                        match tokio::time::timeout(timeout, checked).await {
+                            Ok(Ok((Checked::Leading(held), _))) => {
+                                leader_tx.send_if_modified(|l| std::mem::replace(l, held) != held);
+                            }
+                            Ok(Ok((Checked::Cannot, denied))) => {
+                                let role = api::current_role(&client).await.unwrap_or_default();
+                                tracing::info!(role, may_not_run = ?denied,
+                                    "maintenance: this process takes no part in maintenance: its role may not run \
+                                     every maintenance service (run `asyncflow maintain` as the schema's owner)");
+                                break 'participate;
+                            }
+                            Ok(Err(e)) => {
                                 tracing::warn!(error = %e, "leader connection failed; stepping down");
+                                break;
+                            }
+                            Err(_) => {
+                                tracing::warn!(?timeout, "leader check did not answer in time; stepping down");
                                 break;
                             }
                         }
@@ -107,24 +229,39 @@ pub fn spawn_noted(
                                 tracing::warn!("leader connection closed; stepping down");
                                 break;
                             }
+                            asked = resigned.recv() => {
+                                if let Some(p) = asked {
+                                    pause = p;
+                                    // asked again before it leads again: the grants may be gone
+                                    able = !must_be_able;
+                                }
+                                break;
+                            }
                             _ = stop.cancelled() => break,
                         }
                     }
                     let was_leading = leader_tx.send_if_modified(|l| std::mem::replace(l, false));
                     if let (true, Some(me), false) = (was_leading, &identity, client.is_closed()) {
-                        let _ = api::leave_leadership(&client, &me.id).await;
+                        let _ = tokio::time::timeout(timeout, api::leave_leadership(&client, &me.id)).await;
                     }
                     pid_tx.send_replace(None);
+                    // closing the connection frees the lock at once on a reachable server
                     drop(client);
+                    driver.abort();
                 }
                 Err(e) => tracing::warn!(error = %e, "leader connection could not be made"),
             }
             tokio::select! {
-                _ = tokio::time::sleep(check) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = stop.cancelled() => break,
             }
         }
         leader_tx.send_replace(false);
     });
-    LeaderHandle { is_leader, backend_pid }
+    LeaderHandle { is_leader, backend_pid, resign }
+}
+
+/// Whether `e` means the connection is gone (so the check as a whole failed).
+fn db_closed(e: &crate::error::Error) -> bool {
+    matches!(e, crate::error::Error::Database(d) if db::connection_failed(d))
 }

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use history::{HistorySampler, HISTORY_INTERVAL_DEFAULT};
@@ -46,6 +47,7 @@ pub use shards::{BeginAdvancer, RetentionDropper, ShardRoller};
 
 use crate::db::DbPool;
 use crate::error::Result;
+use crate::ids::WorkerId;
 use futures_util::future::BoxFuture;
 
 /// What one `run_once` did.
@@ -67,6 +69,9 @@ pub trait Service: Send + Sync {
     fn interval(&self) -> Duration;
     /// One pass. `now` = None uses the database's clock.
     fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>>;
+    /// Leaves alone the leases of these workers, which run in this process (only the rescuer
+    /// acts on leases; see [`Maintainer::with_own_workers`]).
+    fn leave_leases_of(&mut self, _workers: &[WorkerId]) {}
 }
 
 /// Intervals of the task engine's services, and of the leadership check.
@@ -132,30 +137,53 @@ pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Servic
     ]
 }
 
+/// How many passes of one service in a row may fail (other than for a lost connection, which the
+/// leader's check handles) before the leader steps down so that another process can lead.
+pub const FAILED_PASSES_TO_RESIGN: u32 = 5;
+/// How long a leader that stepped down because its services failed stays out of the election.
+pub const RESIGN_PAUSE_DEFAULT: Duration = Duration::from_secs(30);
+
 /// Starts and stops all services as one group as leadership comes and goes.
 pub struct Maintainer {
     database_url: String,
     leader_check: Duration,
-    services: Vec<Arc<dyn Service>>,
+    services: Vec<Box<dyn Service>>,
     identity: leader::Identity,
+    resign_pause: Duration,
 }
 
 impl Maintainer {
     /// A maintainer running `services` (in this order in [`Maintainer::run_once`]), trying for
     /// or checking leadership on `database_url` every `leader_check`.
     pub fn new(database_url: impl Into<String>, leader_check: Duration, services: Vec<Box<dyn Service>>) -> Self {
-        let services = services.into_iter().map(Arc::from).collect();
         Maintainer {
             database_url: database_url.into(),
             leader_check,
             services,
             identity: leader::Identity::of_this_process(),
+            resign_pause: RESIGN_PAUSE_DEFAULT,
         }
     }
 
     /// Records this maintainer as `identity` while it leads (by default `<host>-<pid>`).
     pub fn with_identity(mut self, identity: leader::Identity) -> Self {
         self.identity = identity;
+        self
+    }
+
+    /// How long it stays out of the election after its services failed (by default
+    /// [`RESIGN_PAUSE_DEFAULT`]).
+    pub fn with_resign_pause(mut self, pause: Duration) -> Self {
+        self.resign_pause = pause;
+        self
+    }
+
+    /// The workers running in this process beside the maintainer: their leases are theirs to end
+    /// (their calls are alive, their reports may be queued), so the rescuer leaves them alone.
+    pub fn with_own_workers(mut self, workers: &[WorkerId]) -> Self {
+        for service in &mut self.services {
+            service.leave_leases_of(workers);
+        }
         self
     }
 
@@ -169,15 +197,18 @@ impl Maintainer {
         Ok(reports)
     }
 
-    /// Takes part in the election until `shutdown`; runs the service loops while leading.
+    /// Takes part in the election until `shutdown`; runs the service loops while leading. A
+    /// role that may not run every service takes no part (see [`leader`]); a leader whose
+    /// services keep failing steps down for a while.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut leader = leader::spawn_noted(
+        let mut leader = leader::spawn_maintenance(
             self.database_url.clone(),
-            leader::MAINTENANCE_LOCK,
             self.leader_check,
             shutdown.clone(),
-            Some(self.identity.clone()),
+            self.identity.clone(),
         );
+        let services: Vec<Arc<dyn Service>> = self.services.into_iter().map(Arc::from).collect();
+        let (failing_tx, mut failing) = mpsc::unbounded_channel::<(&'static str, String)>();
         let mut group: Option<CancellationToken> = None;
         loop {
             let leading = *leader.is_leader.borrow_and_update();
@@ -185,8 +216,8 @@ impl Maintainer {
                 (true, None) => {
                     tracing::info!("maintenance: leading; starting services");
                     let token = shutdown.child_token();
-                    for service in &self.services {
-                        tokio::spawn(service_loop(service.clone(), token.clone()));
+                    for service in &services {
+                        tokio::spawn(service_loop(service.clone(), token.clone(), failing_tx.clone()));
                     }
                     group = Some(token);
                 }
@@ -199,6 +230,16 @@ impl Maintainer {
             }
             tokio::select! {
                 changed = leader.is_leader.changed() => if changed.is_err() { break },
+                Some((service, why)) = failing.recv() => {
+                    if group.is_some() {
+                        tracing::warn!(service, error = %why, pause = ?self.resign_pause,
+                            "maintenance: a service keeps failing; stepping down so that another process can lead");
+                        if let Some(token) = group.take() {
+                            token.cancel();
+                        }
+                        leader.resign(self.resign_pause);
+                    }
+                }
                 _ = shutdown.cancelled() => break,
             }
         }
@@ -208,21 +249,50 @@ impl Maintainer {
     }
 }
 
-async fn service_loop(service: Arc<dyn Service>, stop: CancellationToken) {
+/// Runs `service` every interval until `stop`; a pass under way when `stop` fires is dropped.
+/// Says on `failing` when the service cannot do its work here: a pass refused for want of a
+/// privilege, or [`FAILED_PASSES_TO_RESIGN`] failed passes in a row.
+async fn service_loop(
+    service: Arc<dyn Service>,
+    stop: CancellationToken,
+    failing: mpsc::UnboundedSender<(&'static str, String)>,
+) {
     let mut tick = tokio::time::interval(service.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failures: u32 = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.cancelled() => return,
         }
-        match service.run_once(None).await {
-            Ok(report) if report.changed > 0 => {
-                tracing::info!(service = report.service, changed = report.changed, detail = ?report.detail, "maintenance pass")
+        let outcome = tokio::select! {
+            outcome = service.run_once(None) => outcome,
+            _ = stop.cancelled() => return,
+        };
+        match outcome {
+            Ok(report) => {
+                failures = 0;
+                if report.changed > 0 {
+                    tracing::info!(service = report.service, changed = report.changed, detail = ?report.detail, "maintenance pass")
+                }
             }
-            Ok(_) => {}
             Err(e) => {
-                tracing::warn!(service = service.name(), error = %e, "maintenance pass failed")
+                tracing::warn!(service = service.name(), error = %e, "maintenance pass failed");
+                let (denied, lost) = match &e {
+                    crate::error::Error::Database(d) => (
+                        d.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+                        crate::db::connection_failed(d),
+                    ),
+                    crate::error::Error::Pool(_) => (false, true),
+                    _ => (false, false),
+                };
+                if !lost {
+                    failures += 1;
+                }
+                if denied || failures >= FAILED_PASSES_TO_RESIGN {
+                    let _ = failing.send((service.name(), e.to_string()));
+                    failures = 0;
+                }
             }
         }
     }

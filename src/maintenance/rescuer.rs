@@ -1,6 +1,12 @@
 //! The rescuer: tasks running past their lease (their worker crashed, hung or lost its
 //! connection) go back to pending with one more failed try, or to failed when out of tries.
 //! The vanished worker's late report is then refused by the fence.
+//!
+//! The leases of workers running in the rescuer's own process are left alone
+//! ([`Service::leave_leases_of`]): such a worker is alive, and a lease of its that expired did so
+//! because the database could not be reached (a partition). Its reports are queued in this same
+//! process; when the partition heals, a rescue sent before them could overtake them and run
+//! finished calls again. Another process's rescuer still takes them, within the lease.
 
 use std::time::Duration;
 
@@ -9,6 +15,7 @@ use chrono::{DateTime, Utc};
 use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
 use crate::error::Result;
+use crate::ids::WorkerId;
 use crate::task::TaskStatus;
 use futures_util::future::BoxFuture;
 
@@ -17,12 +24,13 @@ pub struct Rescuer {
     pool: DbPool,
     interval: Duration,
     batch: i32,
+    own_workers: Vec<WorkerId>,
 }
 
 impl Rescuer {
     /// A rescuer taking at most `batch` tasks per statement.
     pub fn new(pool: DbPool, interval: Duration, batch: i32) -> Self {
-        Rescuer { pool, interval, batch: batch.max(1) }
+        Rescuer { pool, interval, batch: batch.max(1), own_workers: Vec::new() }
     }
 }
 
@@ -35,12 +43,16 @@ impl Service for Rescuer {
         self.interval
     }
 
+    fn leave_leases_of(&mut self, workers: &[WorkerId]) {
+        self.own_workers.extend(workers.iter().cloned());
+    }
+
     fn run_once(&self, now: Option<DateTime<Utc>>) -> BoxFuture<'_, Result<RunOnceReport>> {
         Box::pin(async move {
             let client = self.pool.get().await?;
             let mut detail = Vec::new();
             loop {
-                let rescued = api::rescue_expired(&client, now, self.batch).await?;
+                let rescued = api::rescue_expired(&client, now, self.batch, &self.own_workers).await?;
                 let full = rescued.len() as i32 == self.batch;
                 for task in rescued {
                     // one line per task, with the fields of the worker's lines for a failed call

@@ -57,7 +57,10 @@ pub async fn run(
     let config = WorkerConfig { idle_waits_for_maintenance: maintainer.is_some(), ..config };
     let worker = Worker::new(pool, database_url, config).register_specs(&specs)?;
     let maintenance_stop = CancellationToken::new();
-    let maintenance = maintainer.map(|maintainer| tokio::spawn(maintainer.run(maintenance_stop.clone())));
+    // the worker's leases are its own to end: this process's rescuer leaves them alone
+    let own = [worker.id().clone()];
+    let maintenance =
+        maintainer.map(|maintainer| tokio::spawn(maintainer.with_own_workers(&own).run(maintenance_stop.clone())));
     let outcome = worker.run(shutdown).await;
     maintenance_stop.cancel();
     if let Some(task) = maintenance {

@@ -2,7 +2,9 @@
 //! type's schedule_limit), hands each task to an executor, and when nothing is ready sleeps until
 //! the first of: a NOTIFY for its type, the next delayed task's time, the poll interval
 //! (schedule_interval, the fallback when a NOTIFY is lost), a freed slot, or shutdown. On a
-//! server (no NOTIFY) the wake-ups come from the worker's own reports instead.
+//! server (no NOTIFY) the wake-ups come from the worker's own reports instead. A claim that fails
+//! is tried again after a jittered back-off (0.1 s doubling to 25.6 s), which ends early when
+//! the LISTEN connection is made again, that is when the database is back.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -132,10 +134,30 @@ pub(super) async fn run(
                 let cap = (100u64 << failures.min(8)).min(30_000);
                 let wait = Duration::from_millis(rand::thread_rng().gen_range(cap / 2..=cap));
                 tracing::warn!(task_type = %task_type, error = %e, retry_in = ?wait, "claim failed");
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => continue,
-                    _ = stop.cancelled() => return,
+                // The back-off ends early when the LISTEN connection is made again (its "look at
+                // every type" wake-up): the database is back, and every producer looks at once
+                // rather than waiting out up to 25.6 s more. A wake-up for a type only says that
+                // someone could write to the database, not that this producer's claim would work
+                // (a revoked grant fails the same way): it keeps the back-off.
+                let deadline = tokio::time::Instant::now() + wait;
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(deadline) => break,
+                        _ = stop.cancelled() => return,
+                        wake = wakes.recv() => match wake {
+                            Ok(None) => {
+                                tracing::info!(task_type = %task_type, "the database is reachable again; claiming");
+                                break;
+                            }
+                            Err(RecvError::Closed) => {
+                                tokio::time::sleep_until(deadline).await;
+                                break;
+                            }
+                            Ok(Some(_)) | Err(RecvError::Lagged(_)) => {}
+                        },
+                    }
                 }
+                continue;
             }
         }
         // Nothing more ready: sleep until something may be. Right after a wake-up, look once

@@ -401,12 +401,14 @@ pub async fn rescue_expired<C: GenericClient>(
     c: &C,
     now: Option<DateTime<Utc>>,
     limit: i32,
+    skip_owners: &[WorkerId],
 ) -> Result<Vec<RescuedTask>> {
+    let skip: Vec<&str> = skip_owners.iter().map(WorkerId::as_str).collect();
     let rows = query(
         c,
         "select task_id, task_type, status::text as status, stage, attempt, error \
-         from asyncflow.rescue_expired($1, $2)",
-        &[&now, &limit],
+         from asyncflow.rescue_expired($1, $2, $3)",
+        &[&now, &limit, &skip],
     )
     .await?;
     rows.iter()

@@ -128,3 +128,62 @@ pub async fn max_context_bytes<C: GenericClient>(c: &C) -> Result<i32> {
     let row = query_one(c, "select asyncflow.max_context_bytes() as n", &[]).await?;
     get(&row, "n")
 }
+
+/// `asyncflow.can_maintain`: whether this connection's role may run every maintenance service;
+/// if not, the functions it may not execute (or that are missing).
+pub async fn can_maintain(c: &tokio_postgres::Client) -> Result<(bool, Vec<String>)> {
+    let row = c.query_one("select ok, denied from asyncflow.can_maintain()", &[]).await.map_err(Error::from_db)?;
+    Ok((get(&row, "ok")?, get(&row, "denied")?))
+}
+
+/// `asyncflow.maintenance_functions`: the functions the maintenance services call.
+pub async fn maintenance_functions<C: GenericClient>(c: &C) -> Result<Vec<String>> {
+    let rows = query(c, "select f from asyncflow.maintenance_functions() f", &[]).await?;
+    rows.iter().map(|r| get(r, "f")).collect()
+}
+
+/// How long the server keeps a session that goes silent ([`limit_session`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// `idle_session_timeout`: a session idle this long is ended (and its locks freed).
+    pub idle: std::time::Duration,
+    /// `tcp_keepalives_idle`, `tcp_keepalives_interval`, `tcp_keepalives_count`: the server
+    /// probes a silent peer after `keepalive_idle`, every `keepalive_interval`, this many times.
+    pub keepalive_idle: std::time::Duration,
+    /// See `keepalive_idle`.
+    pub keepalive_interval: std::time::Duration,
+    /// See `keepalive_idle`.
+    pub keepalive_count: u32,
+    /// `tcp_user_timeout`: data the server sent that stays unacknowledged this long ends the
+    /// connection.
+    pub user_timeout: std::time::Duration,
+}
+
+/// Sets, for this session only, how long the server keeps it once it goes silent (a client that
+/// stopped, or a network that stopped forwarding): any role may set these. The TCP settings act
+/// on TCP connections only (a Unix socket ignores them).
+pub async fn limit_session(c: &tokio_postgres::Client, limits: &SessionLimits) -> Result<()> {
+    let ms = |d: std::time::Duration| d.as_millis().max(1).to_string();
+    let s = |d: std::time::Duration| d.as_secs().max(1).to_string();
+    c.execute(
+        "select set_config('idle_session_timeout', $1, false), set_config('tcp_keepalives_idle', $2, false), \
+         set_config('tcp_keepalives_interval', $3, false), set_config('tcp_keepalives_count', $4, false), \
+         set_config('tcp_user_timeout', $5, false)",
+        &[
+            &ms(limits.idle),
+            &s(limits.keepalive_idle),
+            &s(limits.keepalive_interval),
+            &limits.keepalive_count.to_string(),
+            &ms(limits.user_timeout),
+        ],
+    )
+    .await
+    .map(|_| ())
+    .map_err(Error::from_db)
+}
+
+/// The role this connection acts as (`current_user`), for messages.
+pub async fn current_role(c: &tokio_postgres::Client) -> Result<String> {
+    let row = c.query_one("select current_user::text as r", &[]).await.map_err(Error::from_db)?;
+    get(&row, "r")
+}
