@@ -41,7 +41,8 @@ async fn the_enqueue_example_commits_a_task_with_its_row_and_rolls_one_back() {
     assert!(out.contains("after rollback: absent"), "{out}");
     let task = api::get_task(&db.conn().await, &id).await.unwrap().expect("committed");
     assert_eq!(task.context, json!({"order": 42}));
-    let orders: i64 = db.raw().await.query_one("select count(*) from public.orders where id = 42", &[]).await.unwrap().get(0);
+    let orders: i64 =
+        db.raw().await.query_one("select count(*) from public.orders where id = 42", &[]).await.unwrap().get(0);
     assert_eq!(orders, 1);
 }
 
