@@ -85,6 +85,7 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
     let maintainer = Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows));
     if args.once {
         db::migrate::check_current(url).await?;
+        check_may_maintain(url).await?;
         maintain_once(url, &maintainer).await?;
     } else {
         let shutdown = shutdown_on_signal();
@@ -92,9 +93,34 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
             return Ok(());
         }
         db::migrate::check_current(url).await?;
+        check_may_maintain(url).await?;
         maintainer.run(shutdown).await;
     }
     Ok(())
+}
+
+/// `maintain` exists to lead: a role that may not run every service (`asyncflow.can_maintain`)
+/// is refused at start, naming what it may not run, instead of waiting for a lead it could never
+/// exercise.
+async fn check_may_maintain(url: &str) -> Result<()> {
+    let (client, driver) = db::connect(url).await?;
+    let (ok, denied) = db::api::can_maintain(&client).await?;
+    let me: String = client
+        .query_one("select current_user::text as me", &[])
+        .await
+        .map_err(crate::error::Error::from_db)?
+        .try_get("me")
+        .map_err(crate::error::Error::from_db)?;
+    drop(client);
+    let _ = driver.await;
+    if ok {
+        return Ok(());
+    }
+    Err(crate::error::Error::Config(format!(
+        "the database role {me} may not run maintenance (it may not call {}): run asyncflow maintain as the \
+         schema's owner, the role that ran asyncflow migrate (docs/operations.md, Roles and grants)",
+        denied.iter().map(|f| format!("asyncflow.{f}")).collect::<Vec<_>>().join(", ")
+    )))
 }
 
 async fn maintain_once(url: &str, maintainer: &Maintainer) -> Result<()> {

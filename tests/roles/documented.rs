@@ -145,7 +145,10 @@ async fn each_process_checks_at_start_the_grant_its_work_needs() {
         let list: Value = serde_json::from_str(&ok(&asyncflow(&cl, &["schedule", "list"]))).unwrap();
         assert!(list.to_string().contains("tick.hourly"), "{list}");
         ok(&asyncflow(&cl, &["schedule", "remove", "tick.hourly"]));
-        // The worker's role may.
+        // maintain exists to lead: the worker's role may not, and is told so at start.
+        let err = refused(&asyncflow(&wk, &["maintain", "--once"]));
+        assert!(err.contains("may not run maintenance") && err.contains("asyncflow.rescue_expired"), "{err}");
+        // The worker's role may work.
         let out = ok(&asyncflow(&wk, &["worker", "--functions", &dir, "--no-maintenance", "--exit-when-idle"]));
         assert!(out.contains("stopped_by"), "{out}");
     })
