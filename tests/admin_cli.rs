@@ -46,6 +46,11 @@ fn scenario(db: &TestDb, server: Option<&str>) {
     assert_eq!(first["created"], true, "{first}");
     let again = run(db, server, &["task", "create", "clip", "--idempotency-key", "k-1"]).unwrap();
     assert_eq!((&again["id"], &again["created"]), (&first["id"], &serde_json::json!(false)), "{again}");
+    // And so does one with a unique key, while the key's task blocks.
+    let first = run(db, server, &["task", "create", "clip", "--unique-key", "u-1"]).unwrap();
+    assert_eq!(first["created"], true, "{first}");
+    let again = run(db, server, &["task", "create", "clip", "--unique-key", "u-1"]).unwrap();
+    assert_eq!((&again["id"], &again["created"]), (&first["id"], &serde_json::json!(false)), "{again}");
     // --run-at takes a delay as well as a time.
     let later = run(db, server, &["task", "create", "clip", "--run-at", "10m"]).unwrap();
     let later = run(db, server, &["task", "get", later["id"].as_str().unwrap()]).unwrap();

@@ -14,7 +14,7 @@ use crate::task::{NewTask, TaskStatus};
 /// `task` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
-    /// Create a task; prints {"id", "created"} (false: the idempotency key's existing task).
+    /// Create a task; prints {"id", "created"} (false: the idempotency or unique key's existing task).
     Create {
         /// Task type.
         task_type: String,

@@ -51,14 +51,15 @@ struct BulkBody {
     tasks: Vec<NewTask>,
 }
 
-/// Creates one task; an `Idempotency-Key` header (or body field) returns the existing task's id.
+/// Creates one task; an `Idempotency-Key` header (or body field) returns the existing task's id,
+/// and so does a `unique_key` while its task blocks (answered 200, `created`: false).
 #[utoipa::path(post, path = "/v1/tasks", operation_id = "create_task", tag = "tasks",
     params(("Idempotency-Key" = Option<String>, Header, description = "Same key, same type: the existing task's id, nothing created"),
         ("traceparent" = Option<String>, Header, description = TRACEPARENT_HEADER)),
     request_body = CreateBody,
     responses(
         (status = 201, description = "Created (`created`: true)", body = TaskCreated),
-        (status = 200, description = "Found by its idempotency key, nothing created (`created`: false)", body = TaskCreated),
+        (status = 200, description = "Found by its idempotency key or unique key, nothing created (`created`: false)", body = TaskCreated),
         (status = 400, description = "Malformed body, invalid priority or argument", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 404, description = "Unknown task type", body = ApiError),

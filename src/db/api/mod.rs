@@ -127,15 +127,16 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
     TaskId::parse(&get::<String>(&row, "id")?)
 }
 
-/// `asyncflow.create_task`, and whether it created the task (true) or found the one its
-/// idempotency key already named (false, via `asyncflow.task_created_here` in the same
-/// transaction). Without a key, always created.
+/// `asyncflow.create_task`, and whether it created the task (true) or found one its key already
+/// named (false): the idempotency key's task, or the unique key's task while it blocks. Both are
+/// told apart the same way, by `asyncflow.task_created_here` in the same transaction (the task
+/// row is this transaction's own or not). Without either key, always created.
 pub async fn create_task_found(
     c: &mut deadpool_postgres::Object,
     task_type: &str,
     task: &NewTask,
 ) -> Result<(TaskId, bool)> {
-    if task.idempotency_key.is_none() {
+    if task.idempotency_key.is_none() && task.unique_key.is_none() {
         return Ok((create_task(&*c, task_type, task).await?, true));
     }
     let tx = c.transaction().await.map_err(Error::from_db)?;
