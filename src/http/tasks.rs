@@ -32,7 +32,7 @@ pub(super) fn routes() -> Router<AppState> {
 #[schema(as = CreateTaskRequest)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
-    /// A registered task type.
+    /// A task type (registered with the default settings if nothing has registered it).
     #[serde(rename = "type", alias = "task_type")]
     task_type: String,
     #[serde(flatten)]
@@ -44,14 +44,15 @@ struct CreateBody {
 #[schema(as = CreateTasksRequest)]
 #[serde(deny_unknown_fields)]
 struct BulkBody {
-    /// A registered task type.
+    /// A task type (registered with the default settings if nothing has registered it).
     #[serde(rename = "type", alias = "task_type")]
     task_type: String,
     /// The tasks, each with the optional fields of one task.
     tasks: Vec<NewTask>,
 }
 
-/// Creates one task; an `Idempotency-Key` header (or body field) returns the existing task's id,
+/// Creates one task (of a type nothing has registered yet too: it is registered with the default
+/// settings); an `Idempotency-Key` header (or body field) returns the existing task's id,
 /// and so does a `unique_key` while its task blocks (answered 200, `created`: false).
 #[utoipa::path(post, path = "/v1/tasks", operation_id = "create_task", tag = "tasks",
     params(("Idempotency-Key" = Option<String>, Header, description = "Same key, same type: the existing task's id, nothing created"),
@@ -60,9 +61,8 @@ struct BulkBody {
     responses(
         (status = 201, description = "Created (`created`: true)", body = TaskCreated),
         (status = 200, description = "Found by its idempotency key or unique key, nothing created (`created`: false)", body = TaskCreated),
-        (status = 400, description = "Malformed body, invalid priority or argument", body = ApiError),
+        (status = 400, description = "Malformed body, invalid type name, priority or argument", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
-        (status = 404, description = "Unknown task type", body = ApiError),
         (status = 413, description = "Body or context too large", body = ApiError),
     ))]
 async fn create(
@@ -84,15 +84,15 @@ async fn create(
     Ok((status, Json(json!({"id": id, "created": created}))))
 }
 
-/// Creates many tasks of one type in one statement; their ids in input order.
+/// Creates many tasks of one type in one statement (registering a new type as `POST /v1/tasks`
+/// does); their ids in input order.
 #[utoipa::path(post, path = "/v1/tasks/bulk", operation_id = "create_tasks", tag = "tasks",
     params(("traceparent" = Option<String>, Header, description = TRACEPARENT_HEADER)),
     request_body = BulkBody,
     responses(
         (status = 201, description = "Created", body = TasksCreated),
-        (status = 400, description = "Malformed body, more than 10,000 tasks, invalid priority", body = ApiError),
+        (status = 400, description = "Malformed body, more than 10,000 tasks, invalid type name or priority", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
-        (status = 404, description = "Unknown task type", body = ApiError),
         (status = 413, description = "Body or a context too large", body = ApiError),
     ))]
 async fn create_bulk(
