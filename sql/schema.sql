@@ -68,7 +68,7 @@ CREATE FUNCTION asyncflow.append_logs(p_log jsonb, p_entries jsonb) RETURNS json
 CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean DEFAULT false, p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(matched bigint, changed bigint, more boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 38 lines, sha256 3492bbc767430c0b
+    AS -- body: 38 lines, sha256 599b220651a678ee
 
 CREATE TABLE asyncflow.task_types (
     task_type text NOT NULL,
@@ -195,7 +195,7 @@ CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'
 CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 103 lines, sha256 5bde19cffbf24d63
+    AS -- body: 96 lines, sha256 b441c2288bdc9751
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -225,6 +225,11 @@ CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zon
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 13 lines, sha256 cc48b80d4c87e218
+
+CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.task_types
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 10 lines, sha256 836428e7efd64d7b
 
 CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
@@ -264,16 +269,16 @@ CREATE TABLE asyncflow.tasks (
 )
 PARTITION BY LIST (task_type);
 
-CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) RETURNS SETOF asyncflow.tasks
+CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer, p_newest boolean) RETURNS SETOF asyncflow.tasks
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_custom_plan'
-    AS -- body: 123 lines, sha256 b327e28a452fc608
+    AS -- body: 128 lines, sha256 a5ef40b75f8cfeb3
 
-CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
+CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_order text DEFAULT 'newest'::text) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 6 lines, sha256 045e940d7bc08ded
+    AS -- body: 10 lines, sha256 e2e34c7ef8133435
 
 CREATE FUNCTION asyncflow.fold_status_deltas() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
@@ -324,7 +329,7 @@ CREATE FUNCTION asyncflow.hold_timeout() RETURNS void
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 176 lines, sha256 7931d6ab4c9e6cf9
+    AS -- body: 172 lines, sha256 281b1ba974ddfedb
 
 CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -378,7 +383,7 @@ CREATE FUNCTION asyncflow.list_task_types() RETURNS SETOF jsonb
 CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_status asyncflow.task_status DEFAULT NULL::asyncflow.task_status, p_stage text DEFAULT NULL::text, p_user_id text DEFAULT NULL::text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 4 lines, sha256 612c0f9edc3cb3ba
+    AS -- body: 4 lines, sha256 38d50ee281a8ee03
 
 CREATE FUNCTION asyncflow.list_workers(p_within_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id text, host text, pid integer, types text[], in_flight integer, started_at timestamp with time zone, last_seen timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1496,12 +1501,14 @@ REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now tim
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.enqueue_task_type(p_task_type text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.ensure_run_day(p_day date) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer, p_newest boolean) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer, p_order text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer, p_order text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.fold_status_deltas() FROM PUBLIC;
 

@@ -101,11 +101,14 @@ async fn filters_search_and_a_confirmed_bulk_retry_work_in_a_browser() {
     let seen = page.step("search", &[("DASHBOARD_TYPE", "mail")]).await;
     assert_eq!(seen["filtered"], true, "{seen}");
     assert_eq!(seen["filter_hash"], "#/tasks?type=mail&status=failed", "the filter is in the URL");
-    assert_eq!(strings(&seen["filter_ids"]), failed);
+    let newest: Vec<String> = failed.iter().rev().cloned().collect();
+    assert_eq!(strings(&seen["filter_ids"]), newest, "newest first");
     assert_eq!(seen["search_hash"], "#/tasks?type=mail&status=failed&q=smtp");
-    assert_eq!(strings(&seen["search_ids"]), failed[..4], "error text found");
-    assert_eq!(strings(&seen["reloaded_ids"]), failed[..4], "the bookmark gives the same list");
+    assert_eq!(strings(&seen["search_ids"]), newest[1..], "error text found");
+    assert_eq!(strings(&seen["reloaded_ids"]), newest[1..], "the bookmark gives the same list");
     assert_eq!(seen["reloaded_q"], "smtp");
+    assert_eq!(seen["oldest_hash"], "#/tasks?type=mail&status=failed&q=smtp&order=oldest");
+    assert_eq!(strings(&seen["oldest_ids"]), failed[..4], "oldest first when asked");
     assert_eq!(statuses(&db, &failed).await, [TaskStatus::Failed; 5], "looking changes nothing");
 
     let seen = page.step("bulk-retry", &[("DASHBOARD_TYPE", "mail"), ("DASHBOARD_Q", "smtp timeout")]).await;

@@ -51,15 +51,20 @@ impl Drop for Worker {
 /// One function whose function.toml sets an initial stage and a lease; it answers its stage.
 fn folder(task_type: &str) -> Folder {
     let toml = "command = [\"./run\"]\n[settings]\ninitial_stage = \"begin\"\nmax_processing_time = 77\n";
-    Folder::new(&[(task_type, toml, r#"stage=$(sed 's/.*"stage":"\([^"]*\)".*/\1/'); echo "{\"result\": {\"ran\": \"$stage\"}}""#)])
+    Folder::new(&[(
+        task_type,
+        toml,
+        r#"stage=$(sed 's/.*"stage":"\([^"]*\)".*/\1/'); echo "{\"result\": {\"ran\": \"$stage\"}}""#,
+    )])
 }
 
 async fn settings(db: &TestDb, task_type: &str) -> Option<(String, i32)> {
     let c = db.conn().await;
     let row = c
-        .query_opt("select initial_stage, max_processing_time from asyncflow.task_types where task_type = $1", &[
-            &task_type,
-        ])
+        .query_opt(
+            "select initial_stage, max_processing_time from asyncflow.task_types where task_type = $1",
+            &[&task_type],
+        )
         .await
         .unwrap();
     row.map(|r| (r.get(0), r.get(1)))
@@ -101,12 +106,12 @@ async fn an_application_deployed_first_enqueues_and_a_later_worker_runs_it_with_
     let (status, _, answer) = request(&http, "POST", "/v1/tasks", Some(body), Some("application/json"), None).await;
     assert_eq!(status.as_u16(), 201, "{}", String::from_utf8_lossy(&answer));
     let body = json!({"type": "late_http_bulk", "tasks": [{}]}).to_string();
-    let (status, _, answer) = request(&http, "POST", "/v1/tasks/bulk", Some(body), Some("application/json"), None).await;
+    let (status, _, answer) =
+        request(&http, "POST", "/v1/tasks/bulk", Some(body), Some("application/json"), None).await;
     assert_eq!(status.as_u16(), 201, "{}", String::from_utf8_lossy(&answer));
     let u = url.clone();
-    let by_cli = tokio::task::spawn_blocking(move || ok(&asyncflow(Some(&u), &["task", "create", "late_cli"])))
-        .await
-        .unwrap();
+    let by_cli =
+        tokio::task::spawn_blocking(move || ok(&asyncflow(Some(&u), &["task", "create", "late_cli"]))).await.unwrap();
     let by_cli: Value = serde_json::from_str(&by_cli).unwrap();
     assert_eq!((by_cli["id"].as_str(), &by_cli["created"]), (Some("late_cli-1-1"), &json!(true)), "{by_cli}");
     for ty in ["late_bulk", "late_unique", "late_http", "late_http_bulk", "late_cli"] {
@@ -117,7 +122,10 @@ async fn an_application_deployed_first_enqueues_and_a_later_worker_runs_it_with_
     let functions = folder("late");
     let (u, f) = (db.url.clone(), functions.0.to_str().unwrap().to_string());
     tokio::task::spawn_blocking(move || {
-        ok(&asyncflow(Some(&u), &["worker", "--functions", &f, "--types", "late", "--exit-when-idle", "--no-maintenance"]))
+        ok(&asyncflow(
+            Some(&u),
+            &["worker", "--functions", &f, "--types", "late", "--exit-when-idle", "--no-maintenance"],
+        ))
     })
     .await
     .unwrap();

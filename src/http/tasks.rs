@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::openapi::{TaskCancelled, TaskCreated, TaskPage, TaskRetried, TasksCreated};
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::db::api::{self, BulkAction, BulkOutcome, TaskFilter, BULK_LIMIT_MAX};
+use crate::db::api::{self, BulkAction, BulkOutcome, TaskFilter, TaskOrder, BULK_LIMIT_MAX};
 use crate::error::echo;
 use crate::task::{NewTask, Task};
 
@@ -173,18 +173,22 @@ struct ListQuery {
     /// An exact task id, an idempotency key, or text in the last error (looked for in at most
     /// 10,000 tasks that match the other conditions, from `after` on).
     q: Option<String>,
-    /// Start after this task id (`next` of the previous page).
+    /// Start after this task id (`next` of the previous page, asked in the same order).
     after: Option<String>,
     /// Page size, 1..=1000 (default 100).
     limit: Option<i32>,
+    /// `newest` (the default) or `oldest`: each type's tasks newest or oldest first (types by
+    /// name; ids count per type, so no index orders tasks of several types by age).
+    order: Option<String>,
 }
 
-/// One page of tasks in (type, id) order; `next` is the `after` of the next page, null on the last.
+/// One page of tasks, types by name and each type's newest first (`order=oldest`: oldest first);
+/// `next` is the `after` of the next page in the same order, null on the last.
 #[utoipa::path(get, path = "/v1/tasks", operation_id = "list_tasks", tag = "tasks",
     params(ListQuery),
     responses(
         (status = 200, description = "A page of tasks", body = TaskPage),
-        (status = 400, description = "Unknown parameter, bad status or limit", body = ApiError),
+        (status = 400, description = "Unknown parameter, bad status, order or limit", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
     ))]
 async fn list(
@@ -239,6 +243,13 @@ fn task_filter(q: ListQuery) -> ApiResult<TaskFilter> {
             ))
         })?),
     };
+    let order = match q.order.as_deref() {
+        None => None,
+        Some(o) => Some(
+            TaskOrder::parse(o)
+                .ok_or_else(|| ApiError::bad_request(format!("order must be newest or oldest; got {}", echo(o))))?,
+        ),
+    };
     Ok(TaskFilter {
         task_type: q.task_type,
         status,
@@ -250,6 +261,7 @@ fn task_filter(q: ListQuery) -> ApiResult<TaskFilter> {
         q: q.q,
         after: q.after,
         limit: q.limit,
+        order,
     })
 }
 
@@ -259,7 +271,7 @@ fn task_filter(q: ListQuery) -> ApiResult<TaskFilter> {
 #[serde(deny_unknown_fields)]
 struct BulkChangeBody {
     /// The tasks to act on: the conditions of `GET /v1/tasks` (none at all selects every task the
-    /// action can take); its paging fields `after` and `limit` are refused.
+    /// action can take); its paging fields `after`, `limit` and `order` are refused.
     #[serde(default)]
     filter: ListQuery,
     /// Only count the tasks that would change; change nothing.
@@ -275,9 +287,9 @@ async fn bulk_change(
     action: BulkAction,
 ) -> ApiResult<Json<BulkOutcome>> {
     let body: BulkChangeBody = parse_body(&state, body)?;
-    if body.filter.after.is_some() || body.filter.limit.is_some() {
+    if body.filter.after.is_some() || body.filter.limit.is_some() || body.filter.order.is_some() {
         return Err(ApiError::bad_request(
-            "filter.after and filter.limit page a list; a bulk call takes `limit` beside `filter`",
+            "filter.after, filter.limit and filter.order page a list; a bulk call takes `limit` beside `filter`",
         ));
     }
     let filter = task_filter(body.filter)?;

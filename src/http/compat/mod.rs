@@ -446,6 +446,8 @@ async fn get_task_list(state: &AppState, input: &Input) -> Outcome {
             status: Some(status),
             limit: Some(page_size),
             after: tasks.last().map(|t| t.id.to_string()),
+            // the original server's order
+            order: Some(api::TaskOrder::Oldest),
             ..Default::default()
         };
         let page = api::list_tasks(&c, &filter).await?;
