@@ -62,7 +62,8 @@ async fn mail_scene(db: &TestDb) -> (Vec<String>, String) {
         .map(|t| Report {
             task_id: t.task_id.clone(),
             claim_seq: t.claim_seq,
-            kind: ReportKind::Heartbeat { progress: Some(json!({"percent": 60, "step": "sending"})) },
+            kind: ReportKind::Heartbeat,
+            progress: Some(json!({"percent": 60, "step": "sending"})),
         })
         .collect();
     assert!(api::report_tasks(&c, &worker, &heartbeat, None).await.unwrap().iter().all(|r| r.accepted));
@@ -75,7 +76,7 @@ async fn mail_scene(db: &TestDb) -> (Vec<String>, String) {
                 4 => ReportKind::Fail { error: "dns error".into(), retry: false },
                 _ => ReportKind::Succeed { result: json!({"sent": true}) },
             };
-            Report { task_id: t.task_id.clone(), claim_seq: t.claim_seq, kind }
+            Report { task_id: t.task_id.clone(), claim_seq: t.claim_seq, kind, progress: None }
         })
         .collect();
     assert!(api::report_tasks(&c, &worker, &reports, None).await.unwrap().iter().all(|r| r.accepted));

@@ -26,6 +26,7 @@ mod docs_warm_page;
 mod enqueue_first;
 mod examples;
 mod fencing;
+mod final_progress;
 mod http;
 mod http_function_progress;
 mod leadership;

@@ -49,6 +49,7 @@ async fn scene(db: &TestDb) -> (Vec<String>, String, String) {
                 task_id: t.task_id.clone(),
                 claim_seq: t.claim_seq,
                 kind: ReportKind::Fail { error, retry: false },
+                progress: None,
             }
         })
         .collect();
@@ -229,6 +230,7 @@ async fn pages_without_a_type_cross_types_in_name_order_and_shards_newest_or_old
             task_id: claimed[0].task_id.clone(),
             claim_seq: claimed[0].claim_seq,
             kind: ReportKind::Fail { error: format!("quota exceeded in {name}"), retry: false },
+            progress: None,
         };
         assert!(api::report_tasks(&c, &worker, &[report], None).await.unwrap()[0].accepted);
         failed.push(claimed[0].task_id.to_string());
@@ -298,6 +300,7 @@ async fn failed_and_cancelled_tasks_are_found_through_their_own_index_even_after
             task_id: t.task_id.clone(),
             claim_seq: t.claim_seq,
             kind: ReportKind::Fail { error: "refused".into(), retry: false },
+            progress: None,
         })
         .collect();
     assert!(api::report_tasks(&c, &worker, &reports, None).await.unwrap().iter().all(|r| r.accepted));

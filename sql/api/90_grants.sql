@@ -72,7 +72,7 @@ grant execute on function
   asyncflow.claim_tasks(text, text, integer, timestamptz),
   asyncflow.report_tasks(text, jsonb, timestamptz),
   asyncflow.report_task_arrays(text, text[], bigint[], text[], text[], jsonb[], jsonb[], text[], boolean[],
-    double precision[], timestamptz),
+    double precision[], timestamptz, jsonb[]),
   asyncflow.next_due(text),
   asyncflow.held_tasks(text, text),
   asyncflow.set_progress(text, bigint, jsonb)

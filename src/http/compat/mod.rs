@@ -345,7 +345,7 @@ fn decide(task: &Task, r: SetReport, now: i64) -> Result<ReportKind, Failure> {
                     "status 2 (processing) keeps the task as it is; report status 1 to change its stage or context",
                 ));
             }
-            ReportKind::Heartbeat { progress: None }
+            ReportKind::Heartbeat
         }
     })
 }
@@ -393,7 +393,7 @@ async fn set_task(state: &AppState, input: &Input) -> Outcome {
     };
     let kind = decide(&task, report, Utc::now().timestamp())?;
     let owner = WorkerId::new(COMPAT_OWNER)?;
-    let report = Report { task_id: task.id.clone(), claim_seq, kind };
+    let report = Report::new(task.id.clone(), claim_seq, kind);
     match api::report_tasks(&c, &owner, &[report], None).await?.into_iter().next() {
         Some(r) if r.accepted => Ok(Map::new()),
         Some(r) => Err(Failure::Code(
