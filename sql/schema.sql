@@ -68,7 +68,7 @@ CREATE FUNCTION asyncflow.append_logs(p_log jsonb, p_entries jsonb) RETURNS json
 CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean DEFAULT false, p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(matched bigint, changed bigint, more boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 38 lines, sha256 3492bbc767430c0b
+    AS -- body: 38 lines, sha256 599b220651a678ee
 
 CREATE TABLE asyncflow.task_types (
     task_type text NOT NULL,
@@ -139,9 +139,9 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
     LANGUAGE plpgsql STABLE
     AS -- body: 7 lines, sha256 df582deed47e1321
 
-CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) RETURNS void
+CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_progress jsonb[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 60 lines, sha256 440e1e48902ee1fd
+    AS -- body: 61 lines, sha256 2469b96d4bda9bce
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -195,7 +195,7 @@ CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'
 CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 103 lines, sha256 5bde19cffbf24d63
+    AS -- body: 96 lines, sha256 b441c2288bdc9751
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -204,7 +204,7 @@ CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timest
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 41 lines, sha256 7f17dba4d1000867
+    AS -- body: 49 lines, sha256 d5328a8392dcdc93
 
 CREATE FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id text, host text, since timestamp with time zone, last_seen timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -225,6 +225,11 @@ CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zon
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 13 lines, sha256 cc48b80d4c87e218
+
+CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.task_types
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 10 lines, sha256 836428e7efd64d7b
 
 CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
@@ -264,16 +269,16 @@ CREATE TABLE asyncflow.tasks (
 )
 PARTITION BY LIST (task_type);
 
-CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) RETURNS SETOF asyncflow.tasks
+CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer, p_newest boolean) RETURNS SETOF asyncflow.tasks
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_custom_plan'
-    AS -- body: 123 lines, sha256 b327e28a452fc608
+    AS -- body: 128 lines, sha256 a5ef40b75f8cfeb3
 
-CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
+CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_order text DEFAULT 'newest'::text) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 6 lines, sha256 045e940d7bc08ded
+    AS -- body: 10 lines, sha256 e2e34c7ef8133435
 
 CREATE FUNCTION asyncflow.fold_status_deltas() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
@@ -324,7 +329,7 @@ CREATE FUNCTION asyncflow.hold_timeout() RETURNS void
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 176 lines, sha256 7931d6ab4c9e6cf9
+    AS -- body: 172 lines, sha256 281b1ba974ddfedb
 
 CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -378,7 +383,7 @@ CREATE FUNCTION asyncflow.list_task_types() RETURNS SETOF jsonb
 CREATE FUNCTION asyncflow.list_tasks(p_task_type text DEFAULT NULL::text, p_status asyncflow.task_status DEFAULT NULL::asyncflow.task_status, p_stage text DEFAULT NULL::text, p_user_id text DEFAULT NULL::text, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 4 lines, sha256 612c0f9edc3cb3ba
+    AS -- body: 4 lines, sha256 38d50ee281a8ee03
 
 CREATE FUNCTION asyncflow.list_workers(p_within_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id text, host text, pid integer, types text[], in_flight integer, started_at timestamp with time zone, last_seen timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -551,19 +556,19 @@ CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_varia
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 23 lines, sha256 4e30ca1a5b687953
 
-CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
+CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_progress jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
-    AS -- body: 30 lines, sha256 ba387b46ca5c503c
+    AS -- body: 30 lines, sha256 02795ca33489656f
 
 CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 50 lines, sha256 99979108c64ffba5
+    AS -- body: 49 lines, sha256 59e77b13dc9cf496
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000, p_skip_owners text[] DEFAULT NULL::text[]) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1452,7 +1457,7 @@ REVOKE ALL ON FUNCTION asyncflow.check_new_type_name(p_task_type text) FROM PUBL
 
 REVOKE ALL ON FUNCTION asyncflow.check_now(p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_progress jsonb[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_runs(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
@@ -1496,12 +1501,14 @@ REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now tim
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.enqueue_task_type(p_task_type text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.ensure_run_day(p_day date) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer, p_newest boolean) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer, p_order text) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.find_tasks(p_filter jsonb, p_after text, p_limit integer, p_order text) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.fold_status_deltas() FROM PUBLIC;
 
@@ -1639,8 +1646,8 @@ GRANT ALL ON FUNCTION asyncflow.remove_worker(p_id text) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone) TO asyncflow_worker;
+REVOKE ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone, p_progress jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_now timestamp with time zone, p_progress jsonb[]) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now timestamp with time zone) TO asyncflow_worker;

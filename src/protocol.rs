@@ -93,15 +93,16 @@ fn read_report(index: usize, value: Value) -> Result<Report, String> {
     if let Some(fields) = value.as_object() {
         let outcome = fields.get("outcome").and_then(Value::as_str).unwrap_or_default();
         let known = report_fields(outcome);
-        let unknown = fields
-            .keys()
-            .find(|k| !matches!(k.as_str(), "task_id" | "claim_seq" | "outcome") && !known.contains(&k.as_str()));
+        // progress goes with any outcome: a heartbeat's, or the call's last one with its reply
+        let unknown = fields.keys().find(|k| {
+            !matches!(k.as_str(), "task_id" | "claim_seq" | "outcome" | "progress") && !known.contains(&k.as_str())
+        });
         if let Some(key) = unknown {
             return Err(format!(
                 "reports[{index}]: unknown field {} for outcome {} (it takes: {})",
                 echo(key),
                 echo(outcome),
-                known.join(", ")
+                known.iter().chain(&["progress"]).copied().collect::<Vec<_>>().join(", ")
             ));
         }
     }
@@ -172,7 +173,8 @@ pub struct ReportRequest {
     pub retry: Option<bool>,
     /// later: seconds until the task is ready again (required).
     pub delay: Option<f64>,
-    /// heartbeat: the call's progress, a small JSON value (shown by `get_task`).
+    /// Any outcome: the call's progress, a small JSON value (shown by `get_task`): a heartbeat's,
+    /// or the call's last one, written with its reply.
     #[serde(default)]
     #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub progress: Option<Value>,
@@ -315,11 +317,11 @@ mod tests {
 
     #[test]
     fn a_batch_is_sent_as_it_is_read() {
-        let reports = vec![Report {
-            task_id: TaskId::parse("t-1-1").expect("id"),
-            claim_seq: 3,
-            kind: ReportKind::Advance { stage: "two".into(), context: None },
-        }];
+        let reports = vec![Report::new(
+            TaskId::parse("t-1-1").expect("id"),
+            3,
+            ReportKind::Advance { stage: "two".into(), context: None },
+        )];
         let sent = ReportBatchRequest { worker_id: "w".into(), reports: Cow::Borrowed(&reports) };
         let wire = serde_json::to_value(&sent).expect("serializes");
         let report = json!({"task_id": "t-1-1", "claim_seq": 3, "outcome": "advance", "stage": "two"});
@@ -335,9 +337,16 @@ mod tests {
             {"task_id": "t-1-2", "claim_seq": 1, "outcome": "advance", "stage": "s", "contxt": {}}]});
         let e = serde_json::from_value::<ReportBatchRequest>(body).expect_err("refused").to_string();
         assert!(
-            e.contains("reports[1]: unknown field \"contxt\" for outcome \"advance\" (it takes: stage, context)"),
+            e.contains(
+                "reports[1]: unknown field \"contxt\" for outcome \"advance\" (it takes: stage, context, progress)"
+            ),
             "{e}"
         );
+        // progress goes with any outcome
+        let body = json!({"worker_id": "w", "reports": [
+            {"task_id": "t-1-1", "claim_seq": 1, "outcome": "succeed", "result": 1, "progress": {"percent": 100}}]});
+        let read = serde_json::from_value::<ReportBatchRequest>(body).expect("reads");
+        assert_eq!(read.reports[0].progress, Some(json!({"percent": 100})));
         let missing = json!({"worker_id": "w", "reports": [{"task_id": "t-1-1", "outcome": "heartbeat"}]});
         let e = serde_json::from_value::<ReportBatchRequest>(missing).expect_err("refused").to_string();
         assert!(e.starts_with("reports[0]: missing field `claim_seq`"), "{e}");

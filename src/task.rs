@@ -305,13 +305,8 @@ pub enum ReportKind {
     },
     /// Handed back unfinished (shutdown): ready again at once, the try given back.
     Release,
-    /// Still working: extend the lease, and set the task's progress when given.
-    Heartbeat {
-        /// The call's progress, a small JSON value (shown by `get_task`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
-        progress: Option<Value>,
-    },
+    /// Still working: extend the lease (and set the task's progress when the report has one).
+    Heartbeat,
 }
 
 /// A report on one claimed task, fenced by its claim.
@@ -326,6 +321,18 @@ pub struct Report {
     /// What happened.
     #[serde(flatten)]
     pub kind: ReportKind,
+    /// The call's progress, a small JSON value (at most 4096 bytes; shown by `get_task`), with
+    /// any outcome: a heartbeat's, or the call's last one, written with its reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
+    pub progress: Option<Value>,
+}
+
+impl Report {
+    /// A report without progress.
+    pub fn new(task_id: TaskId, claim_seq: i64, kind: ReportKind) -> Report {
+        Report { task_id, claim_seq, kind, progress: None }
+    }
 }
 
 /// A task the rescuer took back: its lease ran out without a report.

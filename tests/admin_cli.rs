@@ -46,6 +46,28 @@ fn scenario(db: &TestDb, server: Option<&str>) {
     assert_eq!(first["created"], true, "{first}");
     let again = run(db, server, &["task", "create", "clip", "--idempotency-key", "k-1"]).unwrap();
     assert_eq!((&again["id"], &again["created"]), (&first["id"], &serde_json::json!(false)), "{again}");
+    // And so does one with a unique key, while the key's task blocks.
+    let first = run(db, server, &["task", "create", "clip", "--unique-key", "u-1"]).unwrap();
+    assert_eq!(first["created"], true, "{first}");
+    let again = run(db, server, &["task", "create", "clip", "--unique-key", "u-1"]).unwrap();
+    assert_eq!((&again["id"], &again["created"]), (&first["id"], &serde_json::json!(false)), "{again}");
+    // Lists are newest first, oldest first when asked, and page in either order.
+    let ids = |page: &Value| -> Vec<String> {
+        page["tasks"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_string()).collect()
+    };
+    let newest = ids(&run(db, server, &["task", "list", "--type", "clip"]).unwrap());
+    let mut oldest = ids(&run(db, server, &["task", "list", "--type", "clip", "--order", "oldest"]).unwrap());
+    assert!(newest.len() >= 3, "{newest:?}");
+    let first = run(db, server, &["task", "list", "--type", "clip", "--order", "oldest", "--limit", "2"]).unwrap();
+    let next = first["next"].as_str().unwrap().to_string();
+    let rest = run(db, server, &["task", "list", "--type", "clip", "--order", "oldest", "--after", &next]).unwrap();
+    assert_eq!([ids(&first), ids(&rest)].concat(), oldest, "paged oldest first");
+    let first = run(db, server, &["task", "list", "--type", "clip", "--limit", "2"]).unwrap();
+    let next = first["next"].as_str().unwrap().to_string();
+    let rest = run(db, server, &["task", "list", "--type", "clip", "--after", &next]).unwrap();
+    assert_eq!([ids(&first), ids(&rest)].concat(), newest, "paged newest first");
+    oldest.reverse();
+    assert_eq!(newest, oldest);
     // --run-at takes a delay as well as a time.
     let later = run(db, server, &["task", "create", "clip", "--run-at", "10m"]).unwrap();
     let later = run(db, server, &["task", "get", later["id"].as_str().unwrap()]).unwrap();

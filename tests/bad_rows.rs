@@ -213,7 +213,8 @@ async fn reads_show_an_unreadable_row_with_its_decode_error() {
         api::list_tasks(&conn, &api::TaskFilter { task_type: Some("num".into()), ..Default::default() }).await.unwrap();
     assert_eq!(list.len(), 4);
     assert_eq!(list.iter().filter(|t| t.decode_error.is_some()).count(), 3);
-    assert!(list[3].decode_error.is_none() && list[3].raw.is_none());
+    // newest first: the clean task, the last created, leads
+    assert!(list[0].decode_error.is_none() && list[0].raw.is_none());
 
     // runs: an input written past the API
     one_task_pipeline(&c).await;
@@ -224,8 +225,9 @@ async fn reads_show_an_unreadable_row_with_its_decode_error() {
     let (status, page) = get(&app, "/v1/tasks?type=num").await;
     assert_eq!(status, StatusCode::OK, "{page}");
     let tasks = page["tasks"].as_array().unwrap();
-    assert!(tasks[0]["decode_error"].as_str().unwrap().starts_with("context cannot be read"), "{page}");
-    assert_eq!(tasks[0]["context"], Value::Null);
+    // newest first: the first created, whose context cannot be read, comes last
+    assert!(tasks[3]["decode_error"].as_str().unwrap().starts_with("context cannot be read"), "{page}");
+    assert_eq!(tasks[3]["context"], Value::Null);
     let (status, one) = get(&app, &format!("/v1/tasks/{}", ids[1])).await;
     assert_eq!(status, StatusCode::OK, "{one}");
     assert!(one["raw"]["result"].as_str().unwrap().contains(r#""x": 1000000000"#), "{one}");

@@ -66,8 +66,13 @@ async fn the_http_api_says_whether_a_create_found_its_key_and_names_the_type_typ
     assert_eq!((s2, &again["created"], &again["id"]), (200, &json!(false), &first["id"]), "{again}");
     let (s3, other) = create(json!({"type": "clip"})).await;
     assert_eq!((s3, &other["created"]), (201, &json!(true)), "{other}");
+    // a unique key's duplicate is found, not created, alike
+    let (s4, unique) = create(json!({"type": "clip", "unique_key": "u"})).await;
+    assert_eq!((s4, &unique["created"]), (201, &json!(true)), "{unique}");
+    let (s5, again) = create(json!({"type": "clip", "unique_key": "u"})).await;
+    assert_eq!((s5, &again["created"], &again["id"]), (200, &json!(false), &unique["id"]), "{again}");
     let depth = common::cli::get_json(&format!("{}/v1/queue-depth", server.base), TOKEN).await;
-    assert_eq!((depth[0]["type"].as_str(), depth[0]["ready"].as_i64()), (Some("clip"), Some(2)), "{depth}");
+    assert_eq!((depth[0]["type"].as_str(), depth[0]["ready"].as_i64()), (Some("clip"), Some(3)), "{depth}");
     drop(server);
 }
 

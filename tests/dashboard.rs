@@ -40,6 +40,7 @@ async fn scene(db: &TestDb) -> String {
             } else {
                 ReportKind::Fail { error: ERROR.into(), retry: false }
             },
+            progress: None,
         })
         .collect();
     let results = api::report_tasks(&c, &worker, &reports, None).await.unwrap();

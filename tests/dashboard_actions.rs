@@ -62,7 +62,8 @@ async fn mail_scene(db: &TestDb) -> (Vec<String>, String) {
         .map(|t| Report {
             task_id: t.task_id.clone(),
             claim_seq: t.claim_seq,
-            kind: ReportKind::Heartbeat { progress: Some(json!({"percent": 60, "step": "sending"})) },
+            kind: ReportKind::Heartbeat,
+            progress: Some(json!({"percent": 60, "step": "sending"})),
         })
         .collect();
     assert!(api::report_tasks(&c, &worker, &heartbeat, None).await.unwrap().iter().all(|r| r.accepted));
@@ -75,7 +76,7 @@ async fn mail_scene(db: &TestDb) -> (Vec<String>, String) {
                 4 => ReportKind::Fail { error: "dns error".into(), retry: false },
                 _ => ReportKind::Succeed { result: json!({"sent": true}) },
             };
-            Report { task_id: t.task_id.clone(), claim_seq: t.claim_seq, kind }
+            Report { task_id: t.task_id.clone(), claim_seq: t.claim_seq, kind, progress: None }
         })
         .collect();
     assert!(api::report_tasks(&c, &worker, &reports, None).await.unwrap().iter().all(|r| r.accepted));
@@ -101,11 +102,14 @@ async fn filters_search_and_a_confirmed_bulk_retry_work_in_a_browser() {
     let seen = page.step("search", &[("DASHBOARD_TYPE", "mail")]).await;
     assert_eq!(seen["filtered"], true, "{seen}");
     assert_eq!(seen["filter_hash"], "#/tasks?type=mail&status=failed", "the filter is in the URL");
-    assert_eq!(strings(&seen["filter_ids"]), failed);
+    let newest: Vec<String> = failed.iter().rev().cloned().collect();
+    assert_eq!(strings(&seen["filter_ids"]), newest, "newest first");
     assert_eq!(seen["search_hash"], "#/tasks?type=mail&status=failed&q=smtp");
-    assert_eq!(strings(&seen["search_ids"]), failed[..4], "error text found");
-    assert_eq!(strings(&seen["reloaded_ids"]), failed[..4], "the bookmark gives the same list");
+    assert_eq!(strings(&seen["search_ids"]), newest[1..], "error text found");
+    assert_eq!(strings(&seen["reloaded_ids"]), newest[1..], "the bookmark gives the same list");
     assert_eq!(seen["reloaded_q"], "smtp");
+    assert_eq!(seen["oldest_hash"], "#/tasks?type=mail&status=failed&q=smtp&order=oldest");
+    assert_eq!(strings(&seen["oldest_ids"]), failed[..4], "oldest first when asked");
     assert_eq!(statuses(&db, &failed).await, [TaskStatus::Failed; 5], "looking changes nothing");
 
     let seen = page.step("bulk-retry", &[("DASHBOARD_TYPE", "mail"), ("DASHBOARD_Q", "smtp timeout")]).await;

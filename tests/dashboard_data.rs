@@ -86,7 +86,7 @@ async fn assert_exact(db: &TestDb, after: &str) {
 }
 
 fn report(task_id: &TaskId, claim_seq: i64, kind: ReportKind) -> Report {
-    Report { task_id: task_id.clone(), claim_seq, kind }
+    Report { task_id: task_id.clone(), claim_seq, kind, progress: None }
 }
 
 fn succeed() -> ReportKind {
@@ -163,7 +163,7 @@ async fn status_counters_equal_a_real_count_after_every_kind_of_transition() {
     api::report_tasks(&c, w1, &only_successes, None).await.unwrap();
     let (w2, t2) = &claimed[2];
     let others = vec![
-        report(&t2[0].task_id, t2[0].claim_seq, ReportKind::Heartbeat { progress: None }),
+        report(&t2[0].task_id, t2[0].claim_seq, ReportKind::Heartbeat),
         report(&t2[1].task_id, t2[1].claim_seq, ReportKind::Release),
         // a stale token changes nothing
         report(&t2[2].task_id, t2[2].claim_seq - 1, succeed()),

@@ -133,7 +133,13 @@ async fn errors_are_json_with_the_right_status_and_no_database_text() {
             StatusCode::BAD_REQUEST,
             "colour",
         ),
-        ("POST", "/v1/tasks", Some(json!({"type": "nope"}).to_string()), StatusCode::NOT_FOUND, "unknown task type"),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(json!({"type": "No-Pe"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid task type name",
+        ),
         (
             "POST",
             "/v1/tasks",

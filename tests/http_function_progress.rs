@@ -155,7 +155,7 @@ async fn an_http_function_posts_progress_to_the_server_during_its_call_and_a_sta
 }
 
 #[tokio::test]
-async fn report_tasks_takes_a_heartbeats_progress_key_and_refuses_it_on_other_outcomes() {
+async fn report_tasks_takes_progress_with_a_heartbeat_and_with_the_reply_fenced_by_the_claim() {
     let db = TestDb::new().await;
     let c = db.conn().await;
     c.query_one("select asyncflow.register_task_type('job', '{}')", &[]).await.unwrap();
@@ -164,11 +164,10 @@ async fn report_tasks_takes_a_heartbeats_progress_key_and_refuses_it_on_other_ou
     let claimed = api::claim_tasks(&c, "job", &w, 1, None).await.unwrap();
     let claim_seq = claimed[0].claim_seq;
     let report = |outcome: &str, progress: Value| json!([{"task_id": id.as_str(), "claim_seq": claim_seq, "outcome": outcome, "progress": progress}]);
-    let e = c
-        .query("select * from asyncflow.report_tasks('w', $1)", &[&report("succeed", json!({"percent": 1}))])
-        .await
-        .unwrap_err();
+    let big = json!({"m": "x".repeat(5000)});
+    let e = c.query("select * from asyncflow.report_tasks('w', $1)", &[&report("succeed", big)]).await.unwrap_err();
     assert_eq!(common::sqlstate(&e), "AF006", "{e:?}");
+    assert!(format!("{e:?}").contains("progress is too large"), "{e:?}");
     let rows = c
         .query("select accepted from asyncflow.report_tasks('w', $1)", &[&report("heartbeat", json!({"step": 3}))])
         .await
@@ -186,4 +185,15 @@ async fn report_tasks_takes_a_heartbeats_progress_key_and_refuses_it_on_other_ou
         .unwrap();
     assert!(!row.get::<_, bool>(0), "a stale token is refused");
     assert_eq!(api::get_task(&c, id.as_str()).await.unwrap().unwrap().progress, Some(json!({"step": 3})));
+    // the reply writes the last progress with it; a stale one changes nothing
+    let stale = json!([{"task_id": id.as_str(), "claim_seq": claim_seq + 1, "outcome": "succeed", "progress": 99}]);
+    let rows = c.query("select accepted from asyncflow.report_tasks('w', $1)", &[&stale]).await.unwrap();
+    assert!(!rows[0].get::<_, bool>(0));
+    let rows = c
+        .query("select accepted from asyncflow.report_tasks('w', $1)", &[&report("succeed", json!({"step": 5}))])
+        .await
+        .unwrap();
+    assert!(rows[0].get::<_, bool>(0));
+    let t = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
+    assert_eq!((t.status, t.progress), (TaskStatus::Succeeded, Some(json!({"step": 5}))));
 }

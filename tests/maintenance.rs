@@ -73,6 +73,7 @@ async fn finish(db: &TestDb, ty: &str, which: &[TaskId]) {
                 } else {
                     ReportKind::Release
                 },
+                progress: None,
             })
             .collect();
         api::report_tasks(&c, &w, &reports, None).await.unwrap();
@@ -146,7 +147,12 @@ async fn begin_pos_moves_past_finished_shards_and_back_for_a_task_retried_by_han
         let release: Vec<Report> = batch
             .iter()
             .filter(|t| t.task_id != doomed)
-            .map(|t| Report { task_id: t.task_id.clone(), claim_seq: t.claim_seq, kind: ReportKind::Release })
+            .map(|t| Report {
+                task_id: t.task_id.clone(),
+                claim_seq: t.claim_seq,
+                kind: ReportKind::Release,
+                progress: None,
+            })
             .collect();
         api::report_tasks(&c, &w, &release, None).await.unwrap();
         if let Some(t) = mine {
@@ -157,6 +163,7 @@ async fn begin_pos_moves_past_finished_shards_and_back_for_a_task_retried_by_han
         task_id: doomed.clone(),
         claim_seq: claimed.claim_seq,
         kind: ReportKind::Fail { error: "no".into(), retry: false },
+        progress: None,
     };
     api::report_tasks(&c, &w, &[fail], None).await.unwrap();
     assert_eq!(api::advance_begin_pos(&c, "moving", None).await.unwrap(), 3, "shards 1 and 2 hold no live task");

@@ -177,6 +177,7 @@ async fn succeed(db: &TestDb, task: &ClaimedTask) {
         task_id: task.task_id.clone(),
         claim_seq: task.claim_seq,
         kind: ReportKind::Succeed { result: json!({}) },
+        progress: None,
     };
     assert!(api::report_tasks(&c, &WorkerId::new(&owner).unwrap(), &[report], None).await.unwrap()[0].accepted);
 }

@@ -201,13 +201,14 @@ async fn types_registered_before_the_index_of_failed_and_cancelled_tasks_get_it_
     // a database from before the migration, with its types
     c.batch_execute(
         "drop index asyncflow.\"tasks_alpha$failed_cancelled\"; drop index asyncflow.\"tasks_beta$failed_cancelled\"; \
-         delete from asyncflow.refinery_schema_history where version = 11",
+         delete from asyncflow.refinery_schema_history where version >= 11",
     )
     .await
     .unwrap();
     assert_eq!(count().await, 0);
     let report = migrate(&db.url).await.unwrap();
-    assert_eq!(report.applied, [11]);
+    // the later migrations run again too (a migration is never below one applied)
+    assert_eq!(report.applied.first(), Some(&11), "{:?}", report.applied);
     assert_eq!(count().await, 2, "the migration made it for every type");
     let def: String = c
         .query_one("select pg_catalog.pg_get_indexdef('asyncflow.\"tasks_beta$failed_cancelled\"'::regclass)", &[])

@@ -155,13 +155,14 @@ async fn a_unique_key_without_a_window_holds_while_its_task_is_pending_or_runnin
     assert!(api::cancel_task(&c, &first).await.unwrap());
     let second = unique(&**c, "sync", "user-9", None, 4).await;
     assert_ne!(second, first, "ended: a new task");
-    // over HTTP: the same key answers the same id
+    // over HTTP: the same key answers the same id, found and not created (200, created: false)
     let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&[], 64 * 1024));
     let body = json!({"type": "sync", "unique_key": "user-9"}).to_string();
     let (status, _, bytes) =
         common::request(&app, "POST", "/v1/tasks", Some(body), Some("application/json"), None).await;
     let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!((status.as_u16(), answer["id"].as_str()), (201, Some(second.as_str())), "{answer}");
+    assert_eq!((status.as_u16(), answer["id"].as_str()), (200, Some(second.as_str())), "{answer}");
+    assert_eq!(answer["created"], false, "{answer}");
 }
 
 fn worker_config() -> asyncflow::worker::WorkerConfig {

@@ -170,7 +170,6 @@ async fn bad_input_gets_its_own_sqlstate_and_writes_nothing() {
     let big = json!({"blob": "x".repeat(4000)});
     type Params = Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>;
     let cases: Vec<(&str, Params, &str, &str)> = vec![
-        ("select asyncflow.create_task('nope', '{}')", vec![], "AF001", "unknown task type"),
         ("select asyncflow.create_task('Bad-Name', '{}')", vec![], "AF003", "invalid task type name"),
         (
             "select asyncflow.register_task_type('x; drop table asyncflow.tasks', '{}')",
@@ -394,7 +393,7 @@ async fn bad_input_found_by_review_is_refused_with_its_code_and_the_rest_answers
 async fn the_rust_client_maps_asyncflow_errors_to_variants() {
     let db = TestDb::new().await;
     let c = db.conn().await;
-    let err = api::create_task(&c, "nope", &Default::default()).await.unwrap_err();
+    let err = api::claim_tasks(&c, "nope", &common::sql::worker("w"), 1, None).await.unwrap_err();
     assert!(matches!(err, asyncflow::Error::UnknownTaskType(_)), "{err:?}");
     assert!(err.is_client_error() && !err.is_retryable());
     let err = api::cancel_task(&c, "nope-1-1").await.unwrap_err();
@@ -670,6 +669,9 @@ async fn create_task_follows_settings_shards_and_the_context_limit_as_they_chang
     let without = create(json!({"k": 1})).await;
     assert_eq!((without["stage"].clone(), without["context"].clone()), (json!("probe"), json!({"k": 1})));
     assert!(without["id"].as_str().unwrap_or("").starts_with("clip-2-"), "{without}");
-    let err = c.query_one("select asyncflow.create_task('nope', '{}')", &[]).await.expect_err("unknown");
-    assert_eq!(sqlstate(&err), "AF001", "{err}");
+    // a type nothing registered is registered by the general path, with the default settings
+    let id: String = c.query_one("select asyncflow.create_task('nope', '{}')", &[]).await.unwrap().get(0);
+    assert_eq!(id, "nope-1-1");
+    let err = c.query_one("select asyncflow.create_task('No-Pe', '{}')", &[]).await.expect_err("invalid name");
+    assert_eq!(sqlstate(&err), "AF003", "{err}");
 }

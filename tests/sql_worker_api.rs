@@ -363,14 +363,10 @@ async fn a_stale_fencing_token_is_refused_after_rescue_and_changes_nothing() {
     let now = t0();
     let first = api::claim_tasks(&c, "video", &a, 1, Some(now)).await.unwrap().remove(0);
     // Heartbeat extends the lease while it is held.
-    let hb = api::report_tasks(
-        &c,
-        &a,
-        &[rep(id.as_str(), first.claim_seq, ReportKind::Heartbeat { progress: None })],
-        Some(now + secs(5.0)),
-    )
-    .await
-    .unwrap();
+    let hb =
+        api::report_tasks(&c, &a, &[rep(id.as_str(), first.claim_seq, ReportKind::Heartbeat)], Some(now + secs(5.0)))
+            .await
+            .unwrap();
     assert!(hb[0].accepted);
     assert_eq!(hb[0].lease_until, Some(now + secs(15.0)));
     let rescued = api::rescue_expired(&c, Some(now + secs(16.0)), 100, &[]).await.unwrap();
@@ -378,7 +374,7 @@ async fn a_stale_fencing_token_is_refused_after_rescue_and_changes_nothing() {
     let before = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
     for kind in [
         ReportKind::Succeed { result: json!(1) },
-        ReportKind::Heartbeat { progress: None },
+        ReportKind::Heartbeat,
         ReportKind::Advance { stage: "x".into(), context: None },
     ] {
         let r = api::report_tasks(&c, &a, &[rep(id.as_str(), first.claim_seq, kind)], Some(now + secs(17.0)))

@@ -49,6 +49,7 @@ async fn scene(db: &TestDb) -> (Vec<String>, String, String) {
                 task_id: t.task_id.clone(),
                 claim_seq: t.claim_seq,
                 kind: ReportKind::Fail { error, retry: false },
+                progress: None,
             }
         })
         .collect();
@@ -75,10 +76,14 @@ async fn tasks_are_filtered_by_every_field_and_found_by_id_key_or_error_text() {
             ids(&body)
         }
     };
-    assert_eq!(list("type=mail&status=failed").await, failed);
+    // newest first unless asked otherwise
+    let newest: Vec<String> = failed.iter().rev().cloned().collect();
+    assert_eq!(list("type=mail&status=failed").await, newest);
+    assert_eq!(list("type=mail&status=failed&order=oldest").await, failed);
+    assert_eq!(list("type=mail&status=failed&order=newest").await, newest);
     assert_eq!(
         list("type=mail&status=failed&user_id=u1").await,
-        [failed[0].clone(), failed[2].clone(), failed[4].clone()]
+        [failed[4].clone(), failed[2].clone(), failed[0].clone()]
     );
     assert_eq!(list("queue_key=q-7").await, [queued.clone()]);
     assert_eq!(list("type=mail&stage=start&status=pending").await.len(), 2);
@@ -89,24 +94,28 @@ async fn tasks_are_filtered_by_every_field_and_found_by_id_key_or_error_text() {
         "an id that fails a filter"
     );
     assert_eq!(list("q=order-42").await, [keyed.clone()], "an idempotency key");
-    assert_eq!(list("q=SMTP%20timeout").await, failed[..5], "error text, case-insensitive");
+    assert_eq!(list("q=SMTP%20timeout").await, newest[1..], "error text, case-insensitive");
     assert_eq!(list("q=dns").await, [failed[5].clone()]);
     assert_eq!(list("q=%25").await, Vec::<String>::new(), "a % in the text is a plain character");
-    // paging goes on after `next`
+    // paging goes on after `next`, in either order
     let (_, first) = call(&app, "GET", "/v1/tasks?type=mail&status=failed&limit=4", None).await;
     let next = first["next"].as_str().unwrap().to_string();
-    assert_eq!(list(&format!("type=mail&status=failed&after={next}")).await, failed[4..]);
+    assert_eq!((ids(&first), next.clone()), (newest[..4].to_vec(), newest[3].clone()));
+    assert_eq!(list(&format!("type=mail&status=failed&after={next}")).await, newest[4..]);
+    let (_, first) = call(&app, "GET", "/v1/tasks?type=mail&status=failed&limit=4&order=oldest", None).await;
+    let next = first["next"].as_str().unwrap().to_string();
+    assert_eq!(list(&format!("type=mail&status=failed&order=oldest&after={next}")).await, failed[4..]);
 
     let c = db.conn().await;
     let t0 = api::get_task(&c, &failed[0]).await.unwrap().unwrap().created_at;
     let later = (t0 + chrono::Duration::hours(1)).to_rfc3339().replace('+', "%2B");
     let earlier = (t0 - chrono::Duration::hours(1)).to_rfc3339().replace('+', "%2B");
-    assert_eq!(list(&format!("type=mail&status=failed&created_after={earlier}")).await, failed);
+    assert_eq!(list(&format!("type=mail&status=failed&created_after={earlier}")).await, newest);
     assert_eq!(list(&format!("type=mail&created_after={later}")).await, Vec::<String>::new());
-    assert_eq!(list(&format!("type=mail&status=failed&created_before={later}")).await, failed);
+    assert_eq!(list(&format!("type=mail&status=failed&created_before={later}")).await, newest);
 
     // bad input: a clear 400, nothing else
-    for q in ["status=done", "created_after=yesterday", "limit=0", "colour=red"] {
+    for q in ["status=done", "created_after=yesterday", "limit=0", "colour=red", "order=asc"] {
         let (status, body) = call(&app, "GET", &format!("/v1/tasks?{q}"), None).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{q}: {body}");
         assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{q}: {body}");
@@ -194,7 +203,7 @@ async fn bulk_retry_counts_first_then_retries_only_what_the_filter_selects_in_bo
 }
 
 #[tokio::test]
-async fn pages_without_a_type_cross_types_in_name_order_and_shards_in_id_order() {
+async fn pages_without_a_type_cross_types_in_name_order_and_shards_newest_or_oldest_first() {
     let db = TestDb::new().await;
     let c = db.conn().await;
     // registered out of name order; shards of 10 tasks (the least), rolled as they fill
@@ -221,32 +230,37 @@ async fn pages_without_a_type_cross_types_in_name_order_and_shards_in_id_order()
             task_id: claimed[0].task_id.clone(),
             claim_seq: claimed[0].claim_seq,
             kind: ReportKind::Fail { error: format!("quota exceeded in {name}"), retry: false },
+            progress: None,
         };
         assert!(api::report_tasks(&c, &worker, &[report], None).await.unwrap()[0].accepted);
         failed.push(claimed[0].task_id.to_string());
     }
     created.sort_by(|a, b| (a.task_type(), a.number()).cmp(&(b.task_type(), b.number())));
-    let expected: Vec<String> = created.into_iter().map(|id| id.into_string()).collect();
-    assert_eq!(expected.len(), 90);
+    let oldest: Vec<String> = created.iter().map(|id| id.to_string()).collect();
+    created.sort_by(|a, b| (a.task_type(), b.number()).cmp(&(b.task_type(), a.number())));
+    let newest: Vec<String> = created.into_iter().map(|id| id.into_string()).collect();
+    assert_eq!(newest.len(), 90);
 
     let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
     // every page of 7, no type given: the types by name, each type's tasks by id across its shards
-    let mut seen = vec![];
-    let mut after: Option<String> = None;
-    for _ in 0..20 {
-        let uri = match &after {
-            Some(a) => format!("/v1/tasks?limit=7&after={a}"),
-            None => "/v1/tasks?limit=7".to_string(),
-        };
-        let (status, page) = call(&app, "GET", &uri, None).await;
-        assert_eq!(status, StatusCode::OK, "{uri}: {page}");
-        seen.extend(ids(&page));
-        match page["next"].as_str() {
-            Some(next) => after = Some(next.to_string()),
-            None => break,
+    for (order, expected) in [("", &newest), ("&order=newest", &newest), ("&order=oldest", &oldest)] {
+        let mut seen = vec![];
+        let mut after: Option<String> = None;
+        for _ in 0..20 {
+            let uri = match &after {
+                Some(a) => format!("/v1/tasks?limit=7{order}&after={a}"),
+                None => format!("/v1/tasks?limit=7{order}"),
+            };
+            let (status, page) = call(&app, "GET", &uri, None).await;
+            assert_eq!(status, StatusCode::OK, "{uri}: {page}");
+            seen.extend(ids(&page));
+            match page["next"].as_str() {
+                Some(next) => after = Some(next.to_string()),
+                None => break,
+            }
         }
+        assert_eq!(&seen, expected, "all pages{order}: types by name, each type's ids in that order");
     }
-    assert_eq!(seen, expected, "all pages, in (type, id) order");
 
     let (_, page) = call(&app, "GET", "/v1/tasks?status=failed", None).await;
     assert_eq!(ids(&page), failed, "a status across types");
@@ -286,12 +300,14 @@ async fn failed_and_cancelled_tasks_are_found_through_their_own_index_even_after
             task_id: t.task_id.clone(),
             claim_seq: t.claim_seq,
             kind: ReportKind::Fail { error: "refused".into(), retry: false },
+            progress: None,
         })
         .collect();
     assert!(api::report_tasks(&c, &worker, &reports, None).await.unwrap().iter().all(|r| r.accepted));
     assert!(api::cancel_task(&c, &ids[29]).await.unwrap());
     let mut failed: Vec<_> = claimed.iter().map(|t| t.task_id.clone()).collect();
-    failed.sort_by_key(|id| id.number());
+    // newest first
+    failed.sort_by_key(|id| std::cmp::Reverse(id.number()));
     let failed: Vec<String> = failed.into_iter().map(|id| id.into_string()).collect();
 
     let mut raw = db.raw().await;

@@ -176,7 +176,8 @@ async fn a_worker_killed_mid_task_loses_nothing_and_its_late_report_is_refused()
         .collect();
     assert_eq!(outcomes, vec![("doomed".into(), "rescued".into()), ("survivor".into(), "succeed".into())]);
     // The killed attempt's report, arriving late, is refused.
-    let late = Report { task_id: id.clone(), claim_seq, kind: ReportKind::Succeed { result: json!("late") } };
+    let late =
+        Report { task_id: id.clone(), claim_seq, kind: ReportKind::Succeed { result: json!("late") }, progress: None };
     let r = api::report_tasks(&db.conn().await, &WorkerId::new("doomed").unwrap(), &[late], None).await.unwrap();
     assert!(!r[0].accepted);
     assert_eq!(

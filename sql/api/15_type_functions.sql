@@ -58,6 +58,14 @@ begin
     perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
   end if;
   execute asyncflow.render_template(case when v_fair then 'claim_fair' else 'claim_plain' end, p_task_type);
+  -- a report function of an earlier build, with other arguments, is dropped (its callers reach
+  -- the new one: its last argument has a default)
+  for v_old in select p.oid::regprocedure::text from pg_catalog.pg_proc p
+    where p.pronamespace = 'asyncflow'::regnamespace and p.proname = 'type_report__' || p_task_type
+      and p.pronargs <> 12
+  loop
+    execute 'drop function ' || v_old;
+  end loop;
   execute asyncflow.render_template('report', p_task_type);
   if v_fair then
     execute asyncflow.render_template('claim_fair', p_task_type, 'hold');
@@ -78,9 +86,9 @@ begin
   execute format('grant execute on function asyncflow.%I(text, integer, timestamptz) to asyncflow_worker',
     'type_claim__' || p_task_type);
   execute format('revoke all on function asyncflow.%I(text, text[], bigint[], text[], text[], jsonb[], jsonb[], '
-    'text[], boolean[], double precision[], timestamptz) from public', 'type_report__' || p_task_type);
+    'text[], boolean[], double precision[], timestamptz, jsonb[]) from public', 'type_report__' || p_task_type);
   execute format('grant execute on function asyncflow.%I(text, text[], bigint[], text[], text[], jsonb[], jsonb[], '
-    'text[], boolean[], double precision[], timestamptz) to asyncflow_worker', 'type_report__' || p_task_type);
+    'text[], boolean[], double precision[], timestamptz, jsonb[]) to asyncflow_worker', 'type_report__' || p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer) from public', 'type_hold__' || p_task_type);
   execute format('grant execute on function asyncflow.%I(text, integer) to asyncflow_worker',
     'type_hold__' || p_task_type);

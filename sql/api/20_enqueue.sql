@@ -1,6 +1,27 @@
 -- Enqueue: create_task (the common case, without a SET clause) and create_tasks (bulk).
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
+-- enqueue_task_type: the row of the type an enqueue names. A type nothing has registered yet is
+-- registered here, with the default settings (as River and Oban take any kind): an application
+-- may be deployed before its workers, whose function.toml then sets the settings (those copied
+-- onto a task at enqueue, initial_stage and the retry policy, stay as they were for the tasks
+-- already queued). A name that breaks the type name rule is refused (AF003) and nothing changes.
+-- Called by the enqueue functions, which run as the schema's owner (security definer), so an
+-- application's role needs no right to create tables.
+create or replace function asyncflow.enqueue_task_type(p_task_type text) returns asyncflow.task_types
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+declare
+  v_type asyncflow.task_types;
+begin
+  select * into v_type from asyncflow.task_types y where y.task_type = p_task_type;
+  if not found then
+    perform asyncflow.register_task_type(p_task_type, '{}');
+    select * into v_type from asyncflow.task_types y where y.task_type = p_task_type;
+  end if;
+  return v_type;
+end
+$$;
+
 -- insert_tasks: the tasks of one type from a JSON array of objects (context, priority, run_at,
 -- stage, idempotency_key, user_id, queue_key, traceparent), checked and then inserted in one statement. Returns
 -- their ids in input order; an idempotency key already taken gives that key's task id. With
@@ -19,11 +40,7 @@ declare
   v_found text;
   v_i integer;
 begin
-  select * into v_type from asyncflow.task_types where task_type = p_task_type;
-  if not found then
-    perform asyncflow.check_type_name(p_task_type);
-    perform asyncflow.raise_error('AF001', format('unknown task type %L', p_task_type));
-  end if;
+  v_type := asyncflow.enqueue_task_type(p_task_type);
   if p_tasks is null or jsonb_typeof(p_tasks) <> 'array' then
     perform asyncflow.raise_error('AF006', 'tasks must be a JSON array of objects');
   end if;
@@ -301,10 +318,7 @@ begin
     elsif unique_for is not null and unique_for not between 1 and 31536000 then
       perform asyncflow.raise_error('AF006', format('unique_for must be between 1 and 31536000 seconds, got %s', unique_for));
     end if;
-    if not exists (select 1 from asyncflow.task_types y where y.task_type = create_task_general.task_type) then
-      perform asyncflow.check_type_name(create_task_general.task_type);
-      perform asyncflow.raise_error('AF001', format('unknown task type %L', create_task_general.task_type));
-    end if;
+    perform asyncflow.enqueue_task_type(create_task_general.task_type);
     insert into asyncflow.unique_keys (task_type, unique_key, shard, id, created_at, expires_at)
     values (create_task_general.task_type, unique_key, 0, 0, v_now, null)
     on conflict do nothing;
@@ -328,11 +342,7 @@ begin
   end if;
   -- Without an idempotency key: the checks, each with its error, then one INSERT ... VALUES.
   if idempotency_key is null then
-    select * into v_type from asyncflow.task_types y where y.task_type = create_task_general.task_type;
-    if not found then
-      perform asyncflow.check_type_name(create_task_general.task_type);
-      perform asyncflow.raise_error('AF001', format('unknown task type %L', create_task_general.task_type));
-    end if;
+    v_type := asyncflow.enqueue_task_type(create_task_general.task_type);
     select max_context_bytes into v_max_bytes from asyncflow.config;
     if context is not null and jsonb_typeof(context) not in ('object', 'null') then
       perform asyncflow.raise_error('AF006', 'context must be a JSON object');

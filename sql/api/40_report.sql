@@ -104,8 +104,8 @@ begin
 end
 $_$;
 
--- report_tasks: the JSON form of report_task_arrays (for SQL callers and the HTTP worker
--- protocol); a heartbeat's progress is its `progress` key. Its JSON is checked, then its fields go to report_task_arrays in one pass of
+-- report_tasks: the JSON form of report_task_arrays (for SQL callers); a report's progress is
+-- its `progress` key, with any outcome (a heartbeat's `context`, the older spelling, too). Its JSON is checked, then its fields go to report_task_arrays in one pass of
 -- jsonb_to_recordset. It refuses a delay outside 0 .. 31536000 s by itself, with
 -- report_task_arrays' message, and reads it as numeric, to the microsecond: a JSON number beyond
 -- a double precision's range (1e400, -1e400, and 1e-400, which underflows) would fail a double
@@ -138,8 +138,6 @@ begin
       when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
       when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
       when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
-      when jsonb_typeof(e -> 'progress') <> 'null' and e ->> 'outcome' <> 'heartbeat'
-        then 'progress is for a heartbeat only'
     end as problem
     from jsonb_array_elements(p_reports) with ordinality x(e, n)
   ) checked where problem is not null order by n limit 1;
@@ -150,24 +148,26 @@ begin
   -- one plain aggregate over the ordered scan: the arrays keep the reports' order
   select array_agg(x.task_id) as task_ids, array_agg(x.claim_seq) as claim_seqs,
     array_agg(x.outcome) as outcomes, array_agg(x.stage) as stages,
-    -- a heartbeat's progress goes in the context slot (its context, the older spelling, too)
-    array_agg(case when x.outcome = 'heartbeat' then coalesce(nullif(x.progress, 'null'), x.context) else x.context end)
-      as contexts, array_agg(x.result) as results,
-    array_agg(x.error) as errors, array_agg(x.retry) as retries,
-    array_agg(round(x.delay, 6)::double precision) as delays
+    array_agg(case when x.outcome = 'heartbeat' then null else x.context end) as contexts,
+    array_agg(x.result) as results, array_agg(x.error) as errors, array_agg(x.retry) as retries,
+    array_agg(round(x.delay, 6)::double precision) as delays,
+    -- a heartbeat's context is its progress too (the older spelling)
+    array_agg(coalesce(nullif(x.progress, 'null'),
+      case when x.outcome = 'heartbeat' then nullif(x.context, 'null') end)) as progress
   into v
   from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq bigint, outcome text, stage text,
     context jsonb, result jsonb, error text, retry boolean, delay numeric, progress jsonb))
     with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, progress, n);
   return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
     coalesce(v.claim_seqs, '{}'), coalesce(v.outcomes, '{}'), v.stages, v.contexts, v.results, v.errors, v.retries,
-    v.delays, p_now);
+    v.delays, p_now, v.progress);
 end
 $$;
 
 -- report_task_arrays: the reports of one worker, element k of every array describing report k
--- (fields and outcomes as in report_tasks; p_stages, p_contexts, p_results, p_errors, p_retries
--- and p_delays may be null as a whole or per element). Each type's report function applies that
+-- (fields and outcomes as in report_tasks; p_stages, p_contexts, p_results, p_errors, p_retries,
+-- p_delays and p_progress may be null as a whole or per element; p_progress, last so that calls
+-- without it keep their meaning, is each report's progress, with any outcome). Each type's report function applies that
 -- type's reports; the answers of reports of no known type are named columns, also when no type's
 -- function is called.
 create or replace function asyncflow.report_task_arrays(
@@ -181,7 +181,8 @@ create or replace function asyncflow.report_task_arrays(
   p_errors text[] default null,
   p_retries boolean[] default null,
   p_delays double precision[] default null,
-  p_now timestamptz default null
+  p_now timestamptz default null,
+  p_progress jsonb[] default null
 )
 returns table (task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
@@ -202,20 +203,20 @@ begin
   if cardinality(v_names) = 1 and cardinality(v_types) = 1 then
     -- the usual batch: one type; the function's rows come in report order
     return query execute format('select task_id, accepted, status, lease_until from asyncflow.%I('
-      '$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)', 'type_report__' || v_types[1])
+      '$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)', 'type_report__' || v_types[1])
       using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
-        p_delays, v_now;
+        p_delays, v_now, p_progress;
   else
     -- checked here too: a batch with no known type calls no type function
     perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
-      p_errors, p_retries, p_delays);
+      p_errors, p_retries, p_delays, p_progress);
     return query execute 'select task_id, accepted, status, lease_until from ('
-      || (select coalesce(string_agg(format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) '
+      || (select coalesce(string_agg(format('select * from asyncflow.%I($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) '
             'union all ', 'type_report__' || t), ''), '') from unnest(v_types) t)
       || 'select u.n, u.task_id, false as accepted, null::asyncflow.task_status as status, null::timestamptz as lease_until '
-      || 'from unnest($2) with ordinality u(task_id, n) where split_part(u.task_id, ''-'', 1) <> all ($12)) x order by n'
+      || 'from unnest($2) with ordinality u(task_id, n) where split_part(u.task_id, ''-'', 1) <> all ($13)) x order by n'
       using p_owner, p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries,
-        p_delays, v_now, v_types;
+        p_delays, v_now, p_progress, v_types;
   end if;
 end
 $$;
@@ -225,7 +226,7 @@ $$;
 -- nothing applied.
 create or replace function asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[],
   p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[],
-  p_delays double precision[]) returns void
+  p_delays double precision[], p_progress jsonb[]) returns void
 language plpgsql stable as $$
 #variable_conflict use_column
 declare
@@ -241,6 +242,7 @@ begin
     or coalesce(cardinality(p_stages), v_n) <> v_n or coalesce(cardinality(p_contexts), v_n) <> v_n
     or coalesce(cardinality(p_results), v_n) <> v_n or coalesce(cardinality(p_errors), v_n) <> v_n
     or coalesce(cardinality(p_retries), v_n) <> v_n or coalesce(cardinality(p_delays), v_n) <> v_n
+    or coalesce(cardinality(p_progress), v_n) <> v_n or coalesce(array_ndims(p_progress), 1) <> 1
     or coalesce(array_ndims(p_task_ids), 1) <> 1 or coalesce(array_ndims(p_claim_seqs), 1) <> 1
     or coalesce(array_ndims(p_outcomes), 1) <> 1 or coalesce(array_ndims(p_stages), 1) <> 1
     or coalesce(array_ndims(p_contexts), 1) <> 1 or coalesce(array_ndims(p_results), 1) <> 1
@@ -266,8 +268,7 @@ begin
         then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
       when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
         then 'context must be a JSON object'
-      when x.outcome = 'heartbeat' and asyncflow.progress_too_large(x.context) is not null
-        then asyncflow.progress_too_large(x.context)
+      when asyncflow.progress_too_large(x.progress) is not null then asyncflow.progress_too_large(x.progress)
       when pg_column_size(x.context) > v_max_bytes
         then format('context is too large: %s bytes, the limit is %s', pg_column_size(x.context), v_max_bytes)
       when pg_column_size(x.result) > v_max_bytes
@@ -275,11 +276,12 @@ begin
       -- the JSON rule; '.<field>: ...' names the field after the report: reports[3].context: ...
       when not asyncflow.json_ok(x.context) then format('.context: %s', asyncflow.json_problem(x.context))
       when not asyncflow.json_ok(x.result) then format('.result: %s', asyncflow.json_problem(x.result))
+      when not asyncflow.json_ok(x.progress) then format('.progress: %s', asyncflow.json_problem(x.progress))
       when x.outcome = 'later' and (x.delay is null or x.delay = 'NaN' or x.delay not between 0 and 31536000)
         then format('delay must be a number of seconds between 0 and 31536000, got %s', coalesce(x.delay::text, 'null'))
     end as problem
-    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_delays)
-      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, n)
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_delays, p_progress)
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, progress, n)
   ) checked where problem is not null order by n limit 1;
   if found then
     perform asyncflow.raise_error('AF006', case when v_bad.problem like '.%'

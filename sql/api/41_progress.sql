@@ -3,7 +3,7 @@
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
 -- progress_too_large: what is wrong with a progress value's size (at most 4096 bytes), null when
--- nothing is; the one check of set_progress and of a heartbeat report's progress (40_report.sql).
+-- nothing is; the one check of set_progress and of a report's progress (40_report.sql).
 create or replace function asyncflow.progress_too_large(p_progress jsonb) returns text
 language sql immutable parallel safe as $$
   select case when pg_column_size(p_progress) > 4096

@@ -57,7 +57,7 @@ $$;
 -- list_tasks: tasks as JSON, filtered by any of type, status, stage, user, in id order within a
 -- type (types by name), starting after the task id p_after (keyset pagination: pass the last id
 -- of a page to get the next). At most p_limit (1..1000) rows. The same as find_tasks
--- (61_task_search.sql) with those four filters.
+-- (61_task_search.sql) with those four filters, oldest first.
 create or replace function asyncflow.list_tasks(
   p_task_type text default null,
   p_status asyncflow.task_status default null,
@@ -69,7 +69,7 @@ create or replace function asyncflow.list_tasks(
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
   return query select asyncflow.find_tasks(jsonb_strip_nulls(jsonb_build_object('type', p_task_type,
-    'status', p_status, 'stage', p_stage, 'user_id', p_user_id)), p_after, p_limit);
+    'status', p_status, 'stage', p_stage, 'user_id', p_user_id)), p_after, p_limit, 'oldest');
 end
 $$;
 

@@ -8,9 +8,13 @@
 --                                             the task's last error (case-insensitive)
 -- Any other key, a value that is not a string, a bad status or time raises AF006.
 --
--- Cost. Tasks are read in (type, id) order, a type at a time along its shards' primary keys, so
--- a page reads only as far as it needs to fill itself, a type filter reads only that type's
--- partitions, and keyset paging (p_after) starts where the last page ended. A task id in q reads one row by
+-- Order. Types by name, and within a type newest first (by id, the order its tasks were created)
+-- or, asked for, oldest first. Ids count per type, so no index orders tasks of several types by
+-- age: newest first across types is a type's newest tasks, then the next type's.
+--
+-- Cost. Tasks are read a type at a time along its shards' primary keys (backwards for newest
+-- first), so a page reads only as far as it needs to fill itself, a type filter reads only that
+-- type's partitions, and keyset paging (p_after) starts where the last page ended. A task id in q reads one row by
 -- its key; an idempotency key reads asyncflow.idempotency_keys by its key, once per type. Text
 -- in the last error has no index: it is looked for in a window of at most 10,000 tasks that
 -- match the other conditions (from p_after on), so narrow a search of a large store by type,
@@ -18,13 +22,14 @@
 
 -- filter_tasks: the rows of asyncflow.tasks that match p_filter (see above) and whose status is
 -- one of p_statuses (null: any), without a workflow node's tasks when p_plain_only, after the
--- task id p_after, in (type, id) order, at most p_limit. Private: find_tasks and the bulk
--- functions read through it. Locks: none.
+-- task id p_after, in (type, id) order, ids descending when p_newest, at most p_limit. Private:
+-- find_tasks and the bulk functions read through it. Locks: none.
 -- Planned for each call's values (plan_cache_mode): a generic plan, which the plan cache may
 -- settle on after five calls, cannot use the partial index of failed and cancelled tasks
--- ("tasks_<type>$failed_cancelled") and would read every task of the type to fill a page.
+-- ("tasks_<type>$failed_cancelled") and would read every task of the type to fill a page. The
+-- custom plan also folds p_newest's CASEs away, so each direction reads along the key.
 create or replace function asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[],
-  p_plain_only boolean, p_after text, p_limit integer)
+  p_plain_only boolean, p_after text, p_limit integer, p_newest boolean)
 returns setof asyncflow.tasks
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan as $$
@@ -120,14 +125,18 @@ begin
         and (v_user_id is null or t.user_id = v_user_id)
         and (v_after_created is null or t.created_at >= v_after_created)
         and (v_before_created is null or t.created_at < v_before_created)
-        and (v_after_type is null or (t.task_type, t.id) > (v_after_type, v_after_id))
+        -- after the cursor: within its type, ids past its id; in a later type, any (a bound on
+        -- the key either way, so the page starts where the last one ended)
+        and (v_after_type is null or case when p_newest
+          then t.id < case when y.task_type = v_after_type then v_after_id else 9223372036854775807 end
+          else t.id > case when y.task_type = v_after_type then v_after_id else 0 end end)
         and (v_id_type is null or (t.task_type, t.shard, t.id) = (v_id_type, v_id_shard, v_id))
-      order by t.id
+      order by case when p_newest then t.id end desc, t.id
       limit v_window
     ) t
     where (v_type is null or y.task_type = v_type) and (v_after_type is null or y.task_type >= v_after_type)
       and (v_id_type is null or y.task_type = v_id_type)
-    order by y.task_type, t.id
+    order by y.task_type, case when p_newest then t.id end desc, t.id
     limit v_window
   ), keys as (
     select w.task_type, w.shard, w.id from window_ w where v_like is null or w.last_error ilike v_like
@@ -147,24 +156,30 @@ begin
     and (v_user_id is null or t.user_id = v_user_id)
     and (v_after_created is null or t.created_at >= v_after_created)
     and (v_before_created is null or t.created_at < v_before_created)
-    and (v_after_type is null or (t.task_type, t.id) > (v_after_type, v_after_id))
-  order by t.task_type, t.id
+    and (v_after_type is null or t.task_type > v_after_type or (t.task_type = v_after_type
+      and case when p_newest then t.id < v_after_id else t.id > v_after_id end))
+  order by t.task_type, case when p_newest then t.id end desc, t.id
   limit p_limit;
 end
 $$;
 
--- find_tasks: one page of the tasks that match p_filter (see the top of this file), as JSON, in
--- id order within a type (types by name), after the task id p_after, at most p_limit (1..1000).
--- Errors: AF006 for a bad filter, after or limit.
+-- find_tasks: one page of the tasks that match p_filter (see the top of this file), as JSON,
+-- types by name and within a type newest first (p_order 'newest', the default) or oldest first
+-- ('oldest'), after the task id p_after (the last of the page before, in the same order), at
+-- most p_limit (1..1000). Errors: AF006 for a bad filter, after, limit or order.
 create or replace function asyncflow.find_tasks(p_filter jsonb default '{}', p_after text default null,
-  p_limit integer default 100)
+  p_limit integer default 100, p_order text default 'newest')
 returns setof jsonb
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
   if p_limit is null or p_limit not between 1 and 1000 then
     perform asyncflow.raise_error('AF006', 'limit must be between 1 and 1000');
   end if;
-  return query select asyncflow.task_json(t) from asyncflow.filter_tasks(p_filter, null, false, p_after, p_limit) t;
+  if p_order is null or p_order not in ('newest', 'oldest') then
+    perform asyncflow.raise_error('AF006', format('order must be newest or oldest, got %L', p_order));
+  end if;
+  return query select asyncflow.task_json(t)
+    from asyncflow.filter_tasks(p_filter, null, false, p_after, p_limit, p_order = 'newest') t;
 end
 $$;
 
@@ -198,12 +213,12 @@ begin
   end if;
   if coalesce(p_dry_run, false) then
     select count(*) into v_seen
-    from asyncflow.filter_tasks(p_filter, v_statuses, p_action = 'retry', null, 100001) t;
+    from asyncflow.filter_tasks(p_filter, v_statuses, p_action = 'retry', null, 100001, false) t;
     return query select least(v_seen, 100000), 0::bigint, v_seen > 100000;
     return;
   end if;
   for v in select t.task_type, t.shard, t.id
-    from asyncflow.filter_tasks(p_filter, v_statuses, p_action = 'retry', null, p_limit + 1) t
+    from asyncflow.filter_tasks(p_filter, v_statuses, p_action = 'retry', null, p_limit + 1, false) t
   loop
     v_seen := v_seen + 1;
     exit when v_seen > p_limit;

@@ -12,7 +12,7 @@ grant execute on function
   asyncflow.task_created_here(text),
   asyncflow.get_task(text),
   asyncflow.list_tasks(text, asyncflow.task_status, text, text, text, integer),
-  asyncflow.find_tasks(jsonb, text, integer),
+  asyncflow.find_tasks(jsonb, text, integer, text),
   asyncflow.bulk_change_tasks(text, jsonb, boolean, integer, timestamptz),
   asyncflow.cancel_task(text, timestamptz),
   asyncflow.retry_task(text, timestamptz),
@@ -72,7 +72,7 @@ grant execute on function
   asyncflow.claim_tasks(text, text, integer, timestamptz),
   asyncflow.report_tasks(text, jsonb, timestamptz),
   asyncflow.report_task_arrays(text, text[], bigint[], text[], text[], jsonb[], jsonb[], text[], boolean[],
-    double precision[], timestamptz),
+    double precision[], timestamptz, jsonb[]),
   asyncflow.next_due(text),
   asyncflow.held_tasks(text, text),
   asyncflow.set_progress(text, bigint, jsonb)

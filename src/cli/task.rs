@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 
 use super::remote::{call, encode, json_arg, Target};
-use crate::db::api::{self, TaskFilter};
+use crate::db::api::{self, TaskFilter, TaskOrder};
 use crate::db::DbPool;
 use crate::error::{Error, Result};
 use crate::task::{NewTask, TaskStatus};
@@ -14,7 +14,7 @@ use crate::task::{NewTask, TaskStatus};
 /// `task` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
-    /// Create a task; prints {"id", "created"} (false: the idempotency key's existing task).
+    /// Create a task; prints {"id", "created"} (false: the idempotency or unique key's existing task).
     Create {
         /// Task type.
         task_type: String,
@@ -54,7 +54,8 @@ pub enum TaskCommand {
         /// Task id.
         id: String,
     },
-    /// List tasks (one page; pass the printed "next" as --after for the next).
+    /// List tasks, each type's newest first (one page; pass the printed "next" as --after for the
+    /// next, with the same --order).
     List {
         /// Only this type.
         #[arg(long = "type")]
@@ -74,6 +75,9 @@ pub enum TaskCommand {
         /// Page size (1..1000).
         #[arg(long, default_value_t = 100)]
         limit: i32,
+        /// newest (the default) or oldest: each type's tasks newest or oldest first (types by name).
+        #[arg(long, value_parser = ["newest", "oldest"])]
+        order: Option<String>,
     },
     /// Cancel a pending or running task.
     Cancel {
@@ -148,7 +152,7 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
             None => Err(Error::UnknownTask(format!("unknown task {}", crate::error::echo(&id)))),
         },
         (None, TaskCommand::Get { id }) => call(target, Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await,
-        (_, TaskCommand::List { task_type, status, stage, user_id, after, limit }) => {
+        (_, TaskCommand::List { task_type, status, stage, user_id, after, limit, order }) => {
             let filter = TaskFilter {
                 task_type,
                 status: status_arg(status)?,
@@ -156,6 +160,7 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 user_id,
                 after,
                 limit: Some(limit),
+                order: order.as_deref().and_then(TaskOrder::parse),
                 ..Default::default()
             };
             match pool {
@@ -179,6 +184,9 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                     }
                     if let Some(s) = filter.status {
                         query.push(format!("status={}", format!("{s:?}").to_lowercase()));
+                    }
+                    if let Some(o) = filter.order {
+                        query.push(format!("order={}", o.as_str()));
                     }
                     call(target, Method::GET, &format!("/v1/tasks?{}", query.join("&")), None).await
                 }

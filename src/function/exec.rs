@@ -181,6 +181,7 @@ impl ExecInner {
                 return StageReply::fail(format!("the reply on stdout is not JSON ({e}): {start:?}"));
             }
         };
-        StageReply::from_json(value).unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}")))
+        StageReply::read(value, &call.progress)
+            .unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}")))
     }
 }

@@ -108,7 +108,8 @@ impl HttpInner {
             return StageReply::fail(format!("HTTP {status}: {excerpt}"));
         }
         match serde_json::from_slice::<serde_json::Value>(&received) {
-            Ok(v) => StageReply::from_json(v).unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}"))),
+            Ok(v) => StageReply::read(v, &call.progress)
+                .unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}"))),
             Err(e) => StageReply::fail(format!("the reply body is not JSON ({e})")),
         }
     }

@@ -55,7 +55,8 @@ pub struct StageCall {
     #[serde(skip)]
     pub cancel: CallCancel,
     /// Where the call reports its progress (not on the wire): the worker sends the latest value
-    /// with its next heartbeat, and `get_task` shows it as `progress`.
+    /// with its next heartbeat (the last one with the reply), and `get_task` shows it as
+    /// `progress`.
     #[serde(skip)]
     pub progress: Progress,
 }
@@ -64,7 +65,8 @@ pub struct StageCall {
 pub const PROGRESS_BYTES_MAX: usize = 4096;
 
 /// A running call's progress: a small JSON value (e.g. `{"percent": 40, "message": "..."}`),
-/// sent with the worker's next heartbeat (no round trip of its own) and shown by `get_task`.
+/// sent with the worker's next heartbeat (no round trip of its own), the last value with the
+/// call's reply, and shown by `get_task`.
 /// Rust handlers call [`Progress::report`] on [`StageCall::progress`]; executables write a line
 /// `asyncflow:progress <json>` to stderr.
 #[derive(Debug, Clone, Default)]
@@ -262,6 +264,26 @@ impl StageReply {
         Ok(reply)
     }
 
+    /// Reads the reply object of a function's call, as [`StageReply::from_json`], beside its
+    /// optional `"progress"`: the call's last progress (a JSON value, at most
+    /// [`PROGRESS_BYTES_MAX`] bytes; null is none), set on `progress` so that the worker writes
+    /// it with the reply. A progress line sent just before a reply may be read after it (warm
+    /// instances) or not reach a heartbeat; this one cannot be lost.
+    pub fn read(value: Value, progress: &Progress) -> Result<Self, String> {
+        let (value, last) = match value {
+            Value::Object(mut map) => {
+                let last = map.remove("progress").filter(|p| !p.is_null());
+                (Value::Object(map), last)
+            }
+            other => (other, None),
+        };
+        let reply = Self::from_json(value)?;
+        if let Some(last) = last {
+            progress.report(last)?;
+        }
+        Ok(reply)
+    }
+
     /// The reply as the JSON object a function writes (the inverse of [`StageReply::from_json`]).
     pub fn to_json(&self) -> Value {
         match self {
@@ -321,6 +343,20 @@ where
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_replys_progress_is_the_calls_last() {
+        let progress = Progress::default();
+        let reply = StageReply::read(json!({"result": 1, "progress": {"percent": 100}}), &progress);
+        assert_eq!(reply, Ok(StageReply::Succeeded { result: json!(1) }));
+        assert_eq!(progress.newer_than(0).map(|(_, v)| v), Some(json!({"percent": 100})));
+        let quiet = Progress::default();
+        assert!(StageReply::read(json!({"later": 1, "progress": null}), &quiet).is_ok());
+        assert_eq!(quiet.newer_than(0), None, "null is no progress");
+        let big = json!({"result": 1, "progress": "x".repeat(PROGRESS_BYTES_MAX)});
+        assert!(StageReply::read(big, &quiet).is_err(), "too large: the reply is malformed");
+        assert!(StageReply::from_json(json!({"result": 1, "progress": 1})).is_err(), "only read() takes it");
+    }
 
     #[test]
     fn each_reply_form_is_read() {

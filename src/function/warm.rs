@@ -246,7 +246,8 @@ impl Pool {
                 } else {
                     self.put_back(instance);
                 }
-                StageReply::from_json(reply).unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}")))
+                StageReply::read(reply, &call.progress)
+                    .unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}")))
             }
             Ok(Err(broken)) => {
                 let why = instance.failure_text(broken).await;

@@ -249,7 +249,7 @@ fn flat_object(named: &std::collections::BTreeMap<String, RefOr<Schema>>, all: &
 
 // ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----
 
-/// The id of the created task, or of the task its idempotency key already named.
+/// The id of the created task, or of the task its idempotency key or unique key already named.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub(super) struct TaskCreated {
@@ -257,7 +257,8 @@ pub(super) struct TaskCreated {
     #[schema(example = "video-1-42")]
     id: String,
     /// True when this call created the task (201); false when its idempotency key already
-    /// named a task of the type, which is returned and nothing is created (200).
+    /// named a task of the type, or its unique key's task still blocks (pending or running, or
+    /// inside `unique_for`): that task is returned and nothing is created (200).
     created: bool,
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::openapi::{TaskCancelled, TaskCreated, TaskPage, TaskRetried, TasksCreated};
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::db::api::{self, BulkAction, BulkOutcome, TaskFilter, BULK_LIMIT_MAX};
+use crate::db::api::{self, BulkAction, BulkOutcome, TaskFilter, TaskOrder, BULK_LIMIT_MAX};
 use crate::error::echo;
 use crate::task::{NewTask, Task};
 
@@ -32,7 +32,7 @@ pub(super) fn routes() -> Router<AppState> {
 #[schema(as = CreateTaskRequest)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
-    /// A registered task type.
+    /// A task type (registered with the default settings if nothing has registered it).
     #[serde(rename = "type", alias = "task_type")]
     task_type: String,
     #[serde(flatten)]
@@ -44,24 +44,25 @@ struct CreateBody {
 #[schema(as = CreateTasksRequest)]
 #[serde(deny_unknown_fields)]
 struct BulkBody {
-    /// A registered task type.
+    /// A task type (registered with the default settings if nothing has registered it).
     #[serde(rename = "type", alias = "task_type")]
     task_type: String,
     /// The tasks, each with the optional fields of one task.
     tasks: Vec<NewTask>,
 }
 
-/// Creates one task; an `Idempotency-Key` header (or body field) returns the existing task's id.
+/// Creates one task (of a type nothing has registered yet too: it is registered with the default
+/// settings); an `Idempotency-Key` header (or body field) returns the existing task's id,
+/// and so does a `unique_key` while its task blocks (answered 200, `created`: false).
 #[utoipa::path(post, path = "/v1/tasks", operation_id = "create_task", tag = "tasks",
     params(("Idempotency-Key" = Option<String>, Header, description = "Same key, same type: the existing task's id, nothing created"),
         ("traceparent" = Option<String>, Header, description = TRACEPARENT_HEADER)),
     request_body = CreateBody,
     responses(
         (status = 201, description = "Created (`created`: true)", body = TaskCreated),
-        (status = 200, description = "Found by its idempotency key, nothing created (`created`: false)", body = TaskCreated),
-        (status = 400, description = "Malformed body, invalid priority or argument", body = ApiError),
+        (status = 200, description = "Found by its idempotency key or unique key, nothing created (`created`: false)", body = TaskCreated),
+        (status = 400, description = "Malformed body, invalid type name, priority or argument", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
-        (status = 404, description = "Unknown task type", body = ApiError),
         (status = 413, description = "Body or context too large", body = ApiError),
     ))]
 async fn create(
@@ -83,15 +84,15 @@ async fn create(
     Ok((status, Json(json!({"id": id, "created": created}))))
 }
 
-/// Creates many tasks of one type in one statement; their ids in input order.
+/// Creates many tasks of one type in one statement (registering a new type as `POST /v1/tasks`
+/// does); their ids in input order.
 #[utoipa::path(post, path = "/v1/tasks/bulk", operation_id = "create_tasks", tag = "tasks",
     params(("traceparent" = Option<String>, Header, description = TRACEPARENT_HEADER)),
     request_body = BulkBody,
     responses(
         (status = 201, description = "Created", body = TasksCreated),
-        (status = 400, description = "Malformed body, more than 10,000 tasks, invalid priority", body = ApiError),
+        (status = 400, description = "Malformed body, more than 10,000 tasks, invalid type name or priority", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
-        (status = 404, description = "Unknown task type", body = ApiError),
         (status = 413, description = "Body or a context too large", body = ApiError),
     ))]
 async fn create_bulk(
@@ -172,18 +173,22 @@ struct ListQuery {
     /// An exact task id, an idempotency key, or text in the last error (looked for in at most
     /// 10,000 tasks that match the other conditions, from `after` on).
     q: Option<String>,
-    /// Start after this task id (`next` of the previous page).
+    /// Start after this task id (`next` of the previous page, asked in the same order).
     after: Option<String>,
     /// Page size, 1..=1000 (default 100).
     limit: Option<i32>,
+    /// `newest` (the default) or `oldest`: each type's tasks newest or oldest first (types by
+    /// name; ids count per type, so no index orders tasks of several types by age).
+    order: Option<String>,
 }
 
-/// One page of tasks in (type, id) order; `next` is the `after` of the next page, null on the last.
+/// One page of tasks, types by name and each type's newest first (`order=oldest`: oldest first);
+/// `next` is the `after` of the next page in the same order, null on the last.
 #[utoipa::path(get, path = "/v1/tasks", operation_id = "list_tasks", tag = "tasks",
     params(ListQuery),
     responses(
         (status = 200, description = "A page of tasks", body = TaskPage),
-        (status = 400, description = "Unknown parameter, bad status or limit", body = ApiError),
+        (status = 400, description = "Unknown parameter, bad status, order or limit", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
     ))]
 async fn list(
@@ -238,6 +243,13 @@ fn task_filter(q: ListQuery) -> ApiResult<TaskFilter> {
             ))
         })?),
     };
+    let order = match q.order.as_deref() {
+        None => None,
+        Some(o) => Some(
+            TaskOrder::parse(o)
+                .ok_or_else(|| ApiError::bad_request(format!("order must be newest or oldest; got {}", echo(o))))?,
+        ),
+    };
     Ok(TaskFilter {
         task_type: q.task_type,
         status,
@@ -249,6 +261,7 @@ fn task_filter(q: ListQuery) -> ApiResult<TaskFilter> {
         q: q.q,
         after: q.after,
         limit: q.limit,
+        order,
     })
 }
 
@@ -258,7 +271,7 @@ fn task_filter(q: ListQuery) -> ApiResult<TaskFilter> {
 #[serde(deny_unknown_fields)]
 struct BulkChangeBody {
     /// The tasks to act on: the conditions of `GET /v1/tasks` (none at all selects every task the
-    /// action can take); its paging fields `after` and `limit` are refused.
+    /// action can take); its paging fields `after`, `limit` and `order` are refused.
     #[serde(default)]
     filter: ListQuery,
     /// Only count the tasks that would change; change nothing.
@@ -274,9 +287,9 @@ async fn bulk_change(
     action: BulkAction,
 ) -> ApiResult<Json<BulkOutcome>> {
     let body: BulkChangeBody = parse_body(&state, body)?;
-    if body.filter.after.is_some() || body.filter.limit.is_some() {
+    if body.filter.after.is_some() || body.filter.limit.is_some() || body.filter.order.is_some() {
         return Err(ApiError::bad_request(
-            "filter.after and filter.limit page a list; a bulk call takes `limit` beside `filter`",
+            "filter.after, filter.limit and filter.order page a list; a bulk call takes `limit` beside `filter`",
         ));
     }
     let filter = task_filter(body.filter)?;

@@ -128,7 +128,7 @@ async fn single(
     let b: ReportRequest = parse_body(&state, body)?;
     let missing = |field: &str| ApiError::bad_request(format!("{field} is required"));
     let report_kind = match kind {
-        Kind::Heartbeat => ReportKind::Heartbeat { progress: b.progress },
+        Kind::Heartbeat => ReportKind::Heartbeat,
         Kind::Advance => ReportKind::Advance { stage: b.stage.ok_or_else(|| missing("stage"))?, context: b.context },
         Kind::Succeed => ReportKind::Succeed { result: b.result.unwrap_or(Value::Null) },
         Kind::Fail => {
@@ -138,7 +138,7 @@ async fn single(
         Kind::Release => ReportKind::Release,
     };
     let worker = WorkerId::new(&b.worker_id)?;
-    let report = Report { task_id: b.task_id.clone(), claim_seq: b.claim_seq, kind: report_kind };
+    let report = Report { task_id: b.task_id.clone(), claim_seq: b.claim_seq, kind: report_kind, progress: b.progress };
     let c = state.pool.get().await.map_err(crate::Error::from)?;
     let result = api::report_tasks(&c, &worker, &[report], None).await?.into_iter().next();
     match result {

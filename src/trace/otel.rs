@@ -186,7 +186,7 @@ fn outcome(kind: &ReportKind) -> &'static str {
         ReportKind::Fail { .. } => "fail",
         ReportKind::Later { .. } => "later",
         ReportKind::Release => "release",
-        ReportKind::Heartbeat { .. } => "heartbeat",
+        ReportKind::Heartbeat => "heartbeat",
     }
 }
 

@@ -520,7 +520,7 @@ impl RemoteClient {
             .zip(results)
             .map(|(report, r)| {
                 // A report answered for good ends the call; an accepted heartbeat does not.
-                if !r.accepted || !matches!(report.kind, ReportKind::Heartbeat { .. }) {
+                if !r.accepted || !matches!(report.kind, ReportKind::Heartbeat) {
                     outstanding.remove(report.task_id.as_str());
                 }
                 ReportResult {
@@ -571,7 +571,7 @@ impl RemoteClient {
             held.tasks
                 .into_iter()
                 .filter(|t| !known.contains(t.task_id.as_str()))
-                .map(|t| Report { task_id: t.task_id, claim_seq: t.claim_seq, kind: ReportKind::Release })
+                .map(|t| Report::new(t.task_id, t.claim_seq, ReportKind::Release))
                 .collect()
         };
         if strays.is_empty() {
@@ -618,11 +618,11 @@ mod tests {
     use crate::ids::TaskId;
 
     fn report(n: u32, context_bytes: usize) -> Report {
-        Report {
-            task_id: TaskId::parse(&format!("t-1-{n}")).unwrap(),
-            claim_seq: 1,
-            kind: ReportKind::Advance { stage: "s".into(), context: Some(json!({"pad": "x".repeat(context_bytes)})) },
-        }
+        Report::new(
+            TaskId::parse(&format!("t-1-{n}")).unwrap(),
+            1,
+            ReportKind::Advance { stage: "s".into(), context: Some(json!({"pad": "x".repeat(context_bytes)})) },
+        )
     }
 
     #[test]

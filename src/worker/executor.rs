@@ -105,17 +105,25 @@ pub(super) async fn run(
             Err(kind) => break (kind, report_span),
         }
     };
-    {
+    // The call's last progress, unless a heartbeat has already carried it: written with the reply,
+    // so a value reported just before the reply is not lost with the heartbeats that end here.
+    let last_progress = {
         let mut inflight = shared.lock_inflight();
-        if inflight.get(&key).is_some_and(|f| f.generation == generation) {
-            inflight.remove(&key);
+        match inflight.get(&key) {
+            Some(f) if f.generation == generation => {
+                let sent = f.progress_sent;
+                inflight.remove(&key);
+                progress.newer_than(sent).map(|(_, value)| value)
+            }
+            _ => None,
         }
-    }
+    };
 
     // A held claim's success or advance is written by the hold while it is open, which then
     // also counts it and frees its slot; any other reply waits for the hold's end (the task is
-    // claimed then).
+    // claimed then), and so does one with progress to write (the finish writes no progress).
     let (kind, permit, answer) = match (hold, kind) {
+        (Some((hold, _)), Some(kind)) if last_progress.is_some() => (Some(kind), permit, hold.ended(&task_id).await),
         (Some((hold, index)), Some(kind)) => match hold.take(index, kind, permit) {
             Ok(()) => {
                 if let Some(span) = report_span {
@@ -129,7 +137,9 @@ pub(super) async fn run(
         (None, kind) => (kind, permit, Answer::Report),
     };
     let written = match (kind, answer) {
-        (Some(kind), Answer::Report) => report_reply(&shared, &task_id, claim_seq, &call_log, kind).await,
+        (Some(kind), Answer::Report) => {
+            report_reply(&shared, &task_id, claim_seq, &call_log, kind, last_progress).await
+        }
         (Some(_), Answer::Lost) => {
             tracing::debug!(task = %key, "held claim failed: the call's reply is dropped");
             "dropped"
@@ -203,28 +213,30 @@ impl CallLog {
     }
 }
 
-/// Reports a reply through the reporter and counts what became of it: `accepted`, `refused`
-/// (the fence did not match) or `unknown` (no answer, at shutdown).
+/// Reports a reply (with the call's last progress, if any) through the reporter and counts what
+/// became of it: `accepted`, `refused` (the fence did not match) or `unknown` (no answer, at
+/// shutdown).
 pub(super) async fn report_reply(
     shared: &Shared,
     task_id: &TaskId,
     claim_seq: i64,
     call: &CallLog,
     kind: ReportKind,
+    progress: Option<serde_json::Value>,
 ) -> &'static str {
     let counter = match &kind {
         ReportKind::Advance { .. } => &shared.stats.advanced,
         ReportKind::Succeed { .. } => &shared.stats.succeeded,
         ReportKind::Later { .. } => &shared.stats.later,
         ReportKind::Release => &shared.stats.released,
-        ReportKind::Fail { .. } | ReportKind::Heartbeat { .. } => &shared.stats.retried,
+        ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
     };
     // what an operator wants to see in the log at INFO: a call that failed, and what became of it
     let failure = match &kind {
         ReportKind::Fail { error, retry } => Some((crate::error::shorten(error), *retry)),
         _ => None,
     };
-    let result = shared.reporter.send(vec![report(task_id, claim_seq, kind)]).await;
+    let result = shared.reporter.send(vec![report(task_id, claim_seq, kind, progress)]).await;
     let (task_type, stage, attempt) = (&call.task_type, &call.stage, call.attempt);
     match result.into_iter().next().flatten() {
         Some(r) if r.accepted => {
@@ -365,7 +377,7 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
         for (key, claim_seq, progress) in &due {
             if let Ok(id) = crate::ids::TaskId::parse(key) {
                 let progress = progress.as_ref().map(|(_, v)| v.clone());
-                reports.push(report(&id, *claim_seq, ReportKind::Heartbeat { progress }));
+                reports.push(report(&id, *claim_seq, ReportKind::Heartbeat, progress));
             }
         }
         let results = shared.reporter.send(reports).await;

@@ -463,7 +463,8 @@ async fn finish(
     if !kept.is_empty() {
         let shared = &shared;
         let reports = to_report.into_iter().map(|(id, seq, call, reply)| async move {
-            super::executor::report_reply(shared, id, seq, &call, reply).await
+            // the hold took only replies without progress still to send (see executor::run)
+            super::executor::report_reply(shared, id, seq, &call, reply, None).await
         });
         futures_util::future::join_all(reports).await;
         let freed = kept.len();

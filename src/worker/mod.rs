@@ -635,6 +635,11 @@ async fn wait_until_idle(shared: &Shared, types: &[TypeName], maintenance: bool)
     }
 }
 
-fn report(task_id: &crate::ids::TaskId, claim_seq: i64, kind: ReportKind) -> Report {
-    Report { task_id: task_id.clone(), claim_seq, kind }
+fn report(
+    task_id: &crate::ids::TaskId,
+    claim_seq: i64,
+    kind: ReportKind,
+    progress: Option<serde_json::Value>,
+) -> Report {
+    Report { task_id: task_id.clone(), claim_seq, kind, progress }
 }

@@ -229,12 +229,15 @@ async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], g
 /// The report to write instead of one the server refused as malformed: the task fails (with
 /// the usual retries) saying why its reply was refused, rather than staying claimed until its
 /// lease runs out and the call is made again. None for a report that is itself a failure (or a
-/// heartbeat or a hand-back, which carry nothing a server could refuse).
+/// heartbeat or a hand-back, which carry nothing a server could refuse). The failure carries no
+/// progress: the refused report's may be what was refused.
 fn failure_instead(refused: &Report, why: &str) -> Option<Report> {
-    replaced_when_refused(&refused.kind).then(|| Report {
-        task_id: refused.task_id.clone(),
-        claim_seq: refused.claim_seq,
-        kind: ReportKind::Fail { error: format!("the reply was refused: {why}"), retry: true },
+    replaced_when_refused(&refused.kind).then(|| {
+        Report::new(
+            refused.task_id.clone(),
+            refused.claim_seq,
+            ReportKind::Fail { error: format!("the reply was refused: {why}"), retry: true },
+        )
     })
 }
 

@@ -33,5 +33,5 @@ pub fn worker(name: &str) -> WorkerId {
 }
 
 pub fn rep(id: &str, claim_seq: i64, kind: ReportKind) -> Report {
-    Report { task_id: TaskId::parse(id).unwrap(), claim_seq, kind }
+    Report { task_id: TaskId::parse(id).unwrap(), claim_seq, kind, progress: None }
 }

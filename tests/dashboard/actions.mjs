@@ -63,6 +63,12 @@ try {
     await waitFor(() => document.querySelectorAll('#tasks tbody tr').length > 0);
     out.reloaded_ids = await listIds();
     out.reloaded_q = await page.inputValue('#f-q');
+    // oldest first, asked for: in the URL too
+    await page.selectOption('#f-order', 'oldest');
+    await page.click('#filters button[type="submit"]');
+    await waitFor(() => document.querySelector('#list-title').textContent.includes('oldest first'));
+    out.oldest_hash = decodeURIComponent(new URL(page.url()).hash);
+    out.oldest_ids = await listIds();
   } else if (step === 'bulk-retry') {
     await open(`#/tasks?${new URLSearchParams({ type, q: env('DASHBOARD_Q') })}`);
     await waitFor(() => document.querySelectorAll('#tasks tbody tr').length > 0);

@@ -188,6 +188,7 @@ async fn eight_concurrent_claimers_never_hold_the_same_task_and_finish_all_10000
                         task_id: t.task_id.clone(),
                         claim_seq: t.claim_seq,
                         kind: ReportKind::Succeed { result: json!(n) },
+                        progress: None,
                     })
                     .collect();
                 // Release our hold before reporting: after the report another claimer may see it.

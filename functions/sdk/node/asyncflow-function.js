@@ -18,8 +18,9 @@
 //
 // progress(value) reports how far the running call has got: a small JSON value (at most 4096
 // bytes), e.g. progress({ percent: 40, message: 'encoding' }). It is shown by get_task as
-// `progress` while the call runs. The worker keeps the task's lease alive for as long as the call
-// runs, so there is no heartbeat to send.
+// `progress` while the call runs, and the last value is sent again with the call's reply (its
+// "progress"), so a value reported just before the reply is kept. The worker keeps the task's
+// lease alive for as long as the call runs, so there is no heartbeat to send.
 
 const readline = require('readline');
 
@@ -29,6 +30,8 @@ const PROGRESS_BYTES_MAX = 4096;
 // The id of the call being served in warm mode (the last one once it has replied): a progress
 // line names it, so that a line the worker reads late is never taken for the next call's.
 let callId = null;
+// The running call's last progress (undefined: none yet), sent again with its reply.
+let lastProgress;
 
 // Reports the running call's progress: one stderr line, `asyncflow:progress <json>` (in warm
 // mode `asyncflow:progress:<call id> <json>`), sent by the worker with its next heartbeat.
@@ -43,15 +46,21 @@ function progress(value) {
   if (size > PROGRESS_BYTES_MAX) {
     throw new RangeError('progress is ' + size + ' bytes of JSON, the limit is ' + PROGRESS_BYTES_MAX);
   }
-  // a pipe: written at once on Linux, before the reply that follows it
+  lastProgress = value;
+  // a pipe: written at once on Linux, before the reply that follows it (but read apart from it)
   process.stderr.write('asyncflow:progress' + (callId === null ? '' : ':' + callId) + ' ' + text + '\n');
 }
 
 async function callHandle(handle, call) {
+  lastProgress = undefined;
   try {
     const reply = await handle(call);
     if (reply === null || typeof reply !== 'object' || Array.isArray(reply)) {
       return { error: 'the handler returned ' + typeof reply + ', not a reply object', retry: false };
+    }
+    // the call's last progress goes with its reply, unless the handler gave one itself
+    if (lastProgress !== undefined && !Object.prototype.hasOwnProperty.call(reply, 'progress')) {
+      return Object.assign({}, reply, { progress: lastProgress });
     }
     return reply;
   } catch (e) {

@@ -22,8 +22,9 @@ While `handle` runs, print() goes to stderr, so that a stray print cannot break 
 
 `progress(value)` reports how far the running call has got: a small JSON value (at most 4096
 bytes), e.g. progress({"percent": 40, "message": "encoding"}). It is shown by get_task as
-`progress` while the call runs. The worker keeps the task's lease alive for as long as the call
-runs, so there is no heartbeat to send.
+`progress` while the call runs, and the last value is sent again with the call's reply (its
+"progress"), so a value reported just before the reply is kept. The worker keeps the task's lease
+alive for as long as the call runs, so there is no heartbeat to send.
 """
 
 import json
@@ -39,8 +40,14 @@ PROGRESS_BYTES_MAX = 4096
 # line names it, so that a line the worker reads late is never taken for the next call's.
 _call_id = None
 
+# The running call's last progress (_NONE: none yet), sent again with its reply.
+_NONE = object()
+_last_progress = _NONE
+
 
 def _call_handle(handle, call):
+    global _last_progress
+    _last_progress = _NONE
     try:
         reply = handle(call)
     except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
@@ -48,6 +55,9 @@ def _call_handle(handle, call):
         return {"error": "%s: %s" % (type(e).__name__, e), "retry": True}
     if not isinstance(reply, dict):
         return {"error": "the handler returned %s, not a reply object" % type(reply).__name__, "retry": False}
+    # the call's last progress goes with its reply, unless the handler gave one itself
+    if _last_progress is not _NONE and "progress" not in reply:
+        reply = dict(reply, progress=_last_progress)
     return reply
 
 
@@ -96,14 +106,17 @@ def progress(value):
     """Reports the running call's progress (any JSON value of at most 4096 bytes).
 
     Written to stderr as one line, `asyncflow:progress <json>` (in warm mode
-    `asyncflow:progress:<call id> <json>`); the worker sends it with its next heartbeat.
+    `asyncflow:progress:<call id> <json>`); the worker sends it with its next heartbeat, and the
+    last value goes again with the call's reply.
     Raises ValueError for a value larger than that, TypeError for one JSON cannot hold.
     """
+    global _last_progress
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     # measured as the worker measures it: UTF-8, not \u escapes
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
     if size > PROGRESS_BYTES_MAX:
         raise ValueError("progress is %d bytes of JSON, the limit is %d" % (size, PROGRESS_BYTES_MAX))
+    _last_progress = value
     tag = "" if _call_id is None else ":%s" % _call_id
     sys.stderr.write("asyncflow:progress%s %s\n" % (tag, text))
     sys.stderr.flush()

@@ -1,16 +1,17 @@
 -- type_report__<type>(owner, task_ids, claim_seqs, outcomes, stages, contexts, results, errors,
--- retries, delays, now): the type's reports as typed arrays, called by report_task_arrays (and
+-- retries, delays, now, progress): the type's reports as typed arrays, called by report_task_arrays (and
 -- straight by a worker that knows the type). Each report is applied only while its task is still
 -- running under the same owner and claim_seq (the fence); anything else is answered as refused
 -- and changes nothing. Outcomes: succeed, advance (next stage, context), fail (retried with
 -- backoff while tries are left and retry is true), later (pending again in `delay` seconds, the
--- try given back), release (handed back, the try given back), heartbeat (lease extended, and
--- the task's progress set when the context slot holds one).
+-- try given back), release (handed back, the try given back), heartbeat (lease extended). With
+-- any outcome, a progress (not null) becomes the task's: a heartbeat's, or the call's last one
+-- written with its reply, so a value reported just before the reply is kept.
 -- Counters and the stage-time histogram are written in the same statement.
 -- Placeholders: {{report}} this function, {{tasks}}, {{task_type}}.
 create or replace function asyncflow.{{report}}(p_owner text, p_task_ids text[], p_claim_seqs bigint[],
   p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[],
-  p_retries boolean[], p_delays double precision[], p_now timestamptz)
+  p_retries boolean[], p_delays double precision[], p_now timestamptz, p_progress jsonb[] default null)
 returns table (n bigint, task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamptz)
 language plpgsql security definer set search_path = pg_catalog, pg_temp
 set enable_seqscan = off set jit = off set plan_cache_mode = force_generic_plan as $body$
@@ -20,7 +21,7 @@ declare
   v_now constant timestamptz := asyncflow.check_now(p_now);
 begin
   perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
-    p_errors, p_retries, p_delays);
+    p_errors, p_retries, p_delays, p_progress);
   if p_outcomes <@ array['succeed'] then
     -- A batch of successes only (every report of a one-stage burn-down, most batches of a
     -- busy worker): the same effects, counters and answers as the general statement below,
@@ -30,13 +31,13 @@ begin
     with r as (
       select x.n, x.task_id,
         split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
-        x.claim_seq, x.result
-      from unnest(p_task_ids, p_claim_seqs, p_results) with ordinality as x(task_id, claim_seq, result, n)
+        x.claim_seq, x.result, nullif(x.progress, 'null'::jsonb) as progress
+      from unnest(p_task_ids, p_claim_seqs, p_results, p_progress) with ordinality as x(task_id, claim_seq, result, progress, n)
       where split_part(x.task_id, '-', 1) = v_task_type
     ), changed as (
       update asyncflow.{{tasks}} t set
-        status = 'succeeded', result = coalesce(r.result, '{}'::jsonb), lease_until = null,
-        finished_at = v_now, updated_at = v_now
+        status = 'succeeded', result = coalesce(r.result, '{}'::jsonb), progress = coalesce(r.progress, t.progress),
+        lease_until = null, finished_at = v_now, updated_at = v_now
       from (select distinct on (shard, id) * from r order by shard, id, n desc) r
       where t.shard = r.shard and t.id = r.id
         and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
@@ -84,9 +85,11 @@ begin
     select x.n, x.task_id,
       split_part(x.task_id, '-', 2)::integer as shard, split_part(x.task_id, '-', 3)::bigint as id,
       x.claim_seq, x.outcome, x.stage, nullif(x.context, 'null'::jsonb) as context, x.result,
-      left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay
-    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries, p_delays)
-      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, n)
+      left(x.error, 256) as error, coalesce(x.retry, true) as retry, x.delay,
+      nullif(x.progress, 'null'::jsonb) as progress
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_errors, p_retries, p_delays,
+        p_progress)
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, progress, n)
     where split_part(x.task_id, '-', 1) = v_task_type
   ), changed as (
     update asyncflow.{{tasks}} t set
@@ -97,8 +100,7 @@ begin
         else 'pending' end::asyncflow.task_status,
       stage = case when r.outcome = 'advance' then r.stage else t.stage end,
       context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
-      -- a heartbeat's context slot carries the call's progress
-      progress = case when r.outcome = 'heartbeat' then coalesce(r.context, t.progress) else t.progress end,
+      progress = coalesce(r.progress, t.progress),
       result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
       last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed') else t.last_error end,
       attempt = case

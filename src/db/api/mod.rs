@@ -127,15 +127,16 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
     TaskId::parse(&get::<String>(&row, "id")?)
 }
 
-/// `asyncflow.create_task`, and whether it created the task (true) or found the one its
-/// idempotency key already named (false, via `asyncflow.task_created_here` in the same
-/// transaction). Without a key, always created.
+/// `asyncflow.create_task`, and whether it created the task (true) or found one its key already
+/// named (false): the idempotency key's task, or the unique key's task while it blocks. Both are
+/// told apart the same way, by `asyncflow.task_created_here` in the same transaction (the task
+/// row is this transaction's own or not). Without either key, always created.
 pub async fn create_task_found(
     c: &mut deadpool_postgres::Object,
     task_type: &str,
     task: &NewTask,
 ) -> Result<(TaskId, bool)> {
-    if task.idempotency_key.is_none() {
+    if task.idempotency_key.is_none() && task.unique_key.is_none() {
         return Ok((create_task(&*c, task_type, task).await?, true));
     }
     let tx = c.transaction().await.map_err(Error::from_db)?;
@@ -334,6 +335,7 @@ pub async fn report_tasks<C: GenericClient>(
     let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
     let mut retries: Vec<Option<bool>> = Vec::with_capacity(n);
     let mut delays: Vec<Option<f64>> = Vec::with_capacity(n);
+    let mut progress: Vec<Option<&Value>> = Vec::with_capacity(n);
     for r in reports {
         task_ids.push(r.task_id.as_str());
         claim_seqs.push(r.claim_seq);
@@ -345,9 +347,9 @@ pub async fn report_tasks<C: GenericClient>(
             ReportKind::Fail { error, retry } => ("fail", None, None, None, Some(error.as_str()), Some(*retry), None),
             ReportKind::Later { delay, context } => ("later", None, context.as_ref(), None, None, None, Some(*delay)),
             ReportKind::Release => ("release", None, None, None, None, None, None),
-            // a heartbeat's progress travels in the context slot, which a heartbeat has no use for
-            ReportKind::Heartbeat { progress } => ("heartbeat", None, progress.as_ref(), None, None, None, None),
+            ReportKind::Heartbeat => ("heartbeat", None, None, None, None, None, None),
         };
+        progress.push(r.progress.as_ref());
         outcomes.push(outcome);
         stages.push(stage);
         contexts.push(context);
@@ -356,7 +358,7 @@ pub async fn report_tasks<C: GenericClient>(
         retries.push(retry);
         delays.push(delay);
     }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
         &owner.as_str(),
         &task_ids,
         &claim_seqs,
@@ -368,9 +370,10 @@ pub async fn report_tasks<C: GenericClient>(
         &retries,
         &delays,
         &now,
+        &progress,
     ];
     const ANSWERS: &str = "select task_id, accepted, status::text as status, lease_until from asyncflow.";
-    const ARGS: &str = "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+    const ARGS: &str = "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
     // A batch of one type (the worker's, always) goes straight to the type's report function,
     // which checks it as report_task_arrays does: no statement built per call around it and
     // no second pass over the answers (about 2 ms of 18 per 1,000 successes). A type without

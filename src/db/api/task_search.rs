@@ -39,10 +39,45 @@ pub struct TaskFilter {
     /// at most 10,000 tasks that match the rest).
     #[serde(default)]
     pub q: Option<String>,
-    /// Start after this task id (the last id of the previous page).
+    /// Start after this task id (the last id of the previous page, in the same order).
     pub after: Option<String>,
     /// Page size, 1..=1000 (default 100).
     pub limit: Option<i32>,
+    /// Newest first (the default) or oldest first, within a type (types by name).
+    #[serde(default)]
+    pub order: Option<TaskOrder>,
+}
+
+/// The order of a page of tasks: types by name, and within a type newest first (by id, the
+/// order its tasks were created) or oldest first. Ids count per type, so there is no order by age
+/// across types that an index keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskOrder {
+    /// The newest task of a type first (the default).
+    #[default]
+    Newest,
+    /// The oldest task of a type first.
+    Oldest,
+}
+
+impl TaskOrder {
+    /// The spelling `find_tasks` and `GET /v1/tasks?order=` take.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskOrder::Newest => "newest",
+            TaskOrder::Oldest => "oldest",
+        }
+    }
+
+    /// Reads `newest` or `oldest`.
+    pub fn parse(text: &str) -> Option<TaskOrder> {
+        match text {
+            "newest" => Some(TaskOrder::Newest),
+            "oldest" => Some(TaskOrder::Oldest),
+            _ => None,
+        }
+    }
 }
 
 impl TaskFilter {
@@ -66,12 +101,14 @@ impl TaskFilter {
     }
 }
 
-/// `asyncflow.find_tasks`: one page of the tasks that match, in (type, id) order.
+/// `asyncflow.find_tasks`: one page of the tasks that match, types by name and each type's
+/// tasks in the filter's order (newest first unless it says otherwise).
 pub async fn list_tasks<C: GenericClient>(c: &C, filter: &TaskFilter) -> Result<Vec<Task>> {
+    let order = filter.order.unwrap_or_default().as_str();
     let rows = query(
         c,
-        "select t from asyncflow.find_tasks($1, $2, $3) t",
-        &[&filter.conditions(), &filter.after, &filter.limit.unwrap_or(100)],
+        "select t from asyncflow.find_tasks($1, $2, $3, $4) t",
+        &[&filter.conditions(), &filter.after, &filter.limit.unwrap_or(100), &order],
     )
     .await?;
     rows.iter().map(|r| from_json(get(r, "t")?, "task")).collect()

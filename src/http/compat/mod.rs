@@ -345,7 +345,7 @@ fn decide(task: &Task, r: SetReport, now: i64) -> Result<ReportKind, Failure> {
                     "status 2 (processing) keeps the task as it is; report status 1 to change its stage or context",
                 ));
             }
-            ReportKind::Heartbeat { progress: None }
+            ReportKind::Heartbeat
         }
     })
 }
@@ -393,7 +393,7 @@ async fn set_task(state: &AppState, input: &Input) -> Outcome {
     };
     let kind = decide(&task, report, Utc::now().timestamp())?;
     let owner = WorkerId::new(COMPAT_OWNER)?;
-    let report = Report { task_id: task.id.clone(), claim_seq, kind };
+    let report = Report::new(task.id.clone(), claim_seq, kind);
     match api::report_tasks(&c, &owner, &[report], None).await?.into_iter().next() {
         Some(r) if r.accepted => Ok(Map::new()),
         Some(r) => Err(Failure::Code(
@@ -446,6 +446,8 @@ async fn get_task_list(state: &AppState, input: &Input) -> Outcome {
             status: Some(status),
             limit: Some(page_size),
             after: tasks.last().map(|t| t.id.to_string()),
+            // the original server's order
+            order: Some(api::TaskOrder::Oldest),
             ..Default::default()
         };
         let page = api::list_tasks(&c, &filter).await?;

@@ -8,6 +8,8 @@
 (() => {
   const { $, el, api, run, fmtTime, fmtJson, statusBadge, showMessage, taskLink, field } = window.AF;
   const FIELDS = ['type', 'status', 'stage', 'queue_key', 'user_id', 'created_after', 'created_before', 'q'];
+  // what the list's URL may hold besides the filter: its order (newest first unless 'oldest')
+  const LIST_FIELDS = [...FIELDS, 'order'];
   // Most calls one confirmed bulk action makes (1,000 tasks each).
   const BULK_CALLS_MAX = 100;
   const view = {
@@ -65,6 +67,7 @@
     if (more) body.append(...rows);
     else body.replaceChildren(...rows);
     const said = FIELDS.filter((k) => filter.get(k)).map((k) => (k === 'type' || k === 'status' ? filter.get(k) : `${k} ${filter.get(k)}`));
+    if (filter.get('order') === 'oldest') said.push('oldest first');
     $('#list-title').textContent = said.length ? `Tasks: ${said.join(', ')}` : 'Tasks: all';
     $('#list-more').hidden = !view.next;
   }
@@ -80,7 +83,7 @@
   function submitFilters(event) {
     event.preventDefault();
     const query = new URLSearchParams();
-    for (const k of FIELDS) {
+    for (const k of LIST_FIELDS) {
       const input = $(`#f-${k}`);
       const value = input.value.trim();
       if (value) query.set(k, k.startsWith('created_') ? toRfc3339(value) : value);
@@ -241,12 +244,12 @@
   window.AF.views.tasks = {
     async show(params) {
       const filter = new URLSearchParams();
-      for (const k of FIELDS) if (params.get(k)) filter.set(k, params.get(k));
+      for (const k of LIST_FIELDS) if (params.get(k)) filter.set(k, params.get(k));
       view.filter = filter;
       view.next = null;
       view.pending = null;
       $('#bulk-confirm').hidden = true;
-      for (const k of FIELDS) {
+      for (const k of LIST_FIELDS) {
         const v = filter.get(k) || '';
         $(`#f-${k}`).value = k.startsWith('created_') && v ? toLocal(v) : v;
       }
