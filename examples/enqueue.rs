@@ -20,11 +20,8 @@ async fn main() -> asyncflow::Result<()> {
         .await
         .map_err(asyncflow::Error::from_db)?;
 
-    // The type, with its default settings (a worker's function.toml or Rust registration sets
-    // them too).
-    api::register_task_type(&conn, &asyncflow::TypeName::new("invoice")?, &Default::default()).await?;
-
-    // One transaction: the application's own row and the task that follows it up.
+    // One transaction: the application's own row and the task that follows it up. A type nothing
+    // has registered yet is registered with the default settings; a worker's settings apply later.
     let tx = conn.transaction().await.map_err(asyncflow::Error::from_db)?;
     tx.execute("insert into public.orders (id, customer) values (42, 'Ada') on conflict (id) do nothing", &[])
         .await
