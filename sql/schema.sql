@@ -913,7 +913,7 @@ CREATE FUNCTION asyncflow.wf_keep_place(p_old_task_id text, p_new_task_id text) 
 
 CREATE FUNCTION asyncflow.wf_new_run(p_pipeline text, p_version integer, p_input jsonb, p_notify_url text, p_notify_key text, p_run_at timestamp with time zone, p_parent_event text, p_depth integer, p_attempt integer, p_retry_of text, p_now timestamp with time zone, p_traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql
-    AS -- body: 53 lines, sha256 ead001afeb9936fa
+    AS -- body: 57 lines, sha256 4b190b4024293577
 
 CREATE FUNCTION asyncflow.wf_node_context(p_run asyncflow.runs, p_node text, p_inputs jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE

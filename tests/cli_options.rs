@@ -234,3 +234,23 @@ async fn no_printing_command_panics_on_a_closed_stdout() {
     .await
     .unwrap();
 }
+
+/// `maintain --help` lists every service `maintain` runs (the scheduler and the workflows' among
+/// them), each name as the built service gives it, in the order a pass runs them.
+#[tokio::test]
+async fn maintain_help_lists_every_service_maintain_runs() {
+    use asyncflow::maintenance::MaintenanceConfig;
+    // never connects: the services are only built to ask their names
+    let pool = asyncflow::db::pool("postgres://postgres@127.0.0.1:1/nothing", 1).unwrap();
+    let services = asyncflow::cli::maintain::services(&pool, &MaintenanceConfig::default(), &Default::default());
+    let names: Vec<&str> = services.iter().map(|s| s.name()).collect();
+    assert!(names.contains(&"scheduler") && names.contains(&"run_checker") && names.len() >= 12, "{names:?}");
+    let help = tokio::task::spawn_blocking(|| ok(&asyncflow(None, &["maintain", "--help"]))).await.unwrap();
+    let listed: Vec<&str> = help
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with('-'))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| names.contains(name))
+        .collect();
+    assert_eq!(listed, names, "{help}");
+}

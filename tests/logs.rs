@@ -82,6 +82,17 @@ async fn json_logs_name_each_retried_and_given_up_task_with_its_fields() {
         !lines.iter().any(|l| l["message"].as_str().is_some_and(|m| m.contains("callback secret"))),
         "no pipeline, no callback: no warning about its secret: {lines:#?}"
     );
+    // the stop line's counts are fields, named as in the stdout summary (no Rust debug text)
+    let stopped = lines.iter().find(|l| l["message"] == "worker stopped").expect("a stop line");
+    assert_eq!(
+        (&stopped["retried"], &stopped["failed"], &stopped["stopped_by"]),
+        (&json!(1), &json!(1), &json!("Idle")),
+        "{stopped}"
+    );
+    for count in ["claimed", "advanced", "succeeded", "later", "released", "refused"] {
+        assert!(stopped[count].is_u64(), "{count}: {stopped}");
+    }
+    assert!(stopped.get("summary").is_none(), "{stopped}");
 }
 
 /// `maintain --once` as JSON: two tasks whose leases ran out, one rescued (tries left), one given

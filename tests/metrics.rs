@@ -419,3 +419,37 @@ async fn rescues_and_retries_are_counted_and_survive_a_dropped_shard() {
     assert_eq!(value(&m, "asyncflow_tasks", &[("type", "gamma"), ("status", "failed")]), Some(0.0), "{text}");
     assert_eq!(value(&m, "asyncflow_tasks_failed_total", &[("type", "gamma")]), Some(2.0));
 }
+
+/// A schedule is one series per family however many ticks it released: the task or run id of the
+/// newest tick is not a label (it made a new series at every tick), and `last_released` is when
+/// the newest tick was released.
+#[tokio::test]
+async fn a_schedules_metrics_are_one_series_per_schedule_whatever_it_released() {
+    use asyncflow::maintenance::{Scheduler, Service};
+    use chrono::TimeZone;
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    c.batch_execute("select asyncflow.register_task_type('tick')").await.unwrap();
+    let at = |m: u32, s: u32| chrono::Utc.with_ymd_and_hms(2030, 1, 1, 0, m, s).single().unwrap();
+    let spec = asyncflow::schedule::ScheduleSpec { task_type: Some("tick".into()), ..Default::default() };
+    asyncflow::db::api::set_schedule(&c, "every.minute", "* * * * *", &spec, Some(at(0, 30))).await.unwrap();
+    let scheduler = Scheduler::new(db.pool.clone(), std::time::Duration::from_secs(1));
+    let app = router(db.pool.clone(), &http_config(&[], 64 * 1024));
+    for (pass, now) in [at(1, 5), at(2, 7)].into_iter().enumerate() {
+        assert_eq!(scheduler.run_once(Some(now)).await.unwrap().changed, 1, "one tick at each pass");
+        let (s, _, text) = call(&app, "GET", "/metrics", None, None).await;
+        assert_eq!(s, StatusCode::OK);
+        let released: Vec<Sample> =
+            parse(&text).into_iter().filter(|s| s.name == "asyncflow_schedule_last_released").collect();
+        let labels: BTreeMap<String, String> = [("schedule".to_string(), "every.minute".to_string())].into();
+        let expected = now.timestamp_millis() as f64 / 1000.0;
+        assert_eq!(
+            released,
+            [Sample { name: "asyncflow_schedule_last_released".into(), labels, value: expected }],
+            "pass {pass}: {text}"
+        );
+        let last_tick =
+            value(&parse(&text), "asyncflow_schedule_last_tick_timestamp_seconds", &[("schedule", "every.minute")]);
+        assert_eq!(last_tick, Some(at(pass as u32 + 1, 0).timestamp() as f64));
+    }
+}

@@ -660,3 +660,61 @@ async fn one_run_starts_at_most_1000_sub_pipeline_runs_in_its_tree() {
     assert_eq!(run(&c, &id).await["status"], "succeeded");
     assert_eq!(count().await, 1001 + 41);
 }
+
+/// A task node and a segment that succeed on a retry show no error beside `succeeded`, nor does
+/// the task: a task's error is its last outcome's. The failed try's error stays in the task's
+/// schedule log and in the run's traces.
+#[tokio::test]
+async fn a_node_and_a_segment_that_succeed_on_a_retry_show_no_error_and_the_log_keeps_it() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "wf", json!({"max_retry_num": 3, "max_retry_interval": -1})).await;
+    pipeline(&c, "dyn", dynamic()).await;
+    let id = start(&c, "dyn", json!({}), None, Some(t0())).await;
+    let fail = |why: &str| json!({"outcome": "fail", "error": why, "retry": true});
+    let split = claim(&c, "wf", Some(t0())).await;
+    report(&c, vec![(&split[0], fail("split: disk full"))], Some(t0() + secs(1.0))).await;
+    assert_eq!(common::sql::task(&c, &split[0].task_id).await["error"], "split: disk full", "a retry shows why");
+    let split = claim(&c, "wf", Some(t0() + secs(10.0))).await;
+    assert_eq!(node(&split[0]), "split");
+    report(&c, vec![(&split[0], ok(json!({"parts": [1, 2]})))], Some(t0() + secs(11.0))).await;
+    let task = common::sql::task(&c, &split[0].task_id).await;
+    assert_eq!((task["status"].clone(), task["error"].clone()), (json!("succeeded"), Value::Null), "{task}");
+    let log = task["schedule_log"].as_array().unwrap();
+    assert_eq!(log[0]["error"], "split: disk full", "the log keeps the failed try: {log:?}");
+
+    let segments = claim(&c, "wf", Some(t0() + secs(20.0))).await;
+    assert_eq!(segments.len(), 2);
+    let answers = vec![(&segments[0], fail("segment 0: codec crashed")), (&segments[1], fail("segment 1: no space"))];
+    report(&c, answers, Some(t0() + secs(21.0))).await;
+    // a success beside a failure in one batch (the general report statement), then a success
+    // alone (the successes-only one): both clear the error
+    let again = claim(&c, "wf", Some(t0() + secs(30.0))).await;
+    assert_eq!(again.len(), 2);
+    let answers = vec![(&again[0], ok(json!(1))), (&again[1], fail("segment 1: no space again"))];
+    report(&c, answers, Some(t0() + secs(31.0))).await;
+    let last = claim(&c, "wf", Some(t0() + secs(40.0))).await;
+    assert_eq!(last[0].task_id, again[1].task_id);
+    report(&c, vec![(&last[0], ok(json!(2)))], Some(t0() + secs(41.0))).await;
+    let join = claim(&c, "wf", Some(t0() + secs(50.0))).await;
+    report(&c, vec![(&join[0], ok(json!("joined")))], Some(t0() + secs(51.0))).await;
+
+    let r = run(&c, &id).await;
+    assert_eq!(r["status"], "succeeded", "{r}");
+    for e in r["events"].as_array().unwrap() {
+        assert_eq!((&e["status"], &e["error"]), (&json!("succeeded"), &Value::Null), "{e}");
+    }
+    for s in event(&r, "seg")["segments"].as_array().unwrap() {
+        assert_eq!((&s["status"], &s["error"]), (&json!("succeeded"), &Value::Null), "{s}");
+    }
+    let mut errors: Vec<&str> = r["traces"].as_array().unwrap().iter().filter_map(|t| t["error"].as_str()).collect();
+    errors.sort();
+    assert_eq!(
+        errors,
+        ["segment 0: codec crashed", "segment 1: no space", "segment 1: no space again", "split: disk full"],
+        "the traces keep each failed try"
+    );
+    for s in &segments {
+        assert_eq!(common::sql::task(&c, &s.task_id).await["error"], Value::Null);
+    }
+}

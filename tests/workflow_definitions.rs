@@ -221,6 +221,12 @@ async fn versions_are_drafted_activated_and_retired_and_the_plan_prunes_what_can
     c.query_one("select asyncflow.set_pipeline_status('p', 2, 'retired')", &[]).await.unwrap();
     let err = c.query_one("select asyncflow.start_run('p')", &[]).await.unwrap_err();
     assert_eq!(common::sqlstate(&err), "AF011", "no active version left");
+    let message = |e: &tokio_postgres::Error| e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert!(message(&err).starts_with("pipeline 'p' has no active version"), "{err}");
+    // a pipeline nothing was applied under is unknown, not one without an active version
+    let err = c.query_one("select asyncflow.start_run('nopipe')", &[]).await.unwrap_err();
+    assert_eq!(common::sqlstate(&err), "AF011");
+    assert_eq!(message(&err), "unknown pipeline 'nopipe': no version of it was applied");
     let err = c.query_one("select asyncflow.set_pipeline_status('p', 9, 'active')", &[]).await.unwrap_err();
     assert_eq!(common::sqlstate(&err), "AF011");
     // a TOML file and a JSON file of the same pipeline give the same definition

@@ -33,7 +33,11 @@ async fn the_transcode_pipeline_runs_end_to_end_through_the_cli_and_the_worker_a
     // the function's type must exist before a pipeline may name it
     cli(&db, &["type", "set", "transcode", r#"{"initial_stage": "probe", "max_retry_num": 3}"#]);
     let applied = cli(&db, &["pipeline", "apply", "pipelines/transcode.json"]);
-    assert_eq!((applied[0]["name"].clone(), applied[0]["version"].clone()), (json!("transcode"), json!(1)));
+    assert_eq!(
+        applied,
+        json!([{"name": "transcode", "version": 1, "status": "active", "created": true, "nodes": 8}]),
+        "a summary per file, not the definition and plan"
+    );
     let again = cli(&db, &["pipeline", "apply", "pipelines/transcode.json"]);
     assert_eq!(again[0]["created"], false, "applying an unchanged file twice stores nothing new");
 
@@ -89,4 +93,75 @@ async fn the_transcode_pipeline_runs_end_to_end_through_the_cli_and_the_worker_a
     assert_eq!(listed["runs"][0]["run_id"], json!(run_id));
     let _ = receiver.stop.send(());
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `pipeline apply` and `run start --wait` print summaries (`--full` the whole documents); a
+/// failed run's summary names the failed node and its error, and the exit status is 1.
+#[tokio::test]
+async fn apply_and_start_wait_print_summaries_and_full_prints_the_documents() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    c.batch_execute("select asyncflow.register_task_type('wf')").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("af-wf-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let instant = dir.join("instant.json");
+    std::fs::write(
+        &instant,
+        r#"{"nodes": [{"name": "start", "type": "start"}, {"name": "end", "type": "end"}],
+        "edges": [["start", "end"]]}"#,
+    )
+    .unwrap();
+    let one = dir.join("one.json");
+    std::fs::write(
+        &one,
+        r#"{"nodes": [{"name": "start", "type": "start"}, {"name": "a", "type": "task", "function": "wf"},
+        {"name": "end", "type": "end"}], "edges": [["start", "a"], ["a", "end"]]}"#,
+    )
+    .unwrap();
+    let (instant, one) = (instant.to_str().unwrap(), one.to_str().unwrap());
+
+    let applied = cli(&db, &["pipeline", "apply", instant, one]);
+    assert_eq!(
+        applied,
+        json!([{"name": "instant", "version": 1, "status": "active", "created": true, "nodes": 2},
+            {"name": "one", "version": 1, "status": "active", "created": true, "nodes": 3}])
+    );
+    let full = cli(&db, &["pipeline", "apply", "--full", one]);
+    assert!(full[0]["plan"].is_object() && full[0]["definition"]["nodes"].is_array(), "{full}");
+    assert_eq!(full[0]["created"], false);
+
+    let summary = cli(&db, &["run", "start", "instant", "--wait"]);
+    assert!(summary["run_id"].as_str().is_some_and(|id| id.starts_with('r')), "{summary}");
+    assert_eq!(
+        (&summary["status"], &summary["nodes"], &summary["failed_nodes"], &summary["version"]),
+        (&json!("succeeded"), &json!({"succeeded": 2}), &json!([]), &json!(1))
+    );
+    assert!(summary["duration_s"].as_f64().is_some_and(|d| d >= 0.0) && summary.get("events").is_none(), "{summary}");
+    let whole = cli(&db, &["run", "start", "instant", "--wait", "--full"]);
+    assert_eq!(whole["events"].as_array().map(Vec::len), Some(2), "{whole}");
+
+    // a run whose node fails: the summary still prints, naming the node, and the exit is 1
+    let waiting = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
+        .args(["run", "start", "one", "--wait"])
+        .env("DATABASE_URL", &db.url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(30), "the node's task", || async {
+        let n: i64 =
+            c.query_one("select count(*) from asyncflow.tasks where task_type = 'wf'", &[]).await.unwrap().get(0);
+        n == 1
+    })
+    .await;
+    let task = common::workflow::claim(&c, "wf", None).await;
+    let fail = json!({"outcome": "fail", "error": "the codec crashed", "retry": false});
+    common::workflow::report(&c, vec![(&task[0], fail)], None).await;
+    let out = tokio::task::spawn_blocking(move || waiting.wait_with_output().unwrap()).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["status"], "failed", "{summary}");
+    assert_eq!(summary["failed_nodes"][0]["node"], "a", "{summary}");
+    assert!(summary["failed_nodes"][0]["error"].as_str().is_some_and(|e| e.contains("the codec crashed")), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,8 +5,11 @@
 --
 --   set_schedule(name, cron, spec)      creates or replaces; the cron's shape is checked here,
 --                                       its fields by the entry points and the scheduler
---   scheduler pass (maintenance)        list_schedules -> due ticks -> release_schedule_tick each
---                                       -> note_schedule (next tick, or why the cron is unusable)
+--   scheduler pass (maintenance)        list_schedules -> due ticks -> release_schedule_tick each,
+--                                       with note_schedule (next tick) in the same transaction, so
+--                                       no reader sees a released tick still as the next one;
+--                                       note_schedule alone when nothing is due (or why the cron
+--                                       is unusable)
 --   release_schedule_tick(name, tick)   insert (name, tick) into schedule_ticks: the unique key
 --                                       makes the first caller create the task or run and every
 --                                       other caller a no-op, in one transaction

@@ -666,8 +666,12 @@ begin
   select * into v_pipe from asyncflow.pipelines p where p.name = p_pipeline
     and (case when p_version is null then p.status = 'active' else p.version = p_version end);
   if not found then
-    perform asyncflow.wf_run_error('AF011', case when p_version is null
-      then format('pipeline %L has no active version', p_pipeline)
+    -- a name nothing was ever applied under says so, rather than "no active version"
+    perform asyncflow.wf_run_error('AF011', case
+      when not exists (select from asyncflow.pipelines p where p.name = p_pipeline)
+        then format('unknown pipeline %L: no version of it was applied', p_pipeline)
+      when p_version is null
+        then format('pipeline %L has no active version (activate one: asyncflow pipeline activate)', p_pipeline)
       else format('unknown pipeline %L version %s', p_pipeline, p_version) end);
   end if;
   -- a retired version starts no new runs, but for a sub-pipeline node pinned to it: a new version

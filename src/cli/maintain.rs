@@ -56,6 +56,22 @@ pub fn services(
     all
 }
 
+/// `asyncflow maintain --help`'s text: what the command does and every service it runs, made
+/// from the line-ups themselves ([`crate::maintenance::SERVICES`], [`crate::workflow::SERVICES`]).
+pub fn long_about() -> String {
+    let mut text = String::from(
+        "Run the maintenance services while this process leads maintenance. Any number of processes\n\
+         may run them (maintain, and workers on the database unless --no-maintenance): one leads at\n\
+         a time, and another takes over when it stops.\n\nThe services, in the order a pass runs them:",
+    );
+    let tasks = crate::maintenance::SERVICES.iter().map(|s| (s.name, s.about));
+    let workflows = crate::workflow::SERVICES.iter().map(|s| (s.name, s.about));
+    for (name, about) in tasks.chain(workflows) {
+        text.push_str(&format!("\n  {name:<21}{about}"));
+    }
+    text
+}
+
 /// Callback delivery settings with this secret (an empty one counts as none) and these targets.
 pub(super) fn callback_config(secret: Option<String>, targets: Targets) -> CallbackConfig {
     // without a secret, the sender warns at its first callback

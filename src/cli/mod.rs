@@ -61,7 +61,9 @@ pub enum Command {
     /// Bring the database schema up to date (the only command that changes it; the others
     /// check that it is current).
     Migrate,
-    /// Run the maintenance loops (rescue, shard roll, begin_pos, retention).
+    /// Run the maintenance services while this process leads (rescue, shards, schedules,
+    /// workflows...; --help lists them).
+    #[command(long_about = maintain::long_about())]
     Maintain(maintain::MaintainArgs),
     /// Print queue depth, counts and shard positions per type (database, or --server).
     Status {

@@ -1,6 +1,7 @@
 //! `asyncflow pipeline ...`: apply, list, show, activate or retire workflow pipelines, on the
 //! database directly or on an `asyncflow serve` with `--server URL` (same operations, same JSON).
-//! Output is JSON on stdout.
+//! Output is JSON on stdout: `apply` prints a line per file (name, version, status, whether it
+//! was stored, node count), `--full` the stored versions with their definitions and plans.
 
 use std::path::PathBuf;
 
@@ -24,6 +25,9 @@ pub enum PipelineCommand {
         /// Store as drafts: runs keep using the active versions.
         #[arg(long)]
         draft: bool,
+        /// Print each stored version whole (definition and plan), not its summary.
+        #[arg(long)]
+        full: bool,
     },
     /// List pipelines and their versions.
     List,
@@ -54,7 +58,7 @@ pub enum PipelineCommand {
 /// Runs a `pipeline` command; the JSON to print.
 pub async fn pipeline(pool: Option<&DbPool>, target: &Target, command: PipelineCommand) -> Result<Value> {
     match command {
-        PipelineCommand::Apply { files, draft } => {
+        PipelineCommand::Apply { files, draft, full } => {
             let status = if draft { "draft" } else { "active" };
             let mut applied = Vec::with_capacity(files.len());
             for file in files {
@@ -67,7 +71,10 @@ pub async fn pipeline(pool: Option<&DbPool>, target: &Target, command: PipelineC
                     }
                 });
             }
-            Ok(json!(applied))
+            if full {
+                return Ok(json!(applied));
+            }
+            Ok(applied.iter().map(applied_summary).collect())
         }
         PipelineCommand::List => match pool {
             Some(pool) => Ok(json!(api::list_pipelines(&pool.get().await?).await?)),
@@ -94,5 +101,33 @@ async fn set_status(pool: Option<&DbPool>, target: &Target, name: &str, version:
             let verb = if status == "active" { "activate" } else { "retire" };
             call(target, Method::POST, &format!("/v1/pipelines/{}/versions/{version}/{verb}", encode(name)), None).await
         }
+    }
+}
+
+/// What `pipeline apply` prints of a stored version: its name, version, status, whether this
+/// apply stored it (`created`) and how many nodes its definition has.
+fn applied_summary(version: &Value) -> Value {
+    json!({
+        "name": version["name"],
+        "version": version["version"],
+        "status": version["status"],
+        "created": version["created"],
+        "nodes": version["definition"]["nodes"].as_array().map_or(0, Vec::len),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_applied_version_is_summed_up_in_one_line() {
+        let stored = json!({"name": "p", "version": 3, "status": "active", "created": true,
+            "definition": {"nodes": [{"name": "start"}, {"name": "a"}, {"name": "end"}], "edges": []},
+            "plan": {"nodes": {}}, "created_at": "2030-01-01T00:00:00Z"});
+        assert_eq!(
+            applied_summary(&stored),
+            json!({"name": "p", "version": 3, "status": "active", "created": true, "nodes": 3})
+        );
     }
 }

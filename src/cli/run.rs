@@ -1,6 +1,7 @@
 //! `asyncflow run ...`: start, show, list, cancel or retry workflow runs and their nodes, on the
 //! database directly or on an `asyncflow serve` with `--server URL` (same operations, same JSON).
-//! Output is JSON on stdout.
+//! Output is JSON on stdout: `start --wait` prints a summary of the ended run (id, status, node
+//! counts by status, duration, the failed nodes' errors), `--full` the run whole as `get` does.
 
 use std::time::{Duration, Instant};
 
@@ -42,9 +43,13 @@ pub enum RunCommand {
         /// tasks carry it.
         #[arg(long)]
         traceparent: Option<String>,
-        /// Wait until the run ends and print it (exit status 1 unless it succeeded).
+        /// Wait until the run ends and print a summary of it: status, node counts, duration,
+        /// the failed nodes' errors (exit status 1 unless it succeeded).
         #[arg(long)]
         wait: bool,
+        /// With --wait: print the ended run whole (events, segments, traces, callbacks).
+        #[arg(long, requires = "wait")]
+        full: bool,
         /// Longest wait with --wait.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
         timeout: Duration,
@@ -114,6 +119,7 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
             idempotency_key,
             traceparent,
             wait,
+            full,
             timeout,
         } => {
             let start = StartRun {
@@ -146,10 +152,13 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
                 let run = get_run(pool, target, &run_id).await?;
                 let status = run["status"].as_str().unwrap_or_default();
                 if !matches!(status, "scheduled" | "running") {
+                    let shown = if full { run.clone() } else { run_summary(&run) };
                     if status != "succeeded" {
+                        // the summary says which nodes failed; the exit status says it failed
+                        crate::outln!("{}", serde_json::to_string_pretty(&shown).unwrap_or_default());
                         return Err(Error::WrongState(format!("run {run_id} ended {status}: {}", run["error"])));
                     }
-                    return Ok(run);
+                    return Ok(shown);
                 }
                 if deadline.is_some_and(|d| Instant::now() > d) {
                     return Err(Error::WrongState(format!("run {run_id} is still {status} after {timeout:?}")));
@@ -224,5 +233,74 @@ async fn get_run(pool: Option<&DbPool>, target: &Target, id: &str) -> Result<Val
             .await?
             .ok_or_else(|| Error::UnknownRun(format!("unknown run {}", crate::error::echo(id)))),
         None => call(target, Method::GET, &format!("/v1/runs/{}", encode(id)), None).await,
+    }
+}
+
+/// What `run start --wait` prints of an ended run: its id, pipeline, version, status and error,
+/// how many of its nodes ended in each status, how long it ran (`duration_s`, from its start, or
+/// its creation when it never started, to its end), and each failed node's error (and each
+/// failed segment's, with its number).
+fn run_summary(run: &Value) -> Value {
+    let events = run["events"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut nodes = serde_json::Map::new();
+    let mut failed = Vec::new();
+    for event in events {
+        let status = event["status"].as_str().unwrap_or("unknown");
+        let count = nodes.entry(status.to_string()).or_insert(json!(0));
+        *count = json!(count.as_u64().unwrap_or(0) + 1);
+        if let Some(error) = event["error"].as_str() {
+            failed.push(json!({"node": event["node"], "error": error}));
+        }
+        for segment in event["segments"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            if let Some(error) = segment["error"].as_str() {
+                failed.push(json!({"node": event["node"], "segment": segment["n"], "error": error}));
+            }
+        }
+    }
+    let time = |key: &str| run[key].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    let duration = match (time("started_at").or_else(|| time("created_at")), time("finished_at")) {
+        (Some(from), Some(to)) => json!((to - from).num_milliseconds() as f64 / 1000.0),
+        _ => Value::Null,
+    };
+    json!({
+        "run_id": run["run_id"],
+        "pipeline": run["pipeline"],
+        "version": run["version"],
+        "status": run["status"],
+        "error": run["error"],
+        "nodes": nodes,
+        "duration_s": duration,
+        "failed_nodes": failed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_run_is_summed_up_with_its_node_counts_duration_and_failed_nodes() {
+        let run = json!({"run_id": "r1", "pipeline": "p", "version": 2, "status": "failed",
+            "error": "node join failed", "input": {"big": "x"}, "created_at": "2030-01-01T00:00:00Z",
+            "started_at": "2030-01-01T00:00:01Z", "finished_at": "2030-01-01T00:00:13.5Z", "traces": [1, 2, 3],
+            "events": [
+                {"node": "start", "status": "succeeded", "error": null},
+                {"node": "seg", "status": "failed", "error": "segment 1 failed: boom", "segments": [
+                    {"n": 0, "status": "succeeded", "error": null},
+                    {"n": 1, "status": "failed", "error": "boom"}]},
+                {"node": "other", "status": "cancelled", "error": null},
+                {"node": "join", "status": "succeeded", "error": null}]});
+        assert_eq!(
+            run_summary(&run),
+            json!({"run_id": "r1", "pipeline": "p", "version": 2, "status": "failed", "error": "node join failed",
+                "nodes": {"succeeded": 2, "failed": 1, "cancelled": 1}, "duration_s": 12.5,
+                "failed_nodes": [{"node": "seg", "error": "segment 1 failed: boom"},
+                    {"node": "seg", "segment": 1, "error": "boom"}]})
+        );
+        // a run that never started counts from its creation; no events, no counts
+        let scheduled = json!({"run_id": "r2", "status": "cancelled", "created_at": "2030-01-01T00:00:00Z",
+            "started_at": null, "finished_at": "2030-01-01T00:00:02Z", "events": []});
+        let summary = run_summary(&scheduled);
+        assert_eq!((&summary["duration_s"], &summary["nodes"]), (&json!(2.0), &json!({})));
     }
 }

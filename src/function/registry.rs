@@ -8,12 +8,13 @@
 //! mode = "warm"               # executables: long-lived instances ("fork": one process per call, the default)
 //! instances = 4               # warm: processes at most (default 1)
 //! max_calls_per_instance = 1000 # warm: replace an instance after this many calls (optional)
-//! timeout = 60                # seconds per call (optional)
+//! timeout = "90s"             # per call: seconds (90) or a duration ("90s", "10m"); default 1 h
 //! build = ["cargo", "build"]  # run once in the folder when the worker starts (optional)
 //! secret_env = "MEDIA_SECRET" # HTTP only: HMAC-SHA256 key, read from this variable
 //! [settings]                  # task type settings; the ones not named are left as they are
 //! initial_stage = "probe"
 //! max_retry_num = 3
+//! max_processing_time = "2m"  # durations here too: seconds or a duration string
 //!
 //! [[schedules]]               # periodic tasks of this type, set when the worker starts
 //! name = "media.nightly"
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use toml::Value;
 
 use super::exec::{ExecFunction, MAX_REPLY_BYTES_DEFAULT};
 use super::http::HttpFunction;
@@ -38,6 +40,77 @@ use crate::error::{Error, Result};
 use crate::ids::TypeName;
 use crate::schedule::{Missed, ScheduleSpec, SetSchedule};
 use crate::task_type::TaskTypeUpdate;
+
+/// A call's timeout when its function.toml gives none. A call's lease is extended by heartbeats
+/// for as long as the call runs, so without a bound a call that hangs would hold its task for
+/// ever; an hour leaves room for long stages (a transcode), and `timeout` sets another.
+pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(3600);
+
+/// The longest `timeout`: a year.
+const TIMEOUT_MAX_SECS: u64 = 31_536_000;
+
+/// The keys of a function.toml that hold a duration, and whether each takes whole seconds only.
+/// Each is a number of seconds, or a string: a duration (`"90s"`, `"10m"`, `"1h 30m"`, `"500ms"`)
+/// or a number (`"1.5"`), with a leading `-` for a negative one (`max_retry_interval`'s uniform
+/// back-off). The ranges are checked where the value is used.
+const DURATION_KEYS: [(&[&str], Whole); 5] = [
+    (&["timeout"], Whole::No),
+    (&["settings", "schedule_interval"], Whole::No),
+    (&["settings", "max_processing_time"], Whole::Yes),
+    (&["settings", "max_retry_interval"], Whole::Yes),
+    (&["settings", "retention"], Whole::Yes),
+];
+
+/// Whether a duration key takes whole seconds only (the setting is an integer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whole {
+    Yes,
+    No,
+}
+
+/// A duration string as seconds: `"90s"`, `"10m"`, `"1h 30m"`, `"1.5"`, `"-2s"`.
+fn duration_secs(text: &str) -> std::result::Result<f64, String> {
+    let trimmed = text.trim();
+    let (sign, magnitude) = match trimmed.strip_prefix('-') {
+        Some(rest) => (-1.0, rest.trim_start()),
+        None => (1.0, trimmed),
+    };
+    let secs = match humantime::parse_duration(magnitude) {
+        Ok(d) => Some(d.as_secs_f64()),
+        Err(_) => magnitude.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0),
+    };
+    secs.map(|s| sign * s).ok_or_else(|| {
+        format!(
+            "{} is not a duration: give seconds (90) or a duration (\"90s\", \"10m\", \"1h 30m\")",
+            crate::error::echo(text)
+        )
+    })
+}
+
+/// Rewrites the duration keys given as strings (`timeout = "30s"`) into numbers of seconds, so
+/// the settings keep one type; a string that is not a duration is an error naming its key.
+fn durations_as_seconds(file: &Path, table: &mut toml::Table) -> Result<()> {
+    for (path, whole) in DURATION_KEYS {
+        let Some((key, parents)) = path.split_last() else { continue };
+        let mut at = Some(&mut *table);
+        for parent in parents {
+            at = at.and_then(|t| t.get_mut(*parent)).and_then(Value::as_table_mut);
+        }
+        let Some(slot) = at.and_then(|t| t.get_mut(*key)) else { continue };
+        let Value::String(text) = slot else { continue };
+        let name = path.join(".");
+        let secs = duration_secs(text).map_err(|why| bad(file, &name, &why))?;
+        let value = match whole {
+            Whole::No => Value::Float(secs),
+            Whole::Yes if secs.fract() == 0.0 && secs.abs() <= i64::MAX as f64 => Value::Integer(secs as i64),
+            Whole::Yes => {
+                return Err(bad(file, &name, &format!("{} is not a whole number of seconds", crate::error::echo(text))))
+            }
+        };
+        *slot = value;
+    }
+    Ok(())
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,8 +190,8 @@ pub struct FunctionSpec {
     pub task_type: TypeName,
     /// How to call it.
     pub kind: FunctionKind,
-    /// Per-call timeout.
-    pub timeout: Option<Duration>,
+    /// Per-call timeout (`timeout`, else [`TIMEOUT_DEFAULT`]).
+    pub timeout: Duration,
     /// Build command run once at start.
     pub build: Option<Vec<String>>,
     /// Type settings to apply at start.
@@ -150,14 +223,14 @@ impl FunctionSpec {
                 WarmOptions {
                     instances: warm.instances,
                     max_calls_per_instance: warm.max_calls_per_instance,
-                    timeout: self.timeout,
+                    timeout: Some(self.timeout),
                     max_reply: MAX_REPLY_BYTES_DEFAULT,
                     idle_stop: IDLE_STOP,
                 },
             ))),
             FunctionKind::Http { url, secret } => {
                 let url = reqwest::Url::parse(url).map_err(|e| bad(&self.file, "url", &e.to_string()))?;
-                let f = HttpFunction::new(url, self.timeout, secret.clone(), MAX_REPLY_BYTES_DEFAULT)
+                let f = HttpFunction::new(url, Some(self.timeout), secret.clone(), MAX_REPLY_BYTES_DEFAULT)
                     .map_err(|e| bad(&self.file, "url", &e))?;
                 Ok(Arc::new(f))
             }
@@ -169,7 +242,7 @@ impl FunctionSpec {
     pub fn call_timeout(&self) -> Option<Duration> {
         match self.kind {
             FunctionKind::Exec { warm: Some(_), .. } => None,
-            _ => self.timeout,
+            _ => Some(self.timeout),
         }
     }
 
@@ -199,11 +272,9 @@ impl FunctionSpec {
 /// `text` read as a function.toml; an error names the key whose value was refused
 /// (`settings.max_retry_num`), or the line when the file is not TOML at all.
 fn parse_toml(file: &Path, text: &str) -> Result<FunctionToml> {
-    serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let why = inner.message().trim();
-        match inner.span() {
+    let refused = |path: String, error: toml::de::Error| {
+        let why = error.message().trim();
+        match error.span() {
             _ if path != "." => bad(file, &path, why),
             Some(span) => {
                 let line = text.get(..span.start).map_or(0, |t| t.matches('\n').count()) + 1;
@@ -211,6 +282,12 @@ fn parse_toml(file: &Path, text: &str) -> Result<FunctionToml> {
             }
             None => Error::Config(format!("{}: {why}", file.display())),
         }
+    };
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| refused(".".into(), e))?;
+    durations_as_seconds(file, &mut table)?;
+    serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
+        let path = e.path().to_string();
+        refused(path, e.into_inner())
     })
 }
 
@@ -311,13 +388,11 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
         }
     };
     let timeout = match parsed.timeout {
-        None => None,
-        Some(t) => Some(
-            Duration::try_from_secs_f64(t)
-                .ok()
-                .filter(|d| !d.is_zero() && d.as_secs() <= 31_536_000)
-                .ok_or_else(|| bad(file, "timeout", "must be a positive number of seconds"))?,
-        ),
+        None => TIMEOUT_DEFAULT,
+        Some(t) => Duration::try_from_secs_f64(t)
+            .ok()
+            .filter(|d| !d.is_zero() && d.as_secs() <= TIMEOUT_MAX_SECS)
+            .ok_or_else(|| bad(file, "timeout", "must be more than zero and at most a year (31536000 s)"))?,
     };
     if let Some(build) = &parsed.build {
         if build.is_empty() {
@@ -421,7 +496,7 @@ mod tests {
             write(&tmp, "echo", "command = [\"./run\", \"--fast\"]\ntimeout = 2.5\n[settings]\nmax_retry_num = 4\n");
         let spec = load_file(&f).unwrap();
         assert_eq!(spec.task_type.as_str(), "echo");
-        assert_eq!(spec.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(spec.timeout, Duration::from_millis(2500));
         assert_eq!(spec.settings.max_retry_num, Some(4));
         match spec.kind {
             FunctionKind::Exec { argv, warm } => {
@@ -431,6 +506,33 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+
+    #[test]
+    fn durations_are_seconds_or_duration_strings_and_a_call_without_a_timeout_gets_the_default() {
+        let tmp = std::env::temp_dir().join(format!("af-reg-{}", uuid::Uuid::new_v4().simple()));
+        let f = write(
+            &tmp,
+            "strings",
+            "command = [\"./run\"]\ntimeout = \"1m 30s\"\n[settings]\nmax_processing_time = \"2m\"\n\
+             max_retry_interval = \"-5s\"\nretention = \"7days\"\nschedule_interval = \"250ms\"\n",
+        );
+        let spec = load_file(&f).unwrap();
+        assert_eq!(spec.timeout, Duration::from_secs(90));
+        let settings = &spec.settings;
+        assert_eq!(
+            (settings.max_processing_time, settings.max_retry_interval, settings.retention, settings.schedule_interval),
+            (Some(120), Some(-5), Some(604_800), Some(0.25))
+        );
+        let f = write(&tmp, "numbers", "command = [\"./run\"]\ntimeout = 30\n[settings]\nmax_processing_time = 60\n");
+        let spec = load_file(&f).unwrap();
+        assert_eq!((spec.timeout, spec.settings.max_processing_time), (Duration::from_secs(30), Some(60)));
+        assert_eq!(duration_secs("1.5"), Ok(1.5));
+        // no timeout: the default bounds each call (a heartbeat-extended lease alone would not)
+        let f = write(&tmp, "none", "command = [\"./run\"]\n");
+        let spec = load_file(&f).unwrap();
+        assert_eq!((spec.timeout, spec.call_timeout()), (TIMEOUT_DEFAULT, Some(TIMEOUT_DEFAULT)));
         let _ = std::fs::remove_dir_all(tmp);
     }
 
@@ -450,7 +552,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // the timeout runs from when an instance receives the call, not around the wait for one
-        assert_eq!(spec.timeout, Some(Duration::from_secs(2)));
+        assert_eq!(spec.timeout, Duration::from_secs(2));
         assert_eq!(spec.call_timeout(), None);
         let f = write(&tmp, "d", "command = [\"./run\"]\nmode = \"warm\"\n");
         match load_file(&f).unwrap().kind {
@@ -481,7 +583,15 @@ mod tests {
                 "command = [\"./run\"]\n[settings]\nmax_retry_num = \"three\"\n",
                 "settings.max_retry_num: invalid type",
             ),
-            ("l", "command = [\"./run\"]\ntimeout = \"soon\"\n", "timeout: invalid type"),
+            ("l", "command = [\"./run\"]\ntimeout = \"soon\"\n", "timeout: \"soon\" is not a duration"),
+            ("l2", "command = [\"./run\"]\ntimeout = true\n", "timeout: invalid type"),
+            ("l3", "command = [\"./run\"]\ntimeout = \"0s\"\n", "timeout: must be more than zero"),
+            (
+                "l4",
+                "command = [\"./run\"]\n[settings]\nmax_processing_time = \"1.5s\"\n",
+                "settings.max_processing_time",
+            ),
+            ("l5", "command = [\"./run\"]\n[settings]\nretention = \"a week\"\n", "settings.retention: \"a week\""),
             ("m", "command = [\"./run\"]\n[settings]\nconcurrency = 1.5\n", "settings.concurrency"),
             ("n1", "command = [\"./run\"]\nmode = \"hot\"\n", "mode"),
             ("n2", "command = [\"./run\"]\nmode = \"warm\"\ninstances = 0\n", "instances"),

@@ -42,8 +42,10 @@
 //! - `asyncflow_schedule_next_tick_timestamp_seconds{schedule}` (gauge): the next tick, as of the
 //!   scheduler's last pass (no sample while paused or before the first pass).
 //! - `asyncflow_schedule_last_tick_timestamp_seconds{schedule}` (gauge): the newest tick released.
-//! - `asyncflow_schedule_last_released{schedule, id}` (gauge): the newest tick's time, labelled
-//!   with the task or run id released for it (the label changes at every tick).
+//! - `asyncflow_schedule_last_released{schedule}` (gauge): when the newest tick was released
+//!   (its task created or its run started); behind the last tick's time by the release's lag.
+//!   The task or run id is not a label (a new series at every tick): `asyncflow.list_schedules`
+//!   has it.
 //! - `asyncflow_schedule_paused{schedule}` (gauge): 1 while the schedule is paused.
 //! - `asyncflow_schedule_error{schedule}` (gauge): 1 while the scheduler cannot use the schedule
 //!   (its `error` in `asyncflow.list_schedules`).
@@ -407,10 +409,10 @@ fn schedule_families(out: &mut Exposition, schedules: &[crate::schedule::Schedul
         }
     }
     let name = "asyncflow_schedule_last_released";
-    out.family(name, "gauge", "The newest tick released (Unix time), labelled with its task or run id.");
+    out.family(name, "gauge", "When the newest tick was released (Unix time).");
     for s in schedules {
-        if let (Some(last), Some(id)) = (s.last_tick, s.last_task_id.as_ref().or(s.last_run_id.as_ref())) {
-            out.sample(name, &[("schedule", &s.name), ("id", id)], seconds(last));
+        if let Some(released) = s.last_released_at {
+            out.sample(name, &[("schedule", &s.name)], seconds(released));
         }
     }
     out.family("asyncflow_schedule_paused", "gauge", "1 while the schedule is paused.");

@@ -119,22 +119,78 @@ impl Default for MaintenanceConfig {
     }
 }
 
-/// The task engine's services, in the order a pass runs them: rescuer, shard roller, begin_pos
-/// advancer, retention, scheduler, uniqueness-key retention, history sampler, worker pruner,
-/// rate-bucket pruner.
-pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Service>> {
-    vec![
-        Box::new(Rescuer::new(pool.clone(), config.rescue_interval, config.rescue_batch)),
-        Box::new(ShardRoller::new(pool.clone(), config.shard_interval)),
-        Box::new(BeginAdvancer::new(pool.clone(), config.shard_interval)),
-        Box::new(RetentionDropper::new(pool.clone(), config.retention_interval)),
-        Box::new(Scheduler::new(pool.clone(), config.schedule_interval)),
-        Box::new(UniqueKeyRetention::new(pool.clone(), config.retention_interval)),
-        Box::new(HistorySampler::new(pool.clone(), config.history_interval)),
+/// One service of a line-up: its name, what a pass of it does, and how it is built. A line-up
+/// is a list of these ([`SERVICES`], [`crate::workflow::SERVICES`]): the services a process runs
+/// and the list `asyncflow maintain --help` prints are both made from it.
+pub struct ServiceEntry<C: 'static> {
+    /// The name the built service gives ([`Service::name`]).
+    pub name: &'static str,
+    /// What one pass does, in a few words.
+    pub about: &'static str,
+    /// Builds the service on `pool` with the line-up's settings.
+    pub build: fn(&DbPool, &C) -> Box<dyn Service>,
+}
+
+impl<C> ServiceEntry<C> {
+    /// Every service of `entries`, built in their order.
+    pub fn build_all(entries: &[ServiceEntry<C>], pool: &DbPool, config: &C) -> Vec<Box<dyn Service>> {
+        entries.iter().map(|entry| (entry.build)(pool, config)).collect()
+    }
+}
+
+/// The task engine's services, in the order a pass runs them.
+pub const SERVICES: &[ServiceEntry<MaintenanceConfig>] = &[
+    ServiceEntry {
+        name: "rescuer",
+        about: "tasks running past their lease -> pending with a retry, or failed",
+        build: |pool, c| Box::new(Rescuer::new(pool.clone(), c.rescue_interval, c.rescue_batch)),
+    },
+    ServiceEntry {
+        name: "shard_roller",
+        about: "a type's end shard past shard_max_rows -> a new shard",
+        build: |pool, c| Box::new(ShardRoller::new(pool.clone(), c.shard_interval)),
+    },
+    ServiceEntry {
+        name: "begin_advancer",
+        about: "begin_pos -> the oldest shard with a live task",
+        build: |pool, c| Box::new(BeginAdvancer::new(pool.clone(), c.shard_interval)),
+    },
+    ServiceEntry {
+        name: "retention",
+        about: "closed shards older than the type's retention -> dropped whole",
+        build: |pool, c| Box::new(RetentionDropper::new(pool.clone(), c.retention_interval)),
+    },
+    ServiceEntry {
+        name: "scheduler",
+        about: "due ticks of periodic schedules -> one task or run per tick",
+        build: |pool, c| Box::new(Scheduler::new(pool.clone(), c.schedule_interval)),
+    },
+    ServiceEntry {
+        name: "unique_key_retention",
+        about: "uniqueness keys whose window ended -> removed",
+        build: |pool, c| Box::new(UniqueKeyRetention::new(pool.clone(), c.retention_interval)),
+    },
+    ServiceEntry {
+        name: "history_sampler",
+        about: "per-type counters -> minute and hour points of history",
+        build: |pool, c| Box::new(HistorySampler::new(pool.clone(), c.history_interval)),
+    },
+    ServiceEntry {
+        name: "worker_pruner",
+        about: "heartbeat rows of workers gone without a clean exit -> removed",
         // a tenth of the age that makes a row stale: rows go within 10 % of it
-        Box::new(WorkerPruner::new(pool.clone(), config.worker_stale / 10, config.worker_stale)),
-        Box::new(RateBucketPruner::new(pool.clone(), RATE_BUCKET_INTERVAL_DEFAULT)),
-    ]
+        build: |pool, c| Box::new(WorkerPruner::new(pool.clone(), c.worker_stale / 10, c.worker_stale)),
+    },
+    ServiceEntry {
+        name: "rate_bucket_pruner",
+        about: "per-key rate buckets refilled to full -> removed",
+        build: |pool, _| Box::new(RateBucketPruner::new(pool.clone(), RATE_BUCKET_INTERVAL_DEFAULT)),
+    },
+];
+
+/// The task engine's services ([`SERVICES`]), in the order a pass runs them.
+pub fn services(pool: &DbPool, config: &MaintenanceConfig) -> Vec<Box<dyn Service>> {
+    ServiceEntry::build_all(SERVICES, pool, config)
 }
 
 /// How many passes of one service in a row may fail (other than for a lost connection, which the

@@ -5,11 +5,16 @@
 //!   list_schedules ──> per schedule (not paused):
 //!     Cron::parse(cron, time_zone)  ── unusable ──> note_schedule(error), next schedule
 //!     Cron::due(max(since, last_tick), now, missed, max_catch_up)
-//!       └─ each tick, oldest first: release_schedule_tick(name, tick)
-//!            one transaction: (schedule, tick) key inserted ─> task created / run started
-//!            key already there ─> nothing (another maintainer released it)
-//!     note_schedule(next tick after now)
+//!       └─ each tick, oldest first, one transaction:
+//!            release_schedule_tick(name, tick)
+//!              (schedule, tick) key inserted ─> task created / run started
+//!              key already there ─> nothing (another maintainer released it)
+//!            note_schedule(next tick after now)
+//!     note_schedule(next tick after now)  (when no tick was due: the next one may have moved)
 //! ```
+//!
+//! A tick's release and the next tick commit together: `list_schedules` never shows a released
+//! tick as the next one (it did, between two statements, about one poll in 400).
 //!
 //! Exactly one task or run per tick rests on the unique (schedule, tick) key alone, not on
 //! leadership: two maintainers that both believe they lead, or a maintainer killed halfway, can
@@ -22,7 +27,7 @@ use chrono::{DateTime, Utc};
 
 use super::{RunOnceReport, Service};
 use crate::db::{api, DbPool};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::schedule::{Cron, Schedule};
 use futures_util::future::BoxFuture;
 
@@ -48,20 +53,29 @@ impl Scheduler {
         fixed_clock: bool,
         detail: &mut Vec<String>,
     ) -> Result<()> {
-        let client = self.pool.get().await?;
+        let mut client = self.pool.get().await?;
         let cron = match Cron::parse(&schedule.cron, &schedule.time_zone) {
             Ok(cron) => cron,
             Err(why) => return api::note_schedule(&client, &schedule.name, None, Some(&why)).await,
         };
         let after = schedule.last_tick.map_or(schedule.since, |last| last.max(schedule.since));
         let cap = u32::try_from(schedule.max_catch_up).unwrap_or(1);
-        for tick in cron.due(after, now, schedule.missed, cap) {
-            let clock = if fixed_clock { Some(now) } else { None };
-            if let Some(id) = api::release_schedule_tick(&client, &schedule.name, tick, clock).await? {
+        let next = cron.next_after(now);
+        let clock = if fixed_clock { Some(now) } else { None };
+        let due = cron.due(after, now, schedule.missed, cap);
+        if due.is_empty() {
+            return api::note_schedule(&client, &schedule.name, next, None).await;
+        }
+        for tick in due {
+            let tx = client.transaction().await.map_err(Error::from_db)?;
+            let released = api::release_schedule_tick(&tx, &schedule.name, tick, clock).await?;
+            api::note_schedule(&tx, &schedule.name, next, None).await?;
+            tx.commit().await.map_err(Error::from_db)?;
+            if let Some(id) = released {
                 detail.push(format!("{} {} -> {id}", schedule.name, tick.to_rfc3339()));
             }
         }
-        api::note_schedule(&client, &schedule.name, cron.next_after(now), None).await
+        Ok(())
     }
 }
 

@@ -599,7 +599,21 @@ impl Worker {
         // what functions keep between calls (warm instances) stops with the worker
         futures_util::future::join_all(self.functions.values().map(|reg| reg.function.stop())).await;
         let summary = WorkerSummary { stopped_by: Some(reason), ..shared.stats.summary() };
-        tracing::info!(worker = %self.config.worker_id, ?summary, "worker stopped");
+        // one field per count, as the stdout summary names them (not one Debug-formatted struct)
+        let WorkerSummary { claimed, advanced, succeeded, retried, failed, later, released, refused, .. } = summary;
+        tracing::info!(
+            worker = %self.config.worker_id,
+            claimed,
+            advanced,
+            succeeded,
+            retried,
+            failed,
+            later,
+            released,
+            refused,
+            stopped_by = ?reason,
+            "worker stopped"
+        );
         Ok(summary)
     }
 }

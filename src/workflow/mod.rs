@@ -33,7 +33,7 @@ pub mod targets;
 use std::time::Duration;
 
 use crate::db::DbPool;
-use crate::maintenance::Service;
+use crate::maintenance::{Service, ServiceEntry};
 use callback::{CallbackConfig, CallbackSender};
 use checker::{RunChecker, RunRetention, CHECK_INTERVAL_DEFAULT, RUN_RETENTION_INTERVAL_DEFAULT};
 
@@ -58,12 +58,26 @@ impl Default for ServiceConfig {
     }
 }
 
-/// The workflows' maintenance services, in the order a pass runs them: the checker, run
-/// retention, callback delivery.
+/// The workflows' maintenance services, in the order a pass runs them.
+pub const SERVICES: &[ServiceEntry<ServiceConfig>] = &[
+    ServiceEntry {
+        name: "run_checker",
+        about: "due scheduled runs -> begun; nodes and runs past their timeout -> retried or failed",
+        build: |pool, c| Box::new(RunChecker::new(pool.clone(), c.check_interval)),
+    },
+    ServiceEntry {
+        name: "run_retention",
+        about: "days of ended runs past their retention -> dropped whole",
+        build: |pool, c| Box::new(RunRetention::new(pool.clone(), c.run_retention_interval)),
+    },
+    ServiceEntry {
+        name: "callbacks",
+        about: "run outcomes and callback nodes -> POSTed to their URLs, signed and retried",
+        build: |pool, c| Box::new(CallbackSender::new(pool.clone(), c.callbacks.clone())),
+    },
+];
+
+/// The workflows' maintenance services ([`SERVICES`]), in the order a pass runs them.
 pub fn services(pool: &DbPool, config: &ServiceConfig) -> Vec<Box<dyn Service>> {
-    vec![
-        Box::new(RunChecker::new(pool.clone(), config.check_interval)),
-        Box::new(RunRetention::new(pool.clone(), config.run_retention_interval)),
-        Box::new(CallbackSender::new(pool.clone(), config.callbacks.clone())),
-    ]
+    ServiceEntry::build_all(SERVICES, pool, config)
 }

@@ -37,7 +37,7 @@ begin
     ), changed as (
       update asyncflow.{{tasks}} t set
         status = 'succeeded', result = coalesce(r.result, '{}'::jsonb), progress = coalesce(r.progress, t.progress),
-        lease_until = null, finished_at = v_now, updated_at = v_now
+        lease_until = null, last_error = null, finished_at = v_now, updated_at = v_now
       from (select distinct on (shard, id) * from r order by shard, id, n desc) r
       where t.shard = r.shard and t.id = r.id
         and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
@@ -102,7 +102,9 @@ begin
       context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
       progress = coalesce(r.progress, t.progress),
       result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
-      last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed') else t.last_error end,
+      -- the last outcome's: a stage done clears a failed try's error (the schedule log keeps it)
+      last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed')
+        when r.outcome in ('succeed', 'advance') then null else t.last_error end,
       attempt = case
         when r.outcome = 'advance' then 0
         when r.outcome in ('later', 'release') then greatest(t.attempt - 1, 0)
