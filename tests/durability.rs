@@ -150,9 +150,10 @@ async fn a_worker_killed_mid_hold_never_runs_b_from_a_completion_of_a_that_was_r
 
 /// On a server that commits asynchronously (`synchronous_commit = off`, as some operators set
 /// it for speed), three times: stage `a`'s completion is written, once by a report and once by a
-/// hold's finish; stage `b` is then claimed from it (its call would start); PostgreSQL crashes
-/// (an immediate stop before the WAL writer's round) and restarts. Every task whose `b` was
-/// claimed still has `a`'s completion: the next stage never ran from a completion the crash lost.
+/// hold's finish, and a third task's `a` replies "later" with a new context; the next calls
+/// (`b`, `b`, `a` again) are then claimed from them; PostgreSQL crashes (an immediate stop before
+/// the WAL writer's round) and restarts. Every task still has the completion its next call was
+/// claimed from: no call ever ran from a completion the crash lost.
 #[tokio::test]
 async fn a_completion_the_next_stage_was_claimed_from_survives_a_postgres_crash() {
     let dir: PathBuf = std::env::temp_dir().join(format!("asyncflow-durability-{}", std::process::id()));
@@ -171,7 +172,7 @@ async fn a_completion_the_next_stage_was_claimed_from_survives_a_postgres_crash(
         let ty = TypeName::new(&name).unwrap();
         let update = TaskTypeUpdate { initial_stage: Some("a".into()), ..Default::default() };
         api::register_task_type(&c, &ty, &update).await.unwrap();
-        let ids = api::create_tasks(&c, &name, &[NewTask::default(), NewTask::default()]).await.unwrap();
+        let ids = api::create_tasks(&c, &name, &vec![NewTask::default(); 3]).await.unwrap();
         // the tasks are on disk before the round starts
         c.batch_execute("checkpoint").await.unwrap();
 
@@ -193,21 +194,28 @@ async fn a_completion_the_next_stage_was_claimed_from_survives_a_postgres_crash(
             .unwrap();
         assert!(r.is_empty(), "the advance was written: {r:?}");
         c.batch_execute("commit").await.unwrap();
+        // ... and a "later" with the context a's next call starts from
+        let claimed = api::claim_tasks(&c, &name, &w, 1, None).await.unwrap().remove(0);
+        assert_eq!(claimed.task_id.as_str(), ids[2].as_str());
+        let later = ReportKind::Later { delay: 0.0, context: Some(json!({"from": format!("later-{round}")})) };
+        let r = api::report_tasks(&c, &w, &[rep(ids[2].as_str(), claimed.claim_seq, later)], None).await.unwrap();
+        assert!(r[0].accepted, "{r:?}");
 
-        // b is claimed from those completions: its calls would start now
+        // the next calls are claimed from those completions: they would start now
         let next = api::claim_tasks(&c, &name, &w, 10, None).await.unwrap();
-        let started: Vec<(String, serde_json::Value)> =
-            next.iter().filter(|t| t.stage == "b").map(|t| (t.task_id.to_string(), t.context.clone())).collect();
-        assert_eq!(started.len(), 2, "both tasks claimed at b: {next:?}");
+        let started: Vec<(String, String, serde_json::Value)> =
+            next.iter().map(|t| (t.task_id.to_string(), t.stage.clone(), t.context.clone())).collect();
+        let stages: Vec<&str> = started.iter().map(|(_, stage, _)| stage.as_str()).collect();
+        assert_eq!(stages, ["b", "b", "a"], "the three tasks claimed from their completions: {next:?}");
 
         crash(&dir, server);
         server = start(&dir, &settings).await;
         c = connect(server.url()).await;
-        for (id, context) in &started {
+        for (id, stage, context) in &started {
             let task = api::get_task(&c, id).await.unwrap().expect("the task survives");
-            if task.stage != "b" || &task.context != context {
+            if &task.stage != stage || &task.context != context {
                 lost.push(format!(
-                    "round {round}: {id}: b started from {context}, after the crash the task is at {} with {}",
+                    "round {round}: {id}: {stage} started from {context}, after the crash the task is at {} with {}",
                     task.stage, task.context
                 ));
             }

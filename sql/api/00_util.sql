@@ -262,8 +262,9 @@ language sql stable parallel safe as $$
   select greatest(p_claim_seq + 1, (pg_catalog.date_part('epoch', pg_catalog.now()) * 1000000)::bigint)
 $$;
 
--- Called by every transaction that writes a completion (a success or an advance: a report, a
--- hold's finish), so that the next stage's call starts only from a completion that is durable.
+-- Called by every transaction that writes a completion (a success or an advance, or a "later"
+-- with the context its next call starts from: a report, a hold's finish), so that the next
+-- stage's call starts only from a completion that is durable.
 -- With synchronous_commit off (a server, database or role setting some operators choose for
 -- speed), such a commit is visible to the next stage's claim before its WAL is on disk, and a
 -- crash would forget a completion whose next stage had already started; with local, a failover
