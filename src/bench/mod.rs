@@ -435,8 +435,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         progress.phase("burn-down: 3-stage, speculative chaining");
         load::queue(pool, "bench_chain3", args.tasks, None).await?;
         let timed = load::burn_down_chained(pool, url, "bench_chain3", args.tasks, 3, args.concurrency).await?;
-        let fig =
-            Figure::new("chained3", "burn-down: 3-stage no-op tasks, speculative_chaining", timed.rate, "tasks/s");
+        let fig = Figure::new("chained3", "burn-down: 3-stage, speculative_chaining", timed.rate, "tasks/s");
         figures.push(beside_burn1(fig, burn1, update, 0.33).cpu(timed.cpu));
     }
     if wants(args, "fair") {
