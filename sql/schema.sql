@@ -91,6 +91,7 @@ CREATE TABLE asyncflow.task_types (
     queue_rate_limited boolean DEFAULT false NOT NULL,
     queue_max_starts integer,
     queue_rate_period double precision,
+    speculative_chaining boolean DEFAULT false NOT NULL,
     CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
     CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
     CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
@@ -150,7 +151,7 @@ CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL
 
 CREATE FUNCTION asyncflow.check_settings(p_settings jsonb) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
-    AS -- body: 51 lines, sha256 16b6430d01795683
+    AS -- body: 52 lines, sha256 a40f713a1f49b7ae
 
 CREATE FUNCTION asyncflow.check_task_exists(p_task_type text, p_shard integer, p_id bigint, p_task_id text) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -169,6 +170,10 @@ CREATE FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit in
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 13 lines, sha256 fcdc9ad0e8163cc4
+
+CREATE FUNCTION asyncflow.commit_durably() RETURNS void
+    LANGUAGE plpgsql
+    AS -- body: 5 lines, sha256 012f22f396ebecac
 
 CREATE FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
@@ -534,7 +539,7 @@ CREATE FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFAULT '{}'::jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 62 lines, sha256 2b134e6559a41df6
+    AS -- body: 63 lines, sha256 a2c6cb759c9dd77c
 
 CREATE FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -789,7 +794,7 @@ CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, crea
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 17 lines, sha256 21c2563c24716abf
+    AS -- body: 18 lines, sha256 4c3f64232b164307
 
 CREATE FUNCTION asyncflow.tg_enqueue_info() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1471,6 +1476,8 @@ REVOKE ALL ON FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, 
 
 REVOKE ALL ON FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone) TO asyncflow_worker;
+
+REVOKE ALL ON FUNCTION asyncflow.commit_durably() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.compile_pipeline(p_name text, p_definition jsonb) FROM PUBLIC;
 

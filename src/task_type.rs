@@ -48,6 +48,12 @@ pub struct TaskTypeSettings {
     /// With `fair_queues`: the queue keys with a rate limit of their own, by key.
     #[serde(default, deserialize_with = "null_is_empty")]
     pub queue_rate_limits: std::collections::BTreeMap<String, RateLimit>,
+    /// A held call's next stage runs at once, in the same hold, before the hold that writes
+    /// the call's advance has committed: faster, but a worker killed (or a database crash)
+    /// before that commit forgets the advance, and the next stage will have run from a result
+    /// that never existed. Only for types whose stages are idempotent in that sense; off by
+    /// default (a stage then starts only from a durable completion of the stage before).
+    pub speculative_chaining: bool,
     /// Created.
     pub created_at: DateTime<Utc>,
     /// Last changed.
@@ -100,6 +106,9 @@ pub struct TaskTypeUpdate {
     #[serde(default, deserialize_with = "crate::task::present", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "server", schema(value_type = Option<i32>, nullable))]
     pub queue_concurrency: Option<Option<i32>>,
+    /// See [`TaskTypeSettings::speculative_chaining`]. Read by a worker when it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative_chaining: Option<bool>,
 }
 
 /// A type's rate limit (`asyncflow.set_rate_limit`): at most `max_starts` task starts per

@@ -58,6 +58,7 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         "bulk",
         "burndown",
         "burndown3",
+        "chained3",
         "fair_1",
         "fair_100",
         "fair_300",
@@ -99,8 +100,9 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     let figure = |key: &str| written["figures"].as_array().unwrap().iter().find(|f| f["key"] == key).unwrap().clone();
     assert_eq!(figure("drop_dead")["value"], 0.0);
     // the fair burn-downs (one per --queue-keys count, 100,000 keys cut to the 300 tasks) and the
-    // 3-stage one are compared with the plain one of the same run
-    for key in ["fair_1", "fair_100", "fair_300", "burndown3"] {
+    // 3-stage ones (with and without speculative chaining) are compared with the plain one of the
+    // same run
+    for key in ["fair_1", "fair_100", "fair_300", "burndown3", "chained3"] {
         assert_eq!(figure(key)["ratio_to"], "1-stage burn-down", "{key}");
     }
     // create_task's parts are compared with the INSERT its bar is measured against

@@ -10,46 +10,22 @@
 //! second's accepted.
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use asyncflow::db::api;
-use asyncflow::db::embedded::{EmbeddedConfig, EmbeddedPostgres};
 use asyncflow::task::{NewTask, ReportKind, TaskStatus};
 use asyncflow::task_type::TaskTypeUpdate;
 use asyncflow::TypeName;
+use common::crash::{connect, crash, start};
 use common::sql::{rep, worker};
 use serde_json::json;
-
-/// The private server: the WAL writer works in rounds 10 s apart (an asynchronous commit
-/// reaches the WAL files only with its next round, or with a later synchronous commit), and no
-/// autovacuum commits beside the test.
-async fn start(dir: &Path) -> EmbeddedPostgres {
-    let config = EmbeddedConfig::new(dir).setting("wal_writer_delay", "10000").setting("autovacuum", "off");
-    EmbeddedPostgres::start(config).await.unwrap_or_else(|e| panic!("start the private server: {e}"))
-}
-
-/// One connection to the server (a pool of one, which the db::api functions take).
-async fn connect(url: &str) -> deadpool_postgres::Object {
-    let pool = asyncflow::db::pool(url, 1).expect("a pool");
-    pool.get().await.expect("connect to the private server")
-}
-
-/// What `pg_ctl stop -m immediate` does: SIGQUIT to the postmaster (its pid is the first line
-/// of postmaster.pid): no checkpoint, no WAL flush. Dropping `server` then waits for it to exit.
-fn crash(dir: &Path, server: EmbeddedPostgres) {
-    let text = std::fs::read_to_string(dir.join("postmaster.pid")).expect("postmaster.pid");
-    let pid: i32 = text.lines().next().and_then(|l| l.trim().parse().ok()).expect("a pid");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGQUIT)
-        .expect("SIGQUIT the postmaster");
-    drop(server);
-}
 
 #[tokio::test]
 async fn a_claim_lost_in_a_crash_never_hands_its_token_out_again() {
     let dir: PathBuf = std::env::temp_dir().join(format!("asyncflow-fencing-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(dir.with_extension("log"));
-    let mut server = start(&dir).await;
+    let mut server = start(&dir, &[]).await;
     asyncflow::db::migrate::migrate(server.url()).await.expect("migrate");
     let mut c = connect(server.url()).await;
     let ty = TypeName::new("crash").unwrap();
@@ -66,7 +42,7 @@ async fn a_claim_lost_in_a_crash_never_hands_its_token_out_again() {
     for _ in 0..3 {
         let first = api::claim_tasks(&c, "crash", &w, 1, None).await.unwrap().remove(0);
         crash(&dir, server);
-        server = start(&dir).await;
+        server = start(&dir, &[]).await;
         c = connect(server.url()).await;
         let after = api::get_task(&c, id.as_str()).await.unwrap().unwrap();
         if after.status == TaskStatus::Pending {

@@ -250,7 +250,7 @@ async fn error_messages_cut_long_bad_values() {
             "select asyncflow.register_task_type('video', jsonb_build_object($1::text, 1))",
             "AF006",
             "unknown setting 'xxx",
-            "paused, fair_queues, queue_concurrency)",
+            "fair_queues, queue_concurrency, speculative_chaining)",
         ),
         (
             "select asyncflow.create_tasks('video', jsonb_build_array('{}'::jsonb, jsonb_build_object('stage', $1::text)))",

@@ -23,6 +23,7 @@ mod dashboard_actions;
 mod dashboard_data;
 mod deploy;
 mod docs_warm_page;
+mod durability;
 mod enqueue_first;
 mod examples;
 mod fencing;

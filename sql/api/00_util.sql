@@ -262,6 +262,24 @@ language sql stable parallel safe as $$
   select greatest(p_claim_seq + 1, (pg_catalog.date_part('epoch', pg_catalog.now()) * 1000000)::bigint)
 $$;
 
+-- Called by every transaction that writes a completion (a success or an advance, or a "later"
+-- with the context its next call starts from: a report, a hold's finish), so that the next
+-- stage's call starts only from a completion that is durable.
+-- With synchronous_commit off (a server, database or role setting some operators choose for
+-- speed), such a commit is visible to the next stage's claim before its WAL is on disk, and a
+-- crash would forget a completion whose next stage had already started; with local, a failover
+-- to a synchronous standby would. So the rest of this transaction commits with on; the stronger
+-- settings (remote_write, on, remote_apply) are kept. Claims stay asynchronous: a claim lost in
+-- a crash only repeats a call with the same input. See docs/architecture.md, Guarantees.
+create or replace function asyncflow.commit_durably() returns void
+language plpgsql as $$
+begin
+  if pg_catalog.current_setting('synchronous_commit') in ('off', 'local') then
+    perform pg_catalog.set_config('synchronous_commit', 'on', true);
+  end if;
+end
+$$;
+
 -- Raises AF007 unless the task exists.
 create or replace function asyncflow.check_task_exists(p_task_type text, p_shard integer, p_id bigint, p_task_id text) returns void
 language plpgsql stable as $$

@@ -25,12 +25,13 @@ begin
       ('initial_stage', 'stage', null, null),
       ('paused', 'bool', null, null),
       ('fair_queues', 'bool', null, null),
-      ('queue_concurrency', 'int_or_null', 1, 1000000)
+      ('queue_concurrency', 'int_or_null', 1, 1000000),
+      ('speculative_chaining', 'bool', null, null)
     ) s(key, kind, lo, hi) where s.key = v_key;
     if not found then
       perform asyncflow.raise_error('AF006', format('unknown setting %L (known: schedule_limit, schedule_interval, '
         'max_processing_time, max_retry_num, max_retry_interval, shard_max_rows, retention, concurrency, '
-        'initial_stage, paused, fair_queues, queue_concurrency)', v_key));
+        'initial_stage, paused, fair_queues, queue_concurrency, speculative_chaining)', v_key));
     end if;
     if v_spec.kind = 'int_or_null' and jsonb_typeof(v_val) = 'null' then
       continue;
@@ -64,6 +65,7 @@ language sql stable as $$
     'max_retry_interval', p.max_retry_interval, 'shard_max_rows', p.shard_max_rows, 'retention', p.retention,
     'concurrency', p.concurrency, 'paused', p.paused, 'initial_stage', p.initial_stage,
     'fair_queues', p.fair_queues, 'queue_concurrency', p.queue_concurrency,
+    'speculative_chaining', p.speculative_chaining,
     -- the rate limits (56_rate_limits.sql), read only for a type that has one: the type's, the
     -- one for every queue key, and the keys' own ({key: {max_starts, period}})
     'rate_limit', (select jsonb_build_object('max_starts', r.max_starts, 'period', r.period)
@@ -159,6 +161,7 @@ begin
     fair_queues = coalesce((p_settings ->> 'fair_queues')::boolean, fair_queues),
     queue_concurrency = case when p_settings ? 'queue_concurrency'
       then (p_settings ->> 'queue_concurrency')::numeric::integer else queue_concurrency end,
+    speculative_chaining = coalesce((p_settings ->> 'speculative_chaining')::boolean, speculative_chaining),
     updated_at = v_now
   where task_type = p_task_type
   returning * into v_type;

@@ -198,6 +198,32 @@ pub(super) async fn burn_down(
     stages: u32,
     concurrency: usize,
 ) -> Result<Timed> {
+    burn(pool, url, name, tasks, stages, concurrency, settings(None)).await
+}
+
+/// [`burn_down`] of a type with `speculative_chaining`: a held call's next stage runs at once in
+/// the same hold.
+pub(super) async fn burn_down_chained(
+    pool: &DbPool,
+    url: &str,
+    name: &str,
+    tasks: usize,
+    stages: u32,
+    concurrency: usize,
+) -> Result<Timed> {
+    let chained = TaskTypeUpdate { speculative_chaining: Some(true), ..settings(None) };
+    burn(pool, url, name, tasks, stages, concurrency, chained).await
+}
+
+async fn burn(
+    pool: &DbPool,
+    url: &str,
+    name: &str,
+    tasks: usize,
+    stages: u32,
+    concurrency: usize,
+    type_settings: TaskTypeUpdate,
+) -> Result<Timed> {
     let config =
         WorkerConfig { worker_id: WorkerId::generate(), concurrency, exit_when_idle: true, ..WorkerConfig::default() };
     let worker = Worker::new(pool.clone(), url, config).register(
@@ -211,7 +237,7 @@ pub(super) async fn burn_down(
             }
         },
         None,
-        settings(None),
+        type_settings,
     );
     // every burn-down starts right after a checkpoint, so none pays for the WAL of the phase
     // before it (the aged one would otherwise pay for the 10 M-row fill)

@@ -106,7 +106,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, fair, wake, aging, drop, dashboard, dropin, dropin3).
+    /// burndown3, chained3, fair, wake, aging, drop, dashboard, dropin, dropin3).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -121,7 +121,7 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 14] = [
+pub const PHASES: [&str; 15] = [
     "update",
     "insert",
     "enqueue",
@@ -129,6 +129,7 @@ pub const PHASES: [&str; 14] = [
     "bulk",
     "burndown",
     "burndown3",
+    "chained3",
     "fair",
     "wake",
     "aging",
@@ -427,6 +428,14 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         // beside the 1-stage burn-down when it ran: a 3-stage task should cost no more than
         // three 1-stage ones; else UPDATE
         let fig = Figure::new("burndown3", "burn-down: 3-stage no-op tasks", timed.rate, "tasks/s");
+        figures.push(beside_burn1(fig, burn1, update, 0.33).cpu(timed.cpu));
+    }
+    if wants(args, "chained3") {
+        // the same with the type's speculative_chaining: what the opt-in buys
+        progress.phase("burn-down: 3-stage, speculative chaining");
+        load::queue(pool, "bench_chain3", args.tasks, None).await?;
+        let timed = load::burn_down_chained(pool, url, "bench_chain3", args.tasks, 3, args.concurrency).await?;
+        let fig = Figure::new("chained3", "burn-down: 3-stage, speculative_chaining", timed.rate, "tasks/s");
         figures.push(beside_burn1(fig, burn1, update, 0.33).cpu(timed.cpu));
     }
     if wants(args, "fair") {

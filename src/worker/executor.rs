@@ -55,13 +55,15 @@ pub(super) async fn run(
         },
     );
 
-    // While the hold is open, an advance may run its next stage at once (see hold::Hold::chain):
-    // the task's next call is made from this one, so a copy is kept beforehand.
+    // With the type's speculative_chaining, while the hold is open, an advance may run its next
+    // stage at once (see hold::Hold::chain), before the advance is committed: the task's next
+    // call is made from this one, so a copy is kept beforehand. Without it (the default), the
+    // next stage is claimed anew once the hold's finish has durably committed the advance.
     let mut task = task;
     let mut passes = 0;
     let (kind, report_span) = loop {
         let chain_from = match &hold {
-            Some((h, _)) if passes < CHAIN_MAX && shared.context_limit() > 0 && h.is_open() => {
+            Some((h, _)) if passes < CHAIN_MAX && shared.context_limit() > 0 && h.may_chain() => {
                 Some((task.clone(), h.elapsed()))
             }
             _ => None,

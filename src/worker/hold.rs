@@ -8,11 +8,14 @@
 //! through the reporter as usual; a reply that came before the end waits for the commit, so that
 //! its report finds the task running.
 //!
-//! A call that goes on to a next stage while the hold is open may have that stage run at once,
-//! by the same executor, in the same hold ([`Hold::chain`]): the finish writes the stages passed
-//! and the last reply together, so a task whose stages all reply within the window costs one
-//! row change, as a 1-stage task does. Each stage passed is checked first as its report would
-//! be ([`chainable`]); the finish checks it again.
+//! A stage's call starts only from a durable completion of the stage before: the finish of a
+//! hold that writes a success or an advance commits synchronously (`asyncflow.commit_durably`),
+//! and the next stage is claimed anew after it. Only a type with `speculative_chaining` trades
+//! that for speed: a call that goes on to a next stage while the hold is open has that stage run
+//! at once, by the same executor, in the same hold ([`Hold::chain`]), before the advance is
+//! committed; the finish writes the stages passed and the last reply together, so a task whose
+//! stages all reply within the window costs one row change, as a 1-stage task does. Each stage
+//! passed is checked first as its report would be ([`chainable`]); the finish checks it again.
 //!
 //! If the finish fails (the connection is lost, say), the calls still running are abandoned
 //! (their `lost` token, before the rollback makes their tasks ready again) and the transaction
@@ -51,6 +54,9 @@ pub(super) struct Hold {
     /// By the batch's order: each call's `lost` token, made with the hold so that a call whose
     /// executor has not started yet is abandoned too.
     lost: Vec<CancellationToken>,
+    /// The type's `speculative_chaining`: whether a call's next stage may run in the hold,
+    /// before the advance it comes from is committed ([`Hold::chain`]).
+    speculative: bool,
 }
 
 struct State {
@@ -174,6 +180,12 @@ impl Hold {
         self.lock().open
     }
 
+    /// Whether a call of the hold that replies "advance" may have its next stage run at once:
+    /// the type chains speculatively and the hold is still open.
+    pub(super) fn may_chain(&self) -> bool {
+        self.speculative && self.lock().open
+    }
+
     /// The call at `index` of the batch, begun at `start` (seconds since the batch arrived),
     /// went on from `ran` to `next` (with `context`, None keeping the current one): if the hold is
     /// still open, it records the stage passed and says the executor may run `next` at once
@@ -189,7 +201,7 @@ impl Hold {
     ) -> bool {
         let now = self.started.elapsed().as_secs_f64();
         let mut state = self.lock();
-        if !state.open {
+        if !state.open || !self.speculative {
             return false;
         }
         let Some(place) = state.chains.get_mut(index) else { return false };
@@ -307,6 +319,7 @@ pub(super) async fn claim(
     task_type: &TypeName,
     want: usize,
     permit: OwnedSemaphorePermit,
+    speculative_chaining: bool,
 ) -> Result<(Vec<ClaimedTask>, Option<Arc<Hold>>)> {
     let conn = TxConn(Some(conn));
     // One round trip: the client sends both before reading an answer, `begin` first (a hold
@@ -341,6 +354,7 @@ pub(super) async fn claim(
         all_in: Notify::new(),
         outcome: watch::channel(None).0,
         lost: tasks.iter().map(|_| CancellationToken::new()).collect(),
+        speculative: speculative_chaining,
     });
     let fences: Vec<(TaskId, i64, CallLog)> =
         tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq, CallLog::from(t))).collect();

@@ -102,7 +102,7 @@ pub(super) async fn run(
         };
         // the claim found nothing (see the wait below)
         let got_none;
-        match claim(&shared, &task_type, want).await {
+        match claim(&shared, &task_type, want, settings.speculative_chaining).await {
             Ok((tasks, hold)) => {
                 failures = 0;
                 got_none = tasks.is_empty();
@@ -220,18 +220,20 @@ pub(super) async fn run(
 }
 
 /// Claims up to `want` tasks: held (see [`hold`]) on the database unless the worker's hold window
-/// is zero; the tasks of a hold come with it.
+/// is zero; the tasks of a hold come with it (chaining stages speculatively when the type's
+/// `speculative_chaining` says so).
 async fn claim(
     shared: &Arc<Shared>,
     task_type: &TypeName,
     want: usize,
+    speculative_chaining: bool,
 ) -> Result<(Vec<ClaimedTask>, Option<Arc<Hold>>)> {
     match (&shared.backend, &shared.holds) {
         (Backend::Database(pool), Some(holds)) => {
             let permit =
                 holds.clone().acquire_owned().await.map_err(|_| Error::Unexpected("hold slots closed".into()))?;
             let conn = pool.get().await?;
-            hold::claim(shared, conn, task_type, want, permit).await
+            hold::claim(shared, conn, task_type, want, permit, speculative_chaining).await
         }
         _ => Ok((shared.backend.claim(task_type, &shared.worker_id, want).await?, None)),
     }

@@ -6,6 +6,7 @@
 
 pub mod browser;
 pub mod cli;
+pub mod crash;
 pub mod process;
 pub mod proxy;
 pub mod sql;

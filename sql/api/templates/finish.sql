@@ -72,6 +72,9 @@ begin
   if array_position(p_outcomes, 'succeed') is null and array_position(p_outcomes, 'advance') is null then
     -- claims only: as type_claim__, not waiting for the disk
     perform set_config('synchronous_commit', 'off', true);
+  else
+    -- completions: the next stage starts only from a durable one, whatever the server's setting
+    perform asyncflow.commit_durably();
   end if;
   return query
   -- materialized: r reads pass_ok three times, and an inlined q would check each passed that often

@@ -22,6 +22,11 @@ declare
 begin
   perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
     p_errors, p_retries, p_delays, p_progress);
+  if p_outcomes && array['succeed', 'advance', 'later'] then
+    -- the next stage (or the caller waiting on the result, or the next call of a stage that
+    -- replied "later" with a new context) starts only from a durable completion
+    perform asyncflow.commit_durably();
+  end if;
   if p_outcomes <@ array['succeed'] then
     -- A batch of successes only (every report of a one-stage burn-down, most batches of a
     -- busy worker): the same effects, counters and answers as the general statement below,
