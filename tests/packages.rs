@@ -125,7 +125,7 @@ impl Worker {
             .arg(folder)
             .env("DATABASE_URL", &db.url)
             .env("PYTHONPATH", packages().join("python"))
-            .env("NODE_PATH", packages().join("node").join("node_modules"))
+            .env("AF_NODE_PKG", packages().join("node"))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -227,4 +227,171 @@ async fn a_python_application_enqueues_in_its_transaction_and_waits_for_a_concur
     assert!(got["stuck"][1].as_str().unwrap_or_default().contains("timed out"), "{got}");
     assert_eq!(got["after"]["pid"], results[0]["pid"], "the instance outlived the timed-out call: {got}");
     assert_eq!(got["gone"], true, "the rolled-back task never existed");
+}
+
+/// Panics with how to install them unless node and the Node package's dependencies are there.
+pub fn need_node() {
+    let ok = Command::new("node").arg("--version").output().map(|o| o.status.success());
+    assert!(
+        matches!(ok, Ok(true)),
+        "node (18 or later) is needed by the Node package's tests: install Node.js, as .ci/run does"
+    );
+    assert!(
+        packages().join("node/node_modules/pg").is_dir(),
+        "the Node package's dependencies are missing: run `npm ci` in packages/node (as .ci/run does)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_package_passes_its_own_tests_on_a_real_database() {
+    need_node();
+    let db = TestDb::new().await;
+    let out = run_ok(
+        Command::new("node")
+            .args(["--test", "test/"])
+            .current_dir(packages().join("node"))
+            .env("ASYNCFLOW_TEST_URL", &db.url),
+        "node --test (packages/node)",
+    );
+    assert!(out.contains("# fail 0") && !out.contains("# pass 0"), "{out}");
+}
+
+/// A Node function on the package: async, waits `context.ms`, answers its pid and how many of
+/// its calls were in flight at most.
+const JS_FUNCTION: &str = r#"
+const { run, progress } = require(process.env.AF_NODE_PKG + '/function');
+let now = 0, most = 0;
+run(async (call) => {
+  now += 1; most = Math.max(most, now);
+  try {
+    progress({ started: true });
+    await new Promise((r) => setTimeout(r, call.context.ms || 0));
+    return { result: { pid: process.pid, most, echo: call.context.echo } };
+  } finally { now -= 1; }
+});
+"#;
+
+/// The application: enqueues in its transaction (and rolls another back), then waits.
+const JS_APP: &str = r#"
+const asyncflow = require(process.env.AF_NODE_PKG);
+const { Client } = require(process.env.AF_NODE_PKG + '/node_modules/pg');
+(async () => {
+  const url = process.env.DATABASE_URL;
+  const app = new Client({ connectionString: url });
+  await app.connect();
+  await app.query('begin');
+  const ids = [];
+  for (let n = 0; n < 20; n++) ids.push(await asyncflow.enqueue(app, 'jsconc', { ms: 500, echo: n }));
+  await app.query('commit');
+  await app.query('begin');
+  const gone = await asyncflow.enqueue(app, 'jsconc', { ms: 0 });
+  await app.query('rollback');
+  const tasks = await Promise.all(ids.map((id) => asyncflow.wait(url, id, 120)));
+  console.log(JSON.stringify({
+    results: tasks.map((t) => t.result),
+    statuses: [...new Set(tasks.map((t) => t.status))],
+    gone: (await asyncflow.getTask(app, gone)) === null,
+  }));
+  await app.end();
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_application_enqueues_in_its_transaction_and_waits_for_a_concurrent_warm_node_function() {
+    need_node();
+    let db = TestDb::new().await;
+    let folder = one_function(
+        "jsconc",
+        "command = [\"./run\"]\nmode = \"warm\"\ninstances = 1\nconcurrency = 50\ntimeout = 30\n\
+         [settings]\nschedule_interval = 0.2\n",
+        "exec node ./function.js",
+        &[("function.js", JS_FUNCTION), ("app.js", JS_APP)],
+    );
+    let _worker = Worker::start(&db, &folder.0, "100");
+    let c = db.conn().await;
+    common::wait_until(Duration::from_secs(30), "the worker to register jsconc", || async {
+        c.query_opt("select 1 from asyncflow.task_types where task_type = 'jsconc'", &[]).await.ok().flatten().is_some()
+    })
+    .await;
+    let out = run_ok(
+        Command::new("node")
+            .arg("app.js")
+            .current_dir(folder.0.join("jsconc"))
+            .env("DATABASE_URL", &db.url)
+            .env("AF_NODE_PKG", packages().join("node")),
+        "the Node application",
+    );
+    let got: Value = serde_json::from_str(out.trim().lines().last().unwrap_or_default()).expect("the app's JSON");
+    assert_eq!(got["statuses"], serde_json::json!(["succeeded"]), "{got}");
+    let results = got["results"].as_array().expect("results");
+    let echoes: Vec<i64> = results.iter().filter_map(|r| r["echo"].as_i64()).collect();
+    assert_eq!(echoes, (0..20).collect::<Vec<_>>(), "each task its own reply");
+    let pids: std::collections::BTreeSet<i64> = results.iter().filter_map(|r| r["pid"].as_i64()).collect();
+    assert_eq!(pids.len(), 1, "one instance served them all: {got}");
+    let most = results.iter().filter_map(|r| r["most"].as_i64()).max().unwrap_or(0);
+    assert!(most > 1, "calls were in flight on the instance at once (at most {most})");
+    assert_eq!(got["gone"], true, "the rolled-back task never existed");
+}
+
+/// The files a docs page shows: each fenced block after a `<!-- file: PATH -->` line.
+fn page_files(page: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(page)).expect("the page");
+    let mut files = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(path) = line.strip_prefix("<!-- file: ").and_then(|l| l.strip_suffix(" -->")) else { continue };
+        assert!(lines.next().is_some_and(|l| l.starts_with("```")), "{page}: a fence after the file line of {path}");
+        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+        files.push((path.to_string(), body.join("\n") + "\n"));
+    }
+    files
+}
+
+/// Runs a docs page: writes its files under a functions folder, starts the worker on it and runs
+/// the page's application with `program`; its output.
+async fn run_page(page: &str, program: &str, app: &str, prepare: impl Fn(&Path)) -> String {
+    let db = TestDb::new().await;
+    let root = common::Folder::new(&[]);
+    std::fs::create_dir_all(&root.0).expect("folder");
+    for (path, body) in page_files(page) {
+        let file = root.0.join(&path);
+        std::fs::create_dir_all(file.parent().expect("a folder")).expect("folder");
+        std::fs::write(file, body).expect("a page file");
+    }
+    prepare(&root.0);
+    let _worker = Worker::start(&db, &root.0, "200");
+    let c = db.conn().await;
+    common::wait_until(Duration::from_secs(30), "the worker to register hello", || async {
+        c.query_opt("select 1 from asyncflow.task_types where task_type = 'hello'", &[]).await.ok().flatten().is_some()
+    })
+    .await;
+    run_ok(
+        Command::new(program)
+            .arg(app)
+            .current_dir(root.0.join("hello"))
+            .env("DATABASE_URL", &db.url)
+            .env("PYTHONPATH", packages().join("python")),
+        page,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docs_python_page_runs_as_written() {
+    need_psycopg();
+    let out = run_page("docs/python.md", "python3", "app.py", |_| {}).await;
+    assert!(out.contains("succeeded hello Ada"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docs_node_page_runs_as_written() {
+    need_node();
+    let out = run_page("docs/node.md", "node", "app.js", |root| {
+        // as `npm install ./packages/node` leaves them: the package and pg in node_modules
+        let modules = root.join("node_modules");
+        std::fs::create_dir_all(&modules).expect("node_modules");
+        std::os::unix::fs::symlink(packages().join("node"), modules.join("asyncflow")).expect("link the package");
+        std::os::unix::fs::symlink(packages().join("node/node_modules/pg"), modules.join("pg")).expect("link pg");
+    })
+    .await;
+    assert!(out.contains("succeeded hello Ada"), "{out}");
 }
