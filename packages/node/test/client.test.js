@@ -16,7 +16,7 @@ async function connect() {
 }
 
 async function newType(c) {
-  const name = 'js_' + crypto.randomBytes(6).toString('hex');
+  const name = 'js' + crypto.randomBytes(6).toString('hex');
   await c.query('select asyncflow.register_task_type($1)', [name]);
   return name;
 }
@@ -52,7 +52,7 @@ test('enqueueMany answers the ids in order and refuses an unknown field', async 
     const tasks = await Promise.all(ids.map((id) => asyncflow.getTask(c, id)));
     assert.deepStrictEqual(tasks.map((t) => t.context.n), [0, 1, 2]);
     await assert.rejects(asyncflow.enqueueMany(c, type, [{ contxt: {} }]), TypeError);
-    await assert.rejects(asyncflow.enqueue(c, 'no_such_type_here'), (e) => /^AF/.test(e.code));
+    await assert.rejects(asyncflow.enqueue(c, 'Not A Type!'), (e) => /^AF/.test(e.code));
   } finally {
     await c.end();
   }

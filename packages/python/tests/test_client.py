@@ -23,7 +23,7 @@ if not URL:
 
 
 def new_type(conn: psycopg.Connection) -> str:
-    name = "py_" + uuid.uuid4().hex[:12]
+    name = "py" + uuid.uuid4().hex[:12]
     conn.execute("select asyncflow.register_task_type(%s)", (name,))
     return name
 
@@ -69,9 +69,9 @@ class SyncClient(unittest.TestCase):
         with self.assertRaises(TypeError):
             asyncflow.enqueue_many(self.conn, self.type, [{"contxt": {}}])
 
-    def test_an_unknown_type_is_refused_with_its_af_code(self) -> None:
+    def test_a_bad_type_name_is_refused_with_its_af_code(self) -> None:
         with self.assertRaises(psycopg.Error) as caught:
-            asyncflow.enqueue(self.conn, "no_such_type_here", {})
+            asyncflow.enqueue(self.conn, "Not A Type!", {})
         self.assertTrue(str(caught.exception.sqlstate).startswith("AF"), caught.exception.sqlstate)
 
     def test_get_task_of_no_task_is_none_and_cancel_and_retry_answer_what_they_did(self) -> None:
@@ -109,7 +109,7 @@ class SyncClient(unittest.TestCase):
 class AsyncClient(unittest.IsolatedAsyncioTestCase):
     async def test_the_async_client_enqueues_in_the_transaction_and_waits(self) -> None:
         async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
-            task_type = "pya_" + uuid.uuid4().hex[:12]
+            task_type = "pya" + uuid.uuid4().hex[:12]
             await conn.execute("select asyncflow.register_task_type(%s)", (task_type,))
         app = await psycopg.AsyncConnection.connect(URL)
         gone = await asyncflow.aio.enqueue(app, task_type, {"n": 1})
@@ -169,8 +169,8 @@ class HttpClient(unittest.TestCase):
         self.assertFalse(client.cancel(task_id))
         self.assertTrue(client.retry(task_id))
         with self.assertRaises(asyncflow.http.HttpError) as refused:
-            client.enqueue("no_such_type_here")
-        self.assertEqual(refused.exception.status, 404)
+            client.enqueue("Not A Type!")
+        self.assertEqual(refused.exception.status, 400)
 
 
 if __name__ == "__main__":
