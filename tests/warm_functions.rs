@@ -441,6 +441,7 @@ fn library_function(setup: &Setup, name: &str, idle_stop: Duration) -> asyncflow
     );
     let options = WarmOptions {
         instances: 1,
+        concurrency: 1,
         max_calls_per_instance: None,
         timeout: None,
         max_reply: asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,

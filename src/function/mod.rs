@@ -7,6 +7,7 @@ pub mod http;
 mod process;
 pub mod registry;
 pub mod warm;
+mod warm_shared;
 
 use std::future::Future;
 

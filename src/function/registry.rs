@@ -7,6 +7,7 @@
 //! command = ["./run"]         # or: url = "http://127.0.0.1:9000/media"
 //! mode = "warm"               # executables: long-lived instances ("fork": one process per call, the default)
 //! instances = 4               # warm: processes at most (default 1)
+//! concurrency = 50             # warm: calls in flight on one instance at once (default 1)
 //! max_calls_per_instance = 1000 # warm: replace an instance after this many calls (optional)
 //! timeout = "90s"             # per call: seconds (90) or a duration ("90s", "10m"); default 1 h
 //! build = ["cargo", "build"]  # run once in the folder when the worker starts (optional)
@@ -121,6 +122,7 @@ struct FunctionToml {
     url: Option<String>,
     mode: Option<String>,
     instances: Option<i64>,
+    concurrency: Option<i64>,
     max_calls_per_instance: Option<i64>,
     timeout: Option<f64>,
     build: Option<Vec<String>>,
@@ -169,12 +171,16 @@ pub enum FunctionKind {
 
 /// Most `instances` of a warm function.
 pub const INSTANCES_MAX: i64 = 1024;
+/// Most calls in flight on one warm instance (`concurrency`).
+pub const CONCURRENCY_MAX: i64 = 10_000;
 
 /// An executable's warm mode (`mode = "warm"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warm {
     /// Processes at most (`instances`, default 1).
     pub instances: usize,
+    /// Calls in flight on one instance at once (`concurrency`, default 1).
+    pub concurrency: usize,
     /// Calls an instance serves before it is replaced (`max_calls_per_instance`).
     pub max_calls_per_instance: Option<u64>,
 }
@@ -222,6 +228,7 @@ impl FunctionSpec {
                 self.hidden_env.clone(),
                 WarmOptions {
                     instances: warm.instances,
+                    concurrency: warm.concurrency,
                     max_calls_per_instance: warm.max_calls_per_instance,
                     timeout: Some(self.timeout),
                     max_reply: MAX_REPLY_BYTES_DEFAULT,
@@ -337,6 +344,13 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
                             return Err(bad(file, "instances", &format!("must be between 1 and {INSTANCES_MAX}")))
                         }
                     },
+                    concurrency: match parsed.concurrency {
+                        None => 1,
+                        Some(n) if (1..=CONCURRENCY_MAX).contains(&n) => n as usize,
+                        Some(_) => {
+                            return Err(bad(file, "concurrency", &format!("must be between 1 and {CONCURRENCY_MAX}")))
+                        }
+                    },
                     max_calls_per_instance: match parsed.max_calls_per_instance {
                         None => None,
                         Some(n) if n >= 1 => Some(n as u64),
@@ -354,6 +368,7 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
             if warm.is_none() {
                 for (field, given) in [
                     ("instances", parsed.instances.is_some()),
+                    ("concurrency", parsed.concurrency.is_some()),
                     ("max_calls_per_instance", parsed.max_calls_per_instance.is_some()),
                 ] {
                     if given {
@@ -367,6 +382,7 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
             for (field, given) in [
                 ("mode", parsed.mode.is_some()),
                 ("instances", parsed.instances.is_some()),
+                ("concurrency", parsed.concurrency.is_some()),
                 ("max_calls_per_instance", parsed.max_calls_per_instance.is_some()),
             ] {
                 if given {
@@ -542,12 +558,12 @@ mod tests {
         let f = write(
             &tmp,
             "w",
-            "command = [\"./run\"]\nmode = \"warm\"\ninstances = 3\nmax_calls_per_instance = 50\ntimeout = 2\n",
+            "command = [\"./run\"]\nmode = \"warm\"\ninstances = 3\nconcurrency = 20\nmax_calls_per_instance = 50\ntimeout = 2\n",
         );
         let spec = load_file(&f).unwrap();
         match &spec.kind {
             FunctionKind::Exec { warm, .. } => {
-                assert_eq!(warm, &Some(Warm { instances: 3, max_calls_per_instance: Some(50) }))
+                assert_eq!(warm, &Some(Warm { instances: 3, concurrency: 20, max_calls_per_instance: Some(50) }))
             }
             other => panic!("{other:?}"),
         }
@@ -557,7 +573,7 @@ mod tests {
         let f = write(&tmp, "d", "command = [\"./run\"]\nmode = \"warm\"\n");
         match load_file(&f).unwrap().kind {
             FunctionKind::Exec { warm, .. } => {
-                assert_eq!(warm, Some(Warm { instances: 1, max_calls_per_instance: None }))
+                assert_eq!(warm, Some(Warm { instances: 1, concurrency: 1, max_calls_per_instance: None }))
             }
             other => panic!("{other:?}"),
         }
@@ -597,6 +613,8 @@ mod tests {
             ("n2", "command = [\"./run\"]\nmode = \"warm\"\ninstances = 0\n", "instances"),
             ("n3", "command = [\"./run\"]\ninstances = 2\n", "instances"),
             ("n4", "command = [\"./run\"]\nmode = \"warm\"\nmax_calls_per_instance = 0\n", "max_calls_per_instance"),
+            ("n5", "command = [\"./run\"]\nmode = \"warm\"\nconcurrency = 0\n", "concurrency"),
+            ("n6", "command = [\"./run\"]\nconcurrency = 4\n", "concurrency"),
             ("n5", "url = \"http://127.0.0.1:1/\"\nmode = \"warm\"\n", "mode"),
         ];
         for (name, toml, field) in cases {

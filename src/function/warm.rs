@@ -7,7 +7,8 @@
 //! ```                                                     in flight: see [`InFlight`])
 //!
 //! `function.toml` says `mode = "warm"` and `instances = N`: up to N processes of the function's
-//! `command`, started when a call needs one (not before), each serving one call at a time. A
+//! `command`, started when a call needs one (not before), each serving one call at a time
+//! (`concurrency = N` lets one serve N at once: see [`super::warm_shared`]). A
 //! reply carries the id of its call. An instance that exits, or breaks the protocol (a line
 //! that is not JSON, a reply with another id, a line past the reply size limit), is killed with
 //! its process group, its call fails with retry, and the next instance starts after a back-off
@@ -19,7 +20,7 @@
 //! [`Function::stop`] stops the rest when the worker ends. Stopping an instance closes its stdin
 //! and sends SIGTERM to its process group; what is still there after [`RETIRE_GRACE`] is killed.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -46,13 +47,16 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long the exit status of an instance that closed its stdout is waited for.
 const EXIT_AFTER_EOF: Duration = Duration::from_secs(1);
 /// How long the last stderr lines of a failed instance are waited for.
-const STDERR_AFTER_EXIT: Duration = Duration::from_millis(500);
+pub(super) const STDERR_AFTER_EXIT: Duration = Duration::from_millis(500);
 
 /// How a warm function runs.
 #[derive(Debug, Clone)]
 pub struct WarmOptions {
-    /// Most instances at once (each serves one call at a time).
+    /// Most instances at once.
     pub instances: usize,
+    /// Calls in flight on one instance at once (1: one at a time, as an instance that knows
+    /// nothing of concurrency expects; more: see [`super::warm_shared`]).
+    pub concurrency: usize,
     /// Calls an instance serves before it is replaced (None: no limit).
     pub max_calls_per_instance: Option<u64>,
     /// Per call, from when an instance receives it.
@@ -69,80 +73,106 @@ pub struct WarmFunction {
     pool: Arc<Pool>,
 }
 
-struct Pool {
-    name: String,
+pub(super) struct Pool {
+    pub(super) name: String,
     argv: Vec<String>,
     dir: PathBuf,
     hidden: Vec<String>,
-    options: WarmOptions,
+    pub(super) options: WarmOptions,
     /// One permit per instance: a call holds one while it waits for and runs on an instance.
     slots: Arc<Semaphore>,
     state: Mutex<State>,
     /// The last call id handed out.
-    ids: AtomicU64,
+    pub(super) ids: AtomicU64,
 }
 
 #[derive(Default)]
-struct State {
+pub(super) struct State {
     /// Instances waiting for a call, the most recently used last.
     idle: Vec<Instance>,
     /// Instances that failed in a row (exited, broke the protocol, could not start).
-    failures: u32,
+    pub(super) failures: u32,
     /// No instance starts before this (the back-off after a failure).
-    start_after: Option<Instant>,
+    pub(super) start_after: Option<Instant>,
     /// Whether the task that stops idle instances runs.
     janitor: bool,
+    /// With `concurrency` > 1: the instances, each serving many calls at once.
+    pub(super) shared: Vec<Arc<super::warm_shared::Shared>>,
+    /// With `concurrency` > 1: instances being started (counted against `instances`).
+    pub(super) starting: usize,
 }
 
 /// One running process.
-struct Instance {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    stderr_tail: Arc<Mutex<VecDeque<u8>>>,
+pub(super) struct Instance {
+    pub(super) child: Child,
+    pub(super) stdin: ChildStdin,
+    pub(super) stdout: BufReader<ChildStdout>,
+    pub(super) stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     /// The task reading stderr: it ends when the pipe closes.
-    stderr_reader: tokio::task::JoinHandle<()>,
+    pub(super) stderr_reader: tokio::task::JoinHandle<()>,
     /// The call it serves now, for the progress lines on its stderr.
-    in_flight: InFlight,
+    pub(super) in_flight: InFlight,
     /// Declared after the child: kills the group when the instance is dropped, however.
-    guard: GroupGuard,
-    pid: u32,
+    pub(super) guard: GroupGuard,
+    pub(super) pid: u32,
     /// The reaper leaves the pid alone while the instance lives.
-    _awaited: crate::reaper::Awaited,
+    pub(super) _awaited: crate::reaper::Awaited,
     calls: u64,
     last_used: Instant,
 }
 
-/// The call an instance serves now (its id and progress), or none between calls. stderr is read
+/// The calls an instance serves now (their ids and progress), none between calls. stderr is read
 /// by a task of its own, so a line may be read after the reply that followed it on stdout: a
 /// progress line that names its call (`asyncflow:progress:<id> <json>`, as the helper libraries
 /// write it) is taken only while that call is in flight, and one that names none is the call's
-/// in flight, if any. Neither can reach another task's call.
+/// in flight when there is exactly one. Neither can reach another task's call.
 #[derive(Clone, Default)]
-struct InFlight(Arc<Mutex<Option<(String, Progress)>>>);
+pub(super) struct InFlight(Arc<Mutex<HashMap<String, Progress>>>);
 
 impl InFlight {
-    fn set(&self, call: Option<(String, Progress)>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = call;
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Progress>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a progress line for the call it names (None: the call in flight); false when that
-    /// call is not in flight.
+    /// The one call in flight (an instance serving one call at a time), or none.
+    fn set(&self, call: Option<(String, Progress)>) {
+        let mut calls = self.lock();
+        calls.clear();
+        calls.extend(call);
+    }
+
+    /// One more call in flight (an instance serving many).
+    pub(super) fn add(&self, id: &str, progress: Progress) {
+        self.lock().insert(id.to_string(), progress);
+    }
+
+    /// A call no longer in flight.
+    pub(super) fn remove(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Takes a progress line for the call it names (None: the only call in flight); false when
+    /// that call is not in flight.
     fn progress(&self, named: Option<&str>, json: &str) -> Result<bool, String> {
-        let current = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match &*current {
-            Some((id, progress)) if named.is_none_or(|n| n == id) => progress.report_json(json).map(|()| true),
-            _ => Ok(false),
+        let calls = self.lock();
+        let progress = match named {
+            Some(id) => calls.get(id),
+            None if calls.len() == 1 => calls.values().next(),
+            None => None,
+        };
+        match progress {
+            Some(progress) => progress.report_json(json).map(|()| true),
+            None => Ok(false),
         }
     }
 }
 
 /// A call line: the stage call with its id.
 #[derive(Serialize)]
-struct CallLine<'a> {
-    id: &'a str,
+pub(super) struct CallLine<'a> {
+    pub(super) id: &'a str,
     #[serde(flatten)]
-    call: &'a StageCall,
+    pub(super) call: &'a StageCall,
 }
 
 impl WarmFunction {
@@ -155,8 +185,9 @@ impl WarmFunction {
         hidden: Vec<String>,
         options: WarmOptions,
     ) -> Self {
-        let options = WarmOptions { instances: options.instances.max(1), ..options };
-        let slots = Arc::new(Semaphore::new(options.instances));
+        let options =
+            WarmOptions { instances: options.instances.max(1), concurrency: options.concurrency.max(1), ..options };
+        let slots = Arc::new(Semaphore::new(options.instances.saturating_mul(options.concurrency)));
         WarmFunction {
             pool: Arc::new(Pool {
                 name: name.into(),
@@ -181,14 +212,18 @@ impl Function for WarmFunction {
     fn stop(&self) -> BoxFuture<'static, ()> {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let idle = std::mem::take(&mut pool.lock().idle);
+            let (idle, shared) = {
+                let mut state = pool.lock();
+                (std::mem::take(&mut state.idle), std::mem::take(&mut state.shared))
+            };
             futures_util::future::join_all(idle.into_iter().map(|i| i.retire(&pool.name))).await;
+            futures_util::future::join_all(shared.into_iter().map(|s| s.stop(pool.name.clone()))).await;
         })
     }
 }
 
 /// Why an exchange with an instance failed: the instance is done for.
-enum Broken {
+pub(super) enum Broken {
     /// It closed its stdout (exited, most likely).
     Closed,
     /// It broke the protocol or its pipes failed.
@@ -196,7 +231,7 @@ enum Broken {
 }
 
 impl Pool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -205,6 +240,9 @@ impl Pool {
         let Ok(_permit) = self.slots.clone().acquire_owned().await else {
             return StageReply::fail("the function's instances are closed");
         };
+        if self.options.concurrency > 1 {
+            return super::warm_shared::run(&self, call).await;
+        }
         let mut instance = match self.take().await {
             Ok(instance) => instance,
             Err(why) => {
@@ -288,7 +326,7 @@ impl Pool {
         self.start()
     }
 
-    fn start(self: &Arc<Self>) -> Result<Instance, String> {
+    pub(super) fn start(self: &Arc<Self>) -> Result<Instance, String> {
         let mut cmd = command(&self.argv, &self.dir, &self.hidden)?;
         cmd.env("ASYNCFLOW_TYPE", &self.name);
         let program = self.argv.first().map(String::as_str).unwrap_or_default();
@@ -345,7 +383,7 @@ impl Pool {
     }
 
     /// An instance failed: the next one starts after the back-off.
-    fn failed(&self) {
+    pub(super) fn failed(&self) {
         self.lock().note_failure();
     }
 }
@@ -374,8 +412,16 @@ async fn stop_idle(pool: Weak<Pool>) {
             let (stale, kept): (Vec<Instance>, Vec<Instance>) =
                 std::mem::take(&mut state.idle).into_iter().partition(|i| i.last_used.elapsed() >= limit);
             state.idle = kept;
+            let (stale_shared, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.shared)
+                .into_iter()
+                .partition(|s: &Arc<super::warm_shared::Shared>| s.idle_for() >= Some(limit));
+            state.shared = kept;
+            for shared in stale_shared {
+                tracing::debug!(function = %pool.name, pid = shared.pid, "idle instance stopped");
+                tokio::spawn(shared.stop(pool.name.clone()));
+            }
             let busy = pool.slots.available_permits() < pool.options.instances;
-            if state.idle.is_empty() && !busy {
+            if state.idle.is_empty() && state.shared.is_empty() && !busy {
                 state.janitor = false;
             }
             (stale, !state.janitor)
@@ -457,7 +503,7 @@ impl Instance {
 }
 
 /// Reads up to the next newline (not included), at most `limit` bytes.
-async fn read_line(reader: &mut BufReader<ChildStdout>, limit: usize) -> Result<Vec<u8>, Broken> {
+pub(super) async fn read_line(reader: &mut BufReader<ChildStdout>, limit: usize) -> Result<Vec<u8>, Broken> {
     let mut line = Vec::new();
     loop {
         let buf = reader.fill_buf().await.map_err(|e| Broken::Protocol(format!("reading the reply: {e}")))?;

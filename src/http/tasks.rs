@@ -135,17 +135,58 @@ pub(super) fn traceparent(headers: &HeaderMap) -> ApiResult<Option<String>> {
     Ok(header)
 }
 
-/// One task with its context, result and schedule log.
+/// The query string of a task's read: how long to wait for it to end.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct GetQuery {
+    /// Seconds (0 to 60, fractions allowed) to hold the answer until the task ends: a long-poll
+    /// that answers as soon as it has ended, or with the task as it is when the wait runs out.
+    wait: Option<f64>,
+}
+
+/// The longest `wait` of one read of a task, in seconds.
+pub const WAIT_MAX_SECONDS: f64 = 60.0;
+/// How often a waiting read looks at its task again: the first pause, doubling to the longest.
+const WAIT_POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
+const WAIT_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// One task with its context, result and schedule log; with `wait`, once it has ended.
 #[utoipa::path(get, path = "/v1/tasks/{id}", operation_id = "get_task", tag = "tasks",
-    params(("id" = String, Path, description = "Task id")),
+    params(("id" = String, Path, description = "Task id"), GetQuery),
     responses(
-        (status = 200, description = "The task", body = Task),
+        (status = 200, description = "The task (with `wait`: once ended, or as it is when the wait ran out)", body = Task),
+        (status = 400, description = "Unknown parameter, or a wait outside 0..60 seconds", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 404, description = "No such task", body = ApiError),
     ))]
-async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Task>> {
-    let task = api::get_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;
-    task.map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task {}", echo(&id))))
+async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: Result<Query<GetQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Task>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let wait = match q.wait {
+        None => None,
+        Some(w) if w.is_finite() && (0.0..=WAIT_MAX_SECONDS).contains(&w) => {
+            Some(std::time::Duration::from_secs_f64(w))
+        }
+        Some(_) => return Err(ApiError::bad_request(format!("wait must be 0 to {WAIT_MAX_SECONDS} seconds"))),
+    };
+    let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+    let mut pause = WAIT_POLL_FIRST;
+    loop {
+        // a connection per look, not held through the wait
+        let task = api::get_task(&state.pool.get().await.map_err(crate::Error::from)?, &id).await?;
+        let task = task.ok_or_else(|| ApiError::not_found(format!("unknown task {}", echo(&id))))?;
+        let Some(deadline) = deadline else { return Ok(Json(task)) };
+        let now = tokio::time::Instant::now();
+        if task.status.is_final() || now >= deadline {
+            return Ok(Json(task));
+        }
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(WAIT_POLL_MAX);
+    }
 }
 
 /// The query string of a list, and the filter of a bulk call: like [`TaskFilter`], with the

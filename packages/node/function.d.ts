@@ -1,0 +1,35 @@
+/** The stage call a function receives (see functions/README.md). */
+export interface StageCall {
+  task_id: string;
+  type: string;
+  stage: string;
+  context: any;
+  attempt: number;
+  priority: number;
+  user_id: string | null;
+  deadline: string;
+  queue_key?: string;
+  claim_seq?: number;
+  traceparent?: string;
+  [field: string]: unknown;
+}
+
+/** One reply: go on, succeed, fail, or call again later. */
+export type StageReply =
+  | { next_stage: string; context?: any }
+  | { result: any }
+  | { error: string; retry?: boolean }
+  | { later: number; context?: any };
+
+/** `signal` is aborted when the worker cancels the call (timeout, task cancelled). */
+export type Handler = (call: StageCall, options: { signal: AbortSignal }) => StageReply | Promise<StageReply>;
+
+/** Serves calls from stdin until it closes (warm) or after the one call. */
+export function run(handle: Handler): void;
+/** The loop on any line stream; resolves with the exit status once input ends and calls answered. */
+export function serve(handle: Handler, input: NodeJS.ReadableStream, write: (reply: object) => Promise<void>): Promise<number>;
+/** One call through the handler, a throw made a failure with retry. */
+export function callHandle(handle: Handler, call: StageCall, signal?: AbortSignal): Promise<StageReply>;
+/** Reports the running call's progress (a JSON value of at most 4096 bytes). */
+export function progress(value: unknown): void;
+export const PROGRESS_BYTES_MAX: number;

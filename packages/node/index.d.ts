@@ -1,0 +1,74 @@
+/** Anything with pg's `query(text, values)`: a `pg.Client`, a `pg.PoolClient`, a `pg.Pool`. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+}
+
+/** A task as get_task shows it, fields in camelCase, times as Dates. */
+export interface Task {
+  id: string;
+  type: string;
+  stage: string;
+  status: 'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
+  priority: number;
+  attempt: number;
+  retryCount: number;
+  maxRetryNum: number;
+  maxRetryInterval: number;
+  claimSeq: number;
+  owner: string | null;
+  leaseUntil: Date | null;
+  orderTime: Date;
+  userId: string | null;
+  queueKey: string | null;
+  idempotencyKey: string | null;
+  context: any;
+  result: any;
+  error: string | null;
+  scheduleLog: Array<Record<string, unknown>>;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
+  progress: any;
+  /** succeeded, failed or cancelled */
+  ended: boolean;
+  [field: string]: unknown;
+}
+
+export interface EnqueueOptions {
+  priority?: number;
+  runAt?: Date | string;
+  stage?: string;
+  idempotencyKey?: string;
+  userId?: string;
+  queueKey?: string;
+  uniqueKey?: string;
+  uniqueFor?: number;
+  traceparent?: string;
+}
+
+export interface NewTask {
+  context?: any;
+  priority?: number;
+  runAt?: Date | string;
+  stage?: string;
+  idempotencyKey?: string;
+  userId?: string;
+  queueKey?: string;
+  traceparent?: string;
+}
+
+export function enqueue(client: Queryable, taskType: string, context?: any, options?: EnqueueOptions): Promise<string>;
+export function enqueueMany(client: Queryable, taskType: string, tasks: NewTask[]): Promise<string[]>;
+export function getTask(client: Queryable, taskId: string): Promise<Task | null>;
+export function cancel(client: Queryable, taskId: string): Promise<boolean>;
+export function retry(client: Queryable, taskId: string): Promise<boolean>;
+/** The ended task; rejects with TaskTimeout after `timeout` seconds. */
+export function wait(clientOrUrl: Queryable | string, taskId: string, timeout: number): Promise<Task>;
+
+export class TaskTimeout extends Error {
+  task: Task;
+}
+export class TaskNotFound extends Error {
+  taskId: string;
+}
+export const ENDED: Set<string>;

@@ -1,0 +1,50 @@
+"""asyncflow for Python: enqueue in the application's transaction, wait, write functions.
+
+    import asyncflow, psycopg
+
+    with psycopg.connect(url) as conn:                   # the application's transaction
+        task_id = asyncflow.enqueue(conn, "invoice", {"order": 7})
+    task = asyncflow.wait(url, task_id, timeout=30)      # the ended task, or TaskTimeout
+
+- `asyncflow.enqueue`, `enqueue_many`, `get_task`, `cancel`, `retry`, `wait` (`asyncflow.client`):
+  on a psycopg 3 connection; `asyncflow.aio` has the same for `psycopg.AsyncConnection`.
+- `asyncflow.http.Client`: the same calls against `asyncflow serve` (standard library only).
+- `asyncflow.function`: the loop of a function (`run`, `progress`; standard library only).
+
+The client names are loaded on first use, so that `import asyncflow.function` (and
+`asyncflow.http`) work without psycopg installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._task import ENDED, Task, TaskNotFound, TaskTimeout
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers; loaded lazily below
+    from .client import cancel, enqueue, enqueue_many, get_task, retry, wait
+
+__all__ = [
+    "ENDED",
+    "Task",
+    "TaskNotFound",
+    "TaskTimeout",
+    "cancel",
+    "enqueue",
+    "enqueue_many",
+    "get_task",
+    "retry",
+    "wait",
+]
+
+__version__ = "0.1.0"
+
+_CLIENT = {"cancel", "enqueue", "enqueue_many", "get_task", "retry", "wait"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT:
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError("module 'asyncflow' has no attribute %r" % name)

@@ -1,0 +1,51 @@
+"""The SQL the psycopg clients send: one statement per call, values as parameters."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any, Iterable, Mapping, Optional, Tuple
+
+from ._task import task_fields
+
+ENQUEUE = (
+    "select asyncflow.create_task(%s, %s::jsonb, priority => %s, run_at => %s, stage => %s,"
+    " idempotency_key => %s, user_id => %s, queue_key => %s, unique_key => %s, unique_for => %s,"
+    " traceparent => %s)"
+)
+ENQUEUE_MANY = "select asyncflow.create_tasks(%s, %s::jsonb)"
+GET_TASK = "select asyncflow.get_task(%s)::text"
+CANCEL = "select asyncflow.cancel_task(%s)"
+RETRY = "select asyncflow.retry_task(%s)"
+
+
+def enqueue_params(
+    task_type: str,
+    context: Optional[Mapping[str, Any]],
+    priority: int,
+    run_at: Optional[_dt.datetime],
+    stage: Optional[str],
+    idempotency_key: Optional[str],
+    user_id: Optional[str],
+    queue_key: Optional[str],
+    unique_key: Optional[str],
+    unique_for: Optional[int],
+    traceparent: Optional[str],
+) -> Tuple[Any, ...]:
+    return (
+        task_type,
+        json.dumps({} if context is None else context),
+        priority,
+        run_at,
+        stage,
+        idempotency_key,
+        user_id,
+        queue_key,
+        unique_key,
+        unique_for,
+        traceparent,
+    )
+
+
+def enqueue_many_params(task_type: str, tasks: Iterable[Mapping[str, Any]]) -> Tuple[Any, ...]:
+    return (task_type, json.dumps([task_fields(t) for t in tasks]))

@@ -1,0 +1,245 @@
+"""The loop of an asyncflow function (standard library only).
+
+    from asyncflow.function import run, progress
+
+    def handle(call):                       # or: async def handle(call)
+        return {"result": call["context"]}
+
+    run(handle)
+
+`handle(call)` takes the stage call (a dict: task_id, type, stage, context, attempt, priority,
+user_id, deadline, and queue_key when the task has one) and returns one reply dict:
+{"next_stage": ..., "context": ...}, {"result": ...}, {"error": ..., "retry": ...} or
+{"later": seconds, "context": ...}. An exception it raises becomes {"error": "...", "retry": true}
+(the traceback goes to stderr, the worker's log).
+
+`run` serves both modes of function.toml:
+- mode = "warm": calls arrive one per line on stdin, each with an "id"; each reply is written as
+  one line on stdout with the same "id", until stdin closes. An `async def` handler serves many
+  calls at once (as many as the worker sends: `concurrency` in function.toml), each in its own
+  asyncio task; a line `{"cancel": "<id>"}` (the call timed out or its task was cancelled)
+  cancels that call's task, which then answers `{"id": ..., "cancelled": true}`. A plain `def`
+  handler serves its calls one after the other.
+- the default, one process per call: the single call on stdin has no "id"; its reply is written
+  and the program ends.
+While `handle` runs, print() goes to stderr, so that a stray print cannot break the protocol.
+
+`progress(value)` reports how far the running call has got: a small JSON value (at most 4096
+bytes), e.g. progress({"percent": 40, "message": "encoding"}), shown by get_task as `progress`
+while the call runs. The worker keeps the task's lease alive while the call runs, so there is
+no heartbeat to send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import json
+import sys
+import threading
+import traceback
+from typing import Any, Awaitable, BinaryIO, Callable, Dict, Optional, Union
+
+__all__ = ["progress", "run", "serve", "serve_async", "PROGRESS_BYTES_MAX"]
+
+# Largest progress value, as JSON text (the worker refuses larger ones).
+PROGRESS_BYTES_MAX = 4096
+
+Reply = Dict[str, Any]
+Handler = Callable[[Dict[str, Any]], Union[Reply, Awaitable[Reply]]]
+
+# The id of the call being served in warm mode: a progress line names it, so that a line the
+# worker reads late is never taken for another call's. A context variable, so that each of the
+# concurrent calls of an async handler names its own.
+_call_id: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("asyncflow_call_id", default=None)
+
+
+def _checked(reply: Any) -> Reply:
+    if not isinstance(reply, dict):
+        return {"error": "the handler returned %s, not a reply object" % type(reply).__name__, "retry": False}
+    return reply
+
+
+def _failure(e: BaseException) -> Reply:
+    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    return {"error": "%s: %s" % (type(e).__name__, e), "retry": True}
+
+
+def _call_handle(handle: Handler, call: Dict[str, Any]) -> Reply:
+    try:
+        reply = handle(call)
+        if inspect.isawaitable(reply):
+            reply = asyncio.run(_awaited(reply))
+    except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
+        return _failure(e)
+    return _checked(reply)
+
+
+async def _awaited(value: Awaitable[Reply]) -> Reply:
+    return await value
+
+
+def _parse(line: bytes, stdin: BinaryIO) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        # one call per process, written over several lines: the rest of stdin is the call
+        return json.loads(line + stdin.read())
+
+
+def serve(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """Runs the loop on the given binary streams, one call at a time; returns the exit status."""
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        while True:
+            line = stdin.readline()
+            if not line:
+                return 0
+            if not line.strip():
+                continue
+            try:
+                call = _parse(line, stdin)
+            except ValueError as e:
+                _write(stdout, {"error": "stdin is not a JSON stage call: %s" % e, "retry": False})
+                return 0
+            if not isinstance(call, dict):
+                _write(stdout, {"error": "the stage call is not a JSON object", "retry": False})
+                return 0
+            if "cancel" in call and "task_id" not in call:
+                continue  # a call served here cannot be stopped halfway: the worker ends the process
+            if "id" not in call:
+                _write(stdout, _call_handle(handle, call))
+                return 0
+            call_id = call.pop("id")
+            _call_id.set(str(call_id))
+            reply = dict(_call_handle(handle, call))
+            reply["id"] = call_id
+            _write(stdout, reply)
+    finally:
+        sys.stdout = real_stdout
+
+
+async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """Runs the loop with every call in its own asyncio task; returns the exit status.
+
+    stdin is read by a thread (a pipe or a file alike), replies are written by the event loop.
+    """
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[Optional[bytes]] = asyncio.Queue()
+
+    def read() -> None:
+        try:
+            for line in iter(stdin.readline, b""):
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+        finally:
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+    threading.Thread(target=read, name="asyncflow-stdin", daemon=True).start()
+    running: Dict[str, "asyncio.Task[None]"] = {}
+
+    async def one(call_id: Any, call: Dict[str, Any]) -> None:
+        _call_id.set(str(call_id))
+        try:
+            result = handle(call)
+            reply = _checked(await result if inspect.isawaitable(result) else result)
+        except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
+            reply = _failure(e)
+        reply = dict(reply)
+        reply["id"] = call_id
+        _write(stdout, reply)
+
+    def ended(call_id: Any, task: "asyncio.Task[None]") -> None:
+        running.pop(str(call_id), None)
+        # cancelled, maybe before it began: the worker still waits for a line with its id
+        if task.cancelled():
+            _write(stdout, {"id": call_id, "cancelled": True})
+
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        while True:
+            line = await lines.get()
+            if line is None:
+                break
+            if not line.strip():
+                continue
+            try:
+                call = json.loads(line)
+            except ValueError:
+                rest = []
+                while True:
+                    more = await lines.get()
+                    if more is None:
+                        break
+                    rest.append(more)
+                try:
+                    call = json.loads(line + b"".join(rest))
+                except ValueError as e:
+                    _write(stdout, {"error": "stdin is not a JSON stage call: %s" % e, "retry": False})
+                    return 0
+            if not isinstance(call, dict):
+                _write(stdout, {"error": "the stage call is not a JSON object", "retry": False})
+                return 0
+            if "cancel" in call and "task_id" not in call:
+                task = running.get(str(call["cancel"]))
+                if task is not None:
+                    task.cancel()
+                continue
+            if "id" not in call:
+                reply = _checked(await _one_call(handle, call))
+                _write(stdout, reply)
+                return 0
+            call_id = call.pop("id")
+            task = asyncio.ensure_future(one(call_id, call))
+            task.add_done_callback(lambda t, call_id=call_id: ended(call_id, t))
+            running[str(call_id)] = task
+        if running:
+            await asyncio.gather(*running.values(), return_exceptions=True)
+        return 0
+    finally:
+        sys.stdout = real_stdout
+
+
+async def _one_call(handle: Handler, call: Dict[str, Any]) -> Any:
+    try:
+        result = handle(call)
+        return await result if inspect.isawaitable(result) else result
+    except Exception as e:  # noqa: BLE001
+        return _failure(e)
+
+
+def _write(stdout: BinaryIO, reply: Reply) -> None:
+    stdout.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
+    stdout.flush()
+
+
+def progress(value: Any) -> None:
+    """Reports the running call's progress (any JSON value of at most 4096 bytes).
+
+    Written to stderr as one line, `asyncflow:progress <json>` (in warm mode
+    `asyncflow:progress:<call id> <json>`); the worker sends it with its next heartbeat.
+    Raises ValueError for a value larger than that, TypeError for one JSON cannot hold.
+    """
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    # measured as the worker measures it: UTF-8, not \u escapes
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > PROGRESS_BYTES_MAX:
+        raise ValueError("progress is %d bytes of JSON, the limit is %d" % (size, PROGRESS_BYTES_MAX))
+    call_id = _call_id.get()
+    tag = "" if call_id is None else ":%s" % call_id
+    sys.stderr.write("asyncflow:progress%s %s\n" % (tag, text))
+    sys.stderr.flush()
+
+
+def run(handle: Handler) -> None:
+    """Serves calls from stdin with `handle` until stdin closes (warm) or after the one call.
+
+    An `async def` handler serves its calls concurrently (see the module's docs).
+    """
+    if inspect.iscoroutinefunction(handle):
+        status = asyncio.run(serve_async(handle, sys.stdin.buffer, sys.stdout.buffer))
+    else:
+        status = serve(handle, sys.stdin.buffer, sys.stdout.buffer)
+    sys.exit(status)

@@ -1,0 +1,102 @@
+"""The function loop (standard library only; no database)."""
+
+import asyncio
+import io
+import json
+import sys
+import unittest
+
+from asyncflow import function
+
+
+def lines(*calls):
+    return io.BytesIO(b"".join(json.dumps(c).encode() + b"\n" for c in calls))
+
+
+def replies(out):
+    return [json.loads(x) for x in out.getvalue().splitlines()]
+
+
+class SyncLoop(unittest.TestCase):
+    def test_warm_calls_are_answered_in_order_with_their_ids_and_a_throw_is_a_retried_failure(self):
+        def handle(call):
+            if call["context"].get("boom"):
+                raise RuntimeError("boom")
+            return {"result": call["context"]}
+
+        out = io.BytesIO()
+        status = function.serve(handle, lines({"id": "1", "context": {"a": 1}}, {"id": "2", "context": {"boom": True}}), out)
+        self.assertEqual(status, 0)
+        got = replies(out)
+        self.assertEqual(got[0], {"result": {"a": 1}, "id": "1"})
+        self.assertEqual((got[1]["id"], got[1]["retry"]), ("2", True))
+        self.assertIn("RuntimeError: boom", got[1]["error"])
+
+    def test_a_call_without_id_is_answered_once_and_a_non_object_reply_is_refused(self):
+        out = io.BytesIO()
+        function.serve(lambda call: [1], lines({"context": {}}, {"id": "9", "context": {}}), out)
+        self.assertEqual(replies(out), [{"error": "the handler returned list, not a reply object", "retry": False}])
+
+
+class AsyncLoop(unittest.TestCase):
+    def test_async_calls_run_at_once_and_a_cancel_line_ends_its_call_alone(self):
+        state = {"now": 0, "most": 0}
+
+        async def handle(call):
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+            try:
+                await asyncio.sleep(call["context"]["s"])
+            finally:
+                state["now"] -= 1
+            return {"result": call["context"]["n"]}
+
+        calls = [{"id": str(n), "context": {"n": n, "s": 0.2}} for n in range(20)]
+        calls.insert(5, {"id": "long", "context": {"n": -1, "s": 60}})
+        stdin = _Slow(calls, then=[{"cancel": "long"}])
+        out = io.BytesIO()
+        self.assertEqual(asyncio.run(function.serve_async(handle, stdin, out)), 0)
+        got = {r["id"]: r for r in replies(out)}
+        self.assertEqual(got["long"], {"id": "long", "cancelled": True})
+        self.assertEqual(sorted(r["result"] for k, r in got.items() if k != "long"), list(range(20)))
+        self.assertEqual(state["most"], 21, "every call was in flight at once")
+
+    def test_progress_names_the_call_it_is_made_in(self):
+        async def handle(call):
+            await asyncio.sleep(0.01)
+            function.progress({"n": call["context"]["n"]})
+            return {"result": None}
+
+        err = io.StringIO()
+        real, sys.stderr = sys.stderr, err
+        try:
+            asyncio.run(function.serve_async(handle, lines(*[{"id": "c%d" % n, "context": {"n": n}} for n in range(3)]),
+                                             io.BytesIO()))
+        finally:
+            sys.stderr = real
+        self.assertEqual(sorted(err.getvalue().splitlines()),
+                         ['asyncflow:progress:c%d {"n":%d}' % (n, n) for n in range(3)])
+        with self.assertRaises(ValueError):
+            function.progress("x" * 5000)
+
+
+class _Slow(io.RawIOBase):
+    """stdin that gives `calls`, then after a pause the lines of `then`, then ends."""
+
+    def __init__(self, calls, then):
+        self.first = [json.dumps(c).encode() + b"\n" for c in calls]
+        self.then = [json.dumps(c).encode() + b"\n" for c in then]
+
+    def readline(self, size=-1):
+        if self.first:
+            return self.first.pop(0)
+        if self.then:
+            import time
+
+            time.sleep(0.1)
+            return self.then.pop(0)
+        return b""
+
+
+if __name__ == "__main__":
+    unittest.main()
