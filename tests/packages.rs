@@ -197,9 +197,11 @@ with psycopg.connect(url, autocommit=True) as conn:
 async fn a_python_application_enqueues_in_its_transaction_and_waits_for_a_concurrent_warm_python_function() {
     need_psycopg();
     let db = TestDb::new().await;
+    // timeout 15 s: the 0.5 s calls end well inside it even while the instance starts on a loaded
+    // machine (with 3 s, all 20 timed out once in a full suite run at load 10)
     let folder = one_function(
         "pyconc",
-        "command = [\"./run\"]\nmode = \"warm\"\ninstances = 1\nconcurrency = 50\ntimeout = 3\n\
+        "command = [\"./run\"]\nmode = \"warm\"\ninstances = 1\nconcurrency = 50\ntimeout = 15\n\
          [settings]\nmax_retry_num = 0\nschedule_interval = 0.2\n",
         "exec python3 ./function.py",
         &[("function.py", PY_FUNCTION), ("app.py", PY_APP)],
