@@ -40,8 +40,14 @@ struct Server(Child);
 
 impl Server {
     async fn start(db: &TestDb, port: u16) -> Server {
+        Server::start_with(db, port, &[]).await
+    }
+
+    /// With more `serve` options.
+    async fn start_with(db: &TestDb, port: u16, extra: &[&str]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--token", TOKEN])
+            .args(extra)
             .env("DATABASE_URL", &db.url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

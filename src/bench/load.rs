@@ -13,10 +13,11 @@ use super::cpu::{CpuMeter, CpuPerOp};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
 use crate::function::{StageCall, StageReply};
+use crate::http;
 use crate::ids::{TypeName, WorkerId};
 use crate::task::NewTask;
 use crate::task_type::TaskTypeUpdate;
-use crate::worker::{Worker, WorkerConfig};
+use crate::worker::{RemoteClient, Worker, WorkerConfig};
 
 type OpFuture = crate::function::BoxFuture<'static, Result<()>>;
 
@@ -318,16 +319,56 @@ pub(super) async fn settle(pool: &DbPool) -> Result<()> {
     Ok(())
 }
 
-/// An idle worker; tasks created one per transaction at `rate` per second for `duration`; the
-/// time from calling create_task to the function starting.
+/// An idle worker on the database; tasks created one per transaction at `rate` per second for
+/// `duration`; the time from calling create_task to the function starting.
 pub(super) async fn wake_latency(pool: &DbPool, url: &str, duration: Duration, rate: f64) -> Result<Latency> {
-    let name = "bench_wake";
+    let pool2 = pool.clone();
+    let url = url.to_string();
+    idle_worker_latency(pool, "bench_wake", duration, rate, move |config| Worker::new(pool2, url, config)).await
+}
+
+/// The same with an idle `worker --server` on an `asyncflow serve` in this process (on a loopback
+/// port, with its own LISTEN connection, as `asyncflow serve` runs): what the HTTP hop and the
+/// server's wake-up of a waiting hold add to a database worker's wake-up.
+pub(super) async fn remote_wake_latency(pool: &DbPool, url: &str, duration: Duration, rate: f64) -> Result<Latency> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let listen = listener.local_addr()?;
+    let config = http::HttpConfig {
+        listen,
+        tokens: Vec::new(),
+        insecure_no_auth: false,
+        max_body: http::MAX_BODY_DEFAULT,
+        header_timeout: http::HEADER_TIMEOUT_DEFAULT,
+        body_timeout: http::BODY_TIMEOUT_DEFAULT,
+    };
+    let stop_server = CancellationToken::new();
+    let (server_pool, server_url, server_stop) = (pool.clone(), url.to_string(), stop_server.clone());
+    let server =
+        tokio::spawn(async move { http::serve_on(listener, server_pool, &server_url, config, server_stop).await });
+    let client = RemoteClient::new(&format!("http://{listen}"), None)?;
+    let measured =
+        idle_worker_latency(pool, "bench_wake_remote", duration, rate, move |config| Worker::remote(client, config))
+            .await;
+    stop_server.cancel();
+    server.await.map_err(|e| Error::Config(format!("bench server: {e}")))??;
+    measured
+}
+
+/// An idle worker made by `worker` on type `name`; tasks created one per transaction at `rate`
+/// per second for `duration`; the time from calling create_task to the function starting.
+async fn idle_worker_latency(
+    pool: &DbPool,
+    name: &str,
+    duration: Duration,
+    rate: f64,
+    worker: impl FnOnce(WorkerConfig) -> Worker,
+) -> Result<Latency> {
     // a long poll interval: every start must come from a wake-up, not a poll
     register(pool, name, Some(60.0)).await?;
     let started: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
     let seen = started.clone();
     let config = WorkerConfig { worker_id: WorkerId::generate(), concurrency: 16, ..WorkerConfig::default() };
-    let worker = Worker::new(pool.clone(), url, config).register(
+    let worker = worker(config).register(
         TypeName::new(name)?,
         move |call: StageCall| {
             let now = Instant::now();
@@ -367,7 +408,10 @@ pub(super) async fn wake_latency(pool: &DbPool, url: &str, duration: Duration, r
     running.await.map_err(|e| Error::Config(format!("bench worker: {e}")))??;
     let got = started.lock().map_err(|_| Error::Config("wake latency: poisoned lock".into()))?;
     if (got.len() as u64) < count {
-        return Err(Error::Config(format!("wake latency: only {} of {count} tasks started within 10 s", got.len())));
+        return Err(Error::Config(format!(
+            "wake latency ({name}): only {} of {count} tasks started within 10 s",
+            got.len()
+        )));
     }
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let mut samples: Vec<f64> = Vec::with_capacity(sent.len());
