@@ -138,26 +138,30 @@ pub(super) async fn run(
                 return;
             }
         }
-        // On a server: wait there for ready work (see wait_on_server).
+        // On a server: wait there for ready work (see wait_on_server), hold after hold while a
+        // slot is free (a hold claims first: it answers at once when work is ready).
         if let (Backend::Server(remote), Some(wait)) = (&shared.backend, shared.hold_wait) {
-            if remote.waits() {
-                match wait_on_server(&shared, remote, &task_type, &registered, lease_secs, batch, wait, &stop).await {
-                    Waited::Stop => return,
-                    Waited::Again => {
-                        failures = 0;
+            let mut waited = Waited::Poll;
+            while remote.waits() {
+                waited = wait_on_server(&shared, remote, &task_type, &registered, lease_secs, batch, wait, &stop).await;
+                if !matches!(waited, Waited::Again) {
+                    break;
+                }
+                failures = 0;
+            }
+            match waited {
+                Waited::Stop => return,
+                Waited::Again | Waited::NoSlot => continue,
+                Waited::Failed(e) => {
+                    failures += 1;
+                    if back_off(&task_type, &e, failures, &mut wakes, &stop).await {
                         continue;
                     }
-                    Waited::Failed(e) => {
-                        failures += 1;
-                        if back_off(&task_type, &e, failures, &mut wakes, &stop).await {
-                            continue;
-                        }
-                        return;
-                    }
-                    // answered at once with nothing (a server shutting down, or one that does
-                    // not wait): the poll below, this once
-                    Waited::Poll => {}
+                    return;
                 }
+                // answered at once with nothing (a server shutting down, or one that does not
+                // wait): the poll below, this once
+                Waited::Poll => {}
             }
         }
         // Nothing more ready: sleep until something may be. Right after a wake-up, look once
@@ -281,9 +285,10 @@ async fn back_off(
 enum Waited {
     /// The worker is stopping.
     Stop,
-    /// It claimed tasks (and started those that fit), its wait ran out, or no slot is free:
-    /// claim again (the loop waits for a slot first).
+    /// It claimed tasks (and started those that fit), or its wait ran out: hold again.
     Again,
+    /// No slot is free: the loop waits for one.
+    NoSlot,
     /// It answered with nothing before its wait ran out, or the server does not wait: poll.
     Poll,
     /// It failed.
@@ -313,7 +318,7 @@ async fn wait_on_server(
     // rather than bring tasks to hand back
     let want = shared.slots.available_permits().min(batch);
     if want == 0 {
-        return Waited::Again;
+        return Waited::NoSlot;
     }
     let asked = tokio::time::Instant::now();
     let answer = tokio::select! {

@@ -132,3 +132,79 @@ async fn a_hold_waits_by_polling_on_a_server_without_a_listen() {
     let held: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!((s.as_u16(), held["tasks"][0]["task_id"].as_str()), (200, Some(id.as_str())), "{held}");
 }
+
+/// A waiting hold takes no slot while it waits (the other types' producers keep them), so it may
+/// bring a task no slot is free for: that task is handed back at once (`release`, the try given
+/// back) and run once a slot frees, never beside the calls that fill the worker.
+#[tokio::test]
+async fn a_task_a_waiting_hold_brings_beyond_the_free_slots_is_handed_back_and_runs_later() {
+    use asyncflow::function::{StageCall, StageReply};
+    use asyncflow::worker::{RemoteClient, Worker, WorkerConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let db = TestDb::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop_server = CancellationToken::new();
+    let (pool, url, stop) = (db.pool.clone(), db.url.clone(), stop_server.clone());
+    let config = common::http_config(&[], 1 << 20);
+    let server = tokio::spawn(async move { asyncflow::http::serve_on(listener, pool, &url, config, stop).await });
+
+    let settings = TaskTypeUpdate { schedule_interval: Some(POLL_SECS), ..Default::default() };
+    for name in ["slow", "quick"] {
+        register(&db, name, settings.clone()).await;
+    }
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = gate.clone();
+    let worker_config =
+        WorkerConfig { worker_id: asyncflow::WorkerId::new("one-slot").unwrap(), concurrency: 1, ..Default::default() };
+    let worker = Worker::remote(RemoteClient::new(&base, None).unwrap(), worker_config)
+        .register(
+            TypeName::new("slow").unwrap(),
+            move |_: StageCall| {
+                let gate = opened.clone();
+                async move {
+                    gate.notified().await;
+                    StageReply::Succeeded { result: json!("slow") }
+                }
+            },
+            None,
+            settings.clone(),
+        )
+        .register(
+            TypeName::new("quick").unwrap(),
+            |_: StageCall| async { StageReply::Succeeded { result: json!("quick") } },
+            None,
+            settings.clone(),
+        );
+    let stop_worker = CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop_worker.clone()));
+    // both producers idle, each with a hold waiting on the server for its one free slot
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let slow = api::create_task(&db.conn().await, "slow", &NewTask::default()).await.unwrap();
+    wait_until(START_BOUND, "the slow task running", || async { status(&db, &slow).await == TaskStatus::Running })
+        .await;
+    let quick = api::create_task(&db.conn().await, "quick", &NewTask::default()).await.unwrap();
+    let released = || async {
+        let t = api::get_task(&db.conn().await, quick.as_str()).await.unwrap().unwrap();
+        t.schedule_log.iter().any(|e| e.outcome.as_deref() == Some("release"))
+    };
+    wait_until(START_BOUND, "the quick task handed back", released).await;
+    let t = api::get_task(&db.conn().await, quick.as_str()).await.unwrap().unwrap();
+    assert_eq!(
+        (t.status, t.attempt),
+        (TaskStatus::Pending, 0),
+        "handed back, the try given back: {:?}",
+        t.schedule_log
+    );
+    assert_eq!(status(&db, &slow).await, TaskStatus::Running, "the one slot is still the slow call's");
+
+    gate.notify_one();
+    wait_until(START_BOUND, "both succeeded", || async { succeeded(&db, &[slow.clone(), quick.clone()]).await == 2 })
+        .await;
+    stop_worker.cancel();
+    let summary = running.await.unwrap().unwrap();
+    assert_eq!((summary.claimed, summary.succeeded), (2, 2), "{summary:?}");
+    stop_server.cancel();
+    server.await.unwrap().unwrap();
+}
