@@ -357,6 +357,9 @@ pub(super) async fn wake_latencies(
     Ok((db, remote))
 }
 
+/// When each task's function started, by the `seq` in its context.
+type StartTimes = Arc<Mutex<HashMap<u64, Instant>>>;
+
 /// Each worker given idle on a type of its own; tasks created one per transaction at `rate` per
 /// second, in turn for each type, `duration` x `rate` per type; per worker, the time from calling
 /// create_task to the function starting.
@@ -370,11 +373,11 @@ async fn idle_workers_latency<const N: usize>(
     // the workers stop however this ends
     let _stop_workers = stop.clone().drop_guard();
     let mut running = Vec::with_capacity(N);
-    let mut started: Vec<(&str, Arc<Mutex<HashMap<u64, Instant>>>)> = Vec::with_capacity(N);
+    let mut started: Vec<(&str, StartTimes)> = Vec::with_capacity(N);
     for (name, worker) in workers {
         // a long poll interval: every start must come from a wake-up, not a poll
         register(pool, name, Some(60.0)).await?;
-        let times: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+        let times: StartTimes = Arc::default();
         let seen = times.clone();
         let worker = worker.register(
             TypeName::new(name)?,
