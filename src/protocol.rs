@@ -60,7 +60,7 @@ pub struct HoldRequest {
     /// its LISTEN connection, and looks again when a delayed task falls due), or with none when
     /// the wait runs out or the server shuts down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0, maximum = 30)]
+    #[cfg_attr(feature = "server", schema(minimum = 0, maximum = 30))]
     pub wait: Option<f64>,
 }
 
