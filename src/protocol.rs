@@ -4,7 +4,7 @@
 //! with the handlers; this module only says what travels.
 //!
 //! ```text
-//!   POST /v1/worker/hold       HoldRequest          -> Held
+//!   POST /v1/worker/hold       HoldRequest          -> Held (at once, or once work is ready: `wait`)
 //!   POST /v1/worker/report     ReportBatchRequest   -> ReportResults (one ReportOutcome per report)
 //!   POST /v1/worker/<outcome>  ReportRequest        -> ReportAccepted
 //!   GET  /v1/worker/next-due?type=T                 -> NextDue
@@ -32,6 +32,10 @@ pub const HOLD_LIMIT_DEFAULT: i32 = 10;
 pub const HOLD_LIMIT_MAX: i32 = 1000;
 /// Most reports one batch may carry.
 pub const REPORTS_PER_CALL_MAX: usize = 1000;
+/// The longest a hold may be asked to wait for ready work (seconds); a proxy in front of the
+/// server must allow an answer to take longer than the waits its workers ask for (nginx's
+/// `proxy_read_timeout`, 60 s by default).
+pub const HOLD_WAIT_MAX: f64 = 30.0;
 
 fn default_limit() -> i32 {
     HOLD_LIMIT_DEFAULT
@@ -51,6 +55,13 @@ pub struct HoldRequest {
     #[serde(default = "default_limit")]
     #[cfg_attr(feature = "server", schema(default = 10, minimum = 1, maximum = 1000))]
     pub limit: i32,
+    /// Seconds to wait for ready work when none is ready now, 0 to 30 (absent or 0: answer at
+    /// once). The server answers as soon as it has claimed some (it hears of new work through
+    /// its LISTEN connection, and looks again when a delayed task falls due), or with none when
+    /// the wait runs out or the server shuts down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "server", schema(minimum = 0, maximum = 30))]
+    pub wait: Option<f64>,
 }
 
 /// The tasks a hold took.
@@ -355,7 +366,9 @@ mod tests {
     #[test]
     fn a_hold_takes_ten_unless_told() {
         let hold: HoldRequest = serde_json::from_value(json!({"type": "t", "worker_id": "w"})).expect("reads");
-        assert_eq!(hold.limit, HOLD_LIMIT_DEFAULT);
+        assert_eq!((hold.limit, hold.wait), (HOLD_LIMIT_DEFAULT, None));
+        // a hold that does not wait is sent as before, so an older server takes it
+        assert_eq!(serde_json::to_value(&hold).expect("writes"), json!({"type": "t", "worker_id": "w", "limit": 10}));
         assert!(serde_json::from_value::<HoldRequest>(json!({"type": "t", "worker_id": "w", "x": 1})).is_err());
     }
 }

@@ -135,6 +135,10 @@ impl Vocab {
             "version" => (vec![json!(1), json!(2)], vec![json!(99)]),
             "claim_seq" => (vec![json!(1), json!(2)], vec![json!(99)]),
             "limit" => (vec![json!(1), json!(2), json!(10), json!(1000)], vec![json!(0), json!(1001)]),
+            // a hold that waits: briefly, or the run would wait out hundreds of them
+            "wait" if path == "/v1/worker/hold" => {
+                (vec![json!(0), json!(0.01), json!(0.05)], vec![json!(-1), json!(30.5), json!(1e308)])
+            }
             _ => (vec![], vec![]),
         }
     }
@@ -294,6 +298,7 @@ fn value_of(g: &Gen, schema: &Value, name: &str) -> BoxedStrategy<Value> {
                 (true, min, max) => (min.unwrap_or(0)..=max.unwrap_or(100)).prop_map(Value::from).boxed(),
             },
             "integer" => integer(schema, [good.clone(), unknown.clone()].concat()),
+            "number" if !good.is_empty() => select([good.clone(), unknown.clone()].concat()).boxed(),
             "number" if g.tame => (0f64..100.0).prop_map(Value::from).boxed(),
             "number" => number(),
             "string" if schema["format"] == "date-time" && g.tame => {

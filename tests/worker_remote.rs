@@ -1,8 +1,11 @@
 //! `asyncflow worker --server URL`: the worker binary claiming and reporting through an
 //! `asyncflow serve` (the HTTP worker protocol) with no database connection of its own; the
 //! protocol's reads for it (next-due, held) and fenced release; a server killed and restarted
-//! mid-run; a hold whose answer is lost.
+//! mid-run; a hold whose answer is lost; holds that wait (the long-poll, in `hold_wait.rs`).
 use crate::common;
+
+#[path = "worker_remote/hold_wait.rs"]
+mod hold_wait;
 
 use std::io::Read;
 use std::path::Path;
@@ -37,8 +40,14 @@ struct Server(Child);
 
 impl Server {
     async fn start(db: &TestDb, port: u16) -> Server {
+        Server::start_with(db, port, &[]).await
+    }
+
+    /// With more `serve` options.
+    async fn start_with(db: &TestDb, port: u16, extra: &[&str]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--token", TOKEN])
+            .args(extra)
             .env("DATABASE_URL", &db.url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -13,10 +13,11 @@ use super::cpu::{CpuMeter, CpuPerOp};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
 use crate::function::{StageCall, StageReply};
+use crate::http;
 use crate::ids::{TypeName, WorkerId};
 use crate::task::NewTask;
 use crate::task_type::TaskTypeUpdate;
-use crate::worker::{Worker, WorkerConfig};
+use crate::worker::{RemoteClient, Worker, WorkerConfig};
 
 type OpFuture = crate::function::BoxFuture<'static, Result<()>>;
 
@@ -318,72 +319,141 @@ pub(super) async fn settle(pool: &DbPool) -> Result<()> {
     Ok(())
 }
 
-/// An idle worker; tasks created one per transaction at `rate` per second for `duration`; the
-/// time from calling create_task to the function starting.
-pub(super) async fn wake_latency(pool: &DbPool, url: &str, duration: Duration, rate: f64) -> Result<Latency> {
-    let name = "bench_wake";
-    // a long poll interval: every start must come from a wake-up, not a poll
-    register(pool, name, Some(60.0)).await?;
-    let started: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
-    let seen = started.clone();
-    let config = WorkerConfig { worker_id: WorkerId::generate(), concurrency: 16, ..WorkerConfig::default() };
-    let worker = Worker::new(pool.clone(), url, config).register(
-        TypeName::new(name)?,
-        move |call: StageCall| {
-            let now = Instant::now();
-            if let Some(seq) = call.context.get("seq").and_then(|v| v.as_u64()) {
-                if let Ok(mut map) = seen.lock() {
-                    map.insert(seq, now);
-                }
-            }
-            async move { StageReply::Succeeded { result: json!(null) } }
-        },
-        None,
-        settings(Some(60.0)),
-    );
+/// Two idle workers, one on the database and one on a server (`worker --server` on an `asyncflow
+/// serve` in this process, on a loopback port, with its own LISTEN connection as `asyncflow
+/// serve` has); tasks created one per transaction at `rate` per second, in turn for each, until
+/// each has had `duration` x `rate`; the time from calling create_task to the function
+/// starting, the database worker's first. In turn, not one after the other: both see the same
+/// server and the same load, which moves by more than the gap measured within seconds.
+pub(super) async fn wake_latencies(
+    pool: &DbPool,
+    url: &str,
+    duration: Duration,
+    rate: f64,
+) -> Result<(Latency, Latency)> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let listen = listener.local_addr()?;
+    let config = http::HttpConfig {
+        listen,
+        tokens: Vec::new(),
+        insecure_no_auth: false,
+        max_body: http::MAX_BODY_DEFAULT,
+        header_timeout: http::HEADER_TIMEOUT_DEFAULT,
+        body_timeout: http::BODY_TIMEOUT_DEFAULT,
+    };
+    let stop_server = CancellationToken::new();
+    let (server_pool, server_url, server_stop) = (pool.clone(), url.to_string(), stop_server.clone());
+    let server =
+        tokio::spawn(async move { http::serve_on(listener, server_pool, &server_url, config, server_stop).await });
+    let client = RemoteClient::new(&format!("http://{listen}"), None)?;
+    let config = || WorkerConfig { worker_id: WorkerId::generate(), concurrency: 16, ..WorkerConfig::default() };
+    let database = Worker::new(pool.clone(), url, config());
+    let remote = Worker::remote(client, config());
+    let measured =
+        idle_workers_latency(pool, duration, rate, [("bench_wake", database), ("bench_wake_remote", remote)]).await;
+    stop_server.cancel();
+    server.await.map_err(|e| Error::Config(format!("bench server: {e}")))??;
+    let [db, remote] = measured?;
+    Ok((db, remote))
+}
+
+/// When each task's function started, by the `seq` in its context.
+type StartTimes = Arc<Mutex<HashMap<u64, Instant>>>;
+
+/// Each worker given idle on a type of its own; tasks created one per transaction at `rate` per
+/// second, in turn for each type, `duration` x `rate` per type; per worker, the time from calling
+/// create_task to the function starting.
+async fn idle_workers_latency<const N: usize>(
+    pool: &DbPool,
+    duration: Duration,
+    rate: f64,
+    workers: [(&str, Worker); N],
+) -> Result<[Latency; N]> {
     let stop = CancellationToken::new();
-    let running = tokio::spawn(worker.run(stop.clone()));
-    // let the worker start, listen and go idle
+    // the workers stop however this ends
+    let _stop_workers = stop.clone().drop_guard();
+    let mut running = Vec::with_capacity(N);
+    let mut started: Vec<(&str, StartTimes)> = Vec::with_capacity(N);
+    for (name, worker) in workers {
+        // a long poll interval: every start must come from a wake-up, not a poll
+        register(pool, name, Some(60.0)).await?;
+        let times: StartTimes = Arc::default();
+        let seen = times.clone();
+        let worker = worker.register(
+            TypeName::new(name)?,
+            move |call: StageCall| {
+                let now = Instant::now();
+                if let Some(seq) = call.context.get("seq").and_then(|v| v.as_u64()) {
+                    if let Ok(mut map) = seen.lock() {
+                        map.insert(seq, now);
+                    }
+                }
+                async move { StageReply::Succeeded { result: json!(null) } }
+            },
+            None,
+            settings(Some(60.0)),
+        );
+        running.push(tokio::spawn(worker.run(stop.clone())));
+        started.push((name, times));
+    }
+    // let the workers start, listen and go idle
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     let count = (duration.as_secs_f64() * rate).ceil().max(1.0) as u64;
     let every = Duration::from_secs_f64(1.0 / rate);
     let c = pool.get().await?;
-    let mut sent = HashMap::with_capacity(count as usize);
+    let mut sent: Vec<HashMap<u64, (Instant, Instant)>> = vec![HashMap::with_capacity(count as usize); N];
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for seq in 0..count {
-        tick.tick().await;
-        let task = NewTask { context: Some(json!({ "seq": seq })), ..Default::default() };
-        let at = Instant::now();
-        api::create_task(&c, name, &task).await?;
-        sent.insert(seq, (at, Instant::now()));
+        for ((name, _), sent) in started.iter().zip(sent.iter_mut()) {
+            tick.tick().await;
+            let task = NewTask { context: Some(json!({ "seq": seq })), ..Default::default() };
+            let at = Instant::now();
+            api::create_task(&c, name, &task).await?;
+            sent.insert(seq, (at, Instant::now()));
+        }
     }
+    let all_started = || started.iter().all(|(_, m)| m.lock().map(|m| m.len() as u64 >= count).unwrap_or(true));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while started.lock().map(|m| (m.len() as u64) < count).unwrap_or(false) && Instant::now() < deadline {
+    while !all_started() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     stop.cancel();
-    running.await.map_err(|e| Error::Config(format!("bench worker: {e}")))??;
-    let got = started.lock().map_err(|_| Error::Config("wake latency: poisoned lock".into()))?;
-    if (got.len() as u64) < count {
-        return Err(Error::Config(format!("wake latency: only {} of {count} tasks started within 10 s", got.len())));
+    for run in running {
+        run.await.map_err(|e| Error::Config(format!("bench worker: {e}")))??;
     }
+    let mut latencies = Vec::with_capacity(N);
+    for ((name, times), sent) in started.iter().zip(&sent) {
+        let got = times.lock().map_err(|_| Error::Config("wake latency: poisoned lock".into()))?;
+        if (got.len() as u64) < count {
+            return Err(Error::Config(format!(
+                "wake latency ({name}): only {} of {count} tasks started within 10 s",
+                got.len()
+            )));
+        }
+        latencies.push(latency(sent, &got));
+    }
+    latencies.try_into().map_err(|_| Error::Config("wake latency: a worker's figures are missing".into()))
+}
+
+/// From each task's create_task call (its start and its return) to its function's start.
+fn latency(sent: &HashMap<u64, (Instant, Instant)>, started: &HashMap<u64, Instant>) -> Latency {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let mut samples: Vec<f64> = Vec::with_capacity(sent.len());
     let mut after_commit: Vec<f64> = Vec::with_capacity(sent.len());
-    for (seq, (called, returned)) in &sent {
-        if let Some(start) = got.get(seq) {
+    for (seq, (called, returned)) in sent {
+        if let Some(start) = started.get(seq) {
             samples.push(ms(start.saturating_duration_since(*called)));
             after_commit.push(if *start >= *returned { ms(*start - *returned) } else { -ms(*returned - *start) });
         }
     }
     samples.sort_by(f64::total_cmp);
     after_commit.sort_by(f64::total_cmp);
-    Ok(Latency {
+    Latency {
         p50: percentile(&samples, 0.5),
         p95: percentile(&samples, 0.95),
         p99: percentile(&samples, 0.99),
         after_commit_p50: percentile(&after_commit, 0.5),
-    })
+    }
 }

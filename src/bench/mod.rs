@@ -18,7 +18,9 @@
 //!                    the 1-stage figure is the median of three runs
 //!   fair             the 1-stage burn-down in a type with fair_queues, its tasks spread over
 //!                    --queue-keys keys: what claims by turns of key cost beside plain claims
-//!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start
+//!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start;
+//!                    beside it, in turn task by task, an idle `worker --server` on an
+//!                    in-process `serve`
 //!   aging            the burn-down again beside 10 M finished tasks, in closed shards as the type's
 //!                    own roll leaves them (5 M rows each by default), three times, in turn with
 //!                    three empty-table burn-downs (its reference); medians
@@ -466,7 +468,7 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
         let commit = load::commit_latency(pool).await?;
         // a third of the phase, at the same pace as the tasks
         let paced = load::paced_insert_latency(pool, seconds / 3, args.wake_rate).await?;
-        let wake = load::wake_latency(pool, url, seconds, args.wake_rate).await?;
+        let (wake, remote) = load::wake_latencies(pool, url, seconds, args.wake_rate).await?;
         let base = Some(paced);
         let to = "paced one-row INSERT p50";
         figures.push(
@@ -501,6 +503,26 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             Figure::new("wake_p99", "wake latency: insert -> start, p99", wake.p99, "ms")
                 .ratio(base, to)
                 .bar("<= 6 ms", Some(wake.p99 <= 6.0)),
+        );
+        // a worker on a server (its hold waiting there), beside the database worker's
+        let (db_p50, db_p99) = (Some(wake.p50), Some(wake.p99));
+        figures.push(
+            Figure::new("wake_remote_p50", "wake, --server worker: insert -> start, p50", remote.p50, "ms")
+                .ratio(db_p50, "database worker's wake p50")
+                .bar("<= 2 x database worker", Some(remote.p50 <= 2.0 * wake.p50)),
+        );
+        figures.push(
+            Figure::new(
+                "wake_remote_after_commit_p50",
+                "wake, --server: commit acknowledged -> start, p50",
+                remote.after_commit_p50,
+                "ms",
+            )
+            .ratio(Some(wake.after_commit_p50), "database worker's commit -> start p50"),
+        );
+        figures.push(
+            Figure::new("wake_remote_p99", "wake, --server worker: insert -> start, p99", remote.p99, "ms")
+                .ratio(db_p99, "database worker's wake p99"),
         );
     }
     if wants(args, "aging") {

@@ -17,6 +17,7 @@ mod compat;
 mod dashboard;
 mod error;
 mod health;
+mod hold_wait;
 mod metrics;
 pub mod openapi;
 mod request_span;
@@ -104,20 +105,27 @@ pub struct AppState {
     /// The cancels heard on the database's `asyncflow_cancel` channel, for
     /// `GET /v1/worker/cancels`; None without a LISTEN connection (its streams end at once).
     cancels: Option<tokio::sync::broadcast::Sender<String>>,
+    /// The wake-ups heard on the database's `asyncflow` channel, per type, for holds that wait;
+    /// None without a LISTEN connection (they poll, see `hold_wait`).
+    wakeups: Option<Arc<hold_wait::Wakeups>>,
+    /// Fired when the server shuts down: waiting holds answer at once.
+    shutdown: CancellationToken,
 }
 
 /// The router with every route, auth and body limit, without a LISTEN connection behind
-/// `GET /v1/worker/cancels` (see [`router_with_cancels`]).
+/// `GET /v1/worker/cancels` and the holds that wait (see [`router_listening`]).
 pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
-    router_with_cancels(pool, config, None)
+    router_listening(pool, config, None, CancellationToken::new())
 }
 
-/// The router with every route; `cancels` carries the notifications of the `asyncflow_cancel`
-/// channel (`db::listen`) to the workers' cancel streams.
-pub fn router_with_cancels(
+/// The router with every route; `channels` (a LISTEN connection, `db::listen`) carries the
+/// `asyncflow_cancel` notifications to the workers' cancel streams and the `asyncflow` ones to
+/// the holds that wait; `shutdown` ends those waits.
+pub fn router_listening(
     pool: DbPool,
     config: &HttpConfig,
-    cancels: Option<tokio::sync::broadcast::Sender<String>>,
+    channels: Option<&crate::db::listen::Channels>,
+    shutdown: CancellationToken,
 ) -> Router {
     let state = AppState {
         pool,
@@ -125,7 +133,9 @@ pub fn router_with_cancels(
         max_body: config.max_body,
         body_timeout: config.body_timeout,
         metrics: Arc::default(),
-        cancels,
+        cancels: channels.map(|c| c.cancels.clone()),
+        wakeups: channels.map(|c| hold_wait::Wakeups::spawn(c.wakes.subscribe())),
+        shutdown,
     };
     let api = Router::new()
         .merge(tasks::routes())
@@ -153,15 +163,28 @@ pub fn router_with_cancels(
         .with_state(state)
 }
 
-/// Serves until `shutdown` fires, then finishes the requests in flight.
-/// Serves the API on `config.listen` until `shutdown`; `url` is the database's, for the LISTEN
-/// connection that feeds the workers' cancel streams.
+/// Serves the API on `config.listen` until `shutdown`, then finishes the requests in flight;
+/// `url` is the database's, for the LISTEN connection that feeds the workers' cancel streams
+/// and the holds that wait.
 pub async fn serve(pool: DbPool, url: &str, config: HttpConfig, shutdown: CancellationToken) -> Result<()> {
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    serve_on(listener, pool, url, config, shutdown).await
+}
+
+/// [`serve`] on a listener already bound (its address stands for `config.listen`).
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    pool: DbPool,
+    url: &str,
+    mut config: HttpConfig,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    config.listen = listener.local_addr()?;
+    config.validate()?;
     tracing::info!(listen = %listener.local_addr()?, auth = !config.tokens.is_empty(), "serving the HTTP API");
     let channels = crate::db::listen::spawn(url.to_string(), shutdown.child_token());
-    let app = router_with_cancels(pool, &config, Some(channels.cancels));
+    let app = router_listening(pool, &config, Some(&channels), shutdown.clone());
     server::run(listener, app, config.header_timeout, shutdown).await?;
     Ok(())
 }

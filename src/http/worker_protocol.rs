@@ -8,7 +8,7 @@
 //! answer to a hold and must hand back what it never received).
 //!
 //! ```text
-//!   POST /v1/worker/hold       {type, worker_id, limit}        -> {tasks: [claimed task]}
+//!   POST /v1/worker/hold       {type, worker_id, limit, wait}  -> {tasks: [claimed task]}
 //!   POST /v1/worker/report     {worker_id, reports: [...]}     -> {results: [{task_id, accepted, status, lease_until}]}
 //!   POST /v1/worker/<outcome>  {worker_id, task_id, claim_seq, ...}   -> 200 | 409 stale | 404 unknown
 //!   GET  /v1/worker/next-due?type=T                            -> {type, due, wait_ms}
@@ -36,13 +36,15 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{parse_body, ApiError, ApiResult, AppState};
+use std::time::Duration;
+
+use super::{hold_wait, parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::ids::{TypeName, WorkerId};
 use crate::protocol::{
     GoneRequest, Held, HeldRequest, HeldTasks, HoldRequest, NextDue, PresenceAnswer, PresenceRequest, ProgressAccepted,
     ProgressRequest, ReportAccepted, ReportBatchRequest, ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX,
-    REPORTS_PER_CALL_MAX,
+    HOLD_WAIT_MAX, REPORTS_PER_CALL_MAX,
 };
 use crate::task::{Report, ReportKind};
 
@@ -64,12 +66,14 @@ pub(super) fn routes() -> Router<AppState> {
 }
 
 /// Claims ready tasks ("hold", the same operation as `asyncflow.claim_tasks`); none when
-/// nothing is ready or the type is paused.
+/// nothing is ready or the type is paused. With `wait`, a hold that finds nothing ready waits
+/// (a long-poll) and answers as soon as it has claimed some, or with none when
+/// the wait runs out.
 #[utoipa::path(post, path = "/v1/worker/hold", operation_id = "hold", tag = "worker protocol",
     request_body = HoldRequest,
     responses(
         (status = 200, description = "The tasks now held, possibly none", body = Held),
-        (status = 400, description = "Malformed body, limit out of range or invalid worker id", body = ApiError),
+        (status = 400, description = "Malformed body, limit or wait out of range, or invalid worker id", body = ApiError),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 404, description = "Unknown task type", body = ApiError),
         (status = 413, description = "Body too large", body = ApiError),
@@ -79,7 +83,16 @@ async fn hold(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     if !(1..=HOLD_LIMIT_MAX).contains(&body.limit) {
         return Err(ApiError::bad_request("limit must be between 1 and 1000"));
     }
+    let wait = match body.wait {
+        None => Duration::ZERO,
+        Some(w) if (0.0..=HOLD_WAIT_MAX).contains(&w) => Duration::from_secs_f64(w),
+        Some(_) => return Err(ApiError::bad_request(format!("wait must be 0 to {HOLD_WAIT_MAX} seconds"))),
+    };
     let worker = WorkerId::new(&body.worker_id)?;
+    if !wait.is_zero() {
+        let tasks = hold_wait::claim_waiting(&state, &body.task_type, &worker, body.limit, wait).await?;
+        return Ok(Json(Held { tasks }));
+    }
     let c = state.pool.get().await.map_err(crate::Error::from)?;
     let tasks = api::claim_tasks(&c, &body.task_type, &worker, body.limit, None).await?;
     Ok(Json(Held { tasks }))

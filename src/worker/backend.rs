@@ -8,8 +8,15 @@
 //!   Database   register_task_type     claim_tasks         report_tasks         next_due
 //!   Server     PUT /v1/task-types/:n  POST /v1/worker/    POST /v1/worker/     GET /v1/worker/
 //!                                     hold                report               next-due
-//!   wake-ups   Database: LISTEN/NOTIFY + poll    Server: poll + the worker's own reports
+//!   wake-ups   Database: LISTEN/NOTIFY + poll    Server: a hold that waits (long-poll) + the
+//!                                                worker's own reports
 //! ```
+//!
+//! A hold that waits ([`HOLD_WAIT`], `wait` in the hold's body) stays open on the server until it
+//! has claimed ready work, heard through the server's LISTEN connection. A server that refuses
+//! the field (older than the long-poll) is asked without it from then on, and the worker polls as
+//! before. A waiting hold given up (the worker stopping) may have claimed tasks: they are looked
+//! for, and handed back, as after a lost answer.
 //!
 //! Server mode, and what keeps it from losing anything:
 //! - Failures are retried by the callers: a producer backs off and holds again, the reporter
@@ -32,7 +39,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,6 +66,14 @@ const REPORT_BYTES_MAX: usize = 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a hold waits on the server for ready work (a long-poll: the server answers as soon
+/// as it has claimed some). Below [`REQUEST_TIMEOUT`], with room for the claim itself, and below
+/// the `proxy_read_timeout` of a proxy in front (nginx: 60 s by default).
+pub const HOLD_WAIT: Duration = Duration::from_secs(20);
+const _: () = assert!(HOLD_WAIT.as_secs() + 5 <= REQUEST_TIMEOUT.as_secs());
+/// How long before the answer of a hold that waited its claim is taken to have run (see
+/// `RemoteClient::hold`): an overestimate of the skew by up to this brings heartbeats forward.
+const CLAIM_LATENCY_MARGIN_MS: i64 = 100;
 /// How long an idle connection to the server is kept for the next request (the server closes
 /// idle connections after its --header-timeout, 30 s by default; nginx's upstream keep-alive
 /// in the README's example is 20 s).
@@ -282,6 +297,8 @@ struct Inner {
     unswept: Mutex<BTreeSet<String>>,
     /// The database's clock minus this machine's, in milliseconds, as of the last hold.
     skew_ms: AtomicI64,
+    /// False once the server refused a hold's `wait` (a server older than the long-poll).
+    waits: AtomicBool,
 }
 
 impl RemoteClient {
@@ -309,6 +326,7 @@ impl RemoteClient {
                 outstanding: Mutex::new(HashSet::new()),
                 unswept: Mutex::new(BTreeSet::new()),
                 skew_ms: AtomicI64::new(0),
+                waits: AtomicBool::new(true),
             }),
         })
     }
@@ -456,12 +474,75 @@ impl RemoteClient {
     }
 
     async fn claim(&self, task_type: &TypeName, owner: &WorkerId, want: usize) -> Result<Vec<ClaimedTask>> {
+        self.hold(task_type, owner, want, None).await
+    }
+
+    /// Whether the server takes holds that wait (until it refuses one).
+    pub(super) fn waits(&self) -> bool {
+        self.inner.waits.load(Ordering::Relaxed)
+    }
+
+    /// Claims up to `want` tasks of `task_type`, waiting up to `wait` on the server for some when
+    /// none is ready (a long-poll). None when the server does not take holds that wait (it is
+    /// not asked again).
+    pub(super) async fn claim_waiting(
+        &self,
+        task_type: &TypeName,
+        owner: &WorkerId,
+        want: usize,
+        wait: Duration,
+    ) -> Result<Option<Vec<ClaimedTask>>> {
+        match self.hold(task_type, owner, want, Some(wait)).await {
+            Err(Error::InvalidArgument(text)) if text.contains("unknown field `wait`") => {
+                self.inner.waits.store(false, Ordering::Relaxed);
+                tracing::info!(server = %self.inner.base, "the server's holds do not wait: polling each type instead");
+                Ok(None)
+            }
+            other => other.map(Some),
+        }
+    }
+
+    /// A waiting hold of `task_type` was given up before its answer came: it may have claimed
+    /// tasks, looked for before the type's next hold and when the worker ends
+    /// ([`RemoteClient::sweep_abandoned`]).
+    pub(super) fn abandoned(&self, task_type: &TypeName) {
+        lock(&self.inner.unswept).insert(task_type.to_string());
+    }
+
+    /// Hands back what holds whose answers never came claimed (see [`RemoteClient::abandoned`]).
+    pub(super) async fn sweep_abandoned(&self, owner: &WorkerId) {
+        let types: Vec<String> = lock(&self.inner.unswept).iter().cloned().collect();
+        for name in types {
+            let Ok(task_type) = TypeName::new(&name) else { continue };
+            match self.sweep(&task_type, owner).await {
+                Ok(()) => {
+                    lock(&self.inner.unswept).remove(&name);
+                }
+                Err(e) => {
+                    tracing::warn!(task_type = %name, error = %e, "could not look for tasks a lost hold claimed; their leases will run out")
+                }
+            }
+        }
+    }
+
+    async fn hold(
+        &self,
+        task_type: &TypeName,
+        owner: &WorkerId,
+        want: usize,
+        wait: Option<Duration>,
+    ) -> Result<Vec<ClaimedTask>> {
         if lock(&self.inner.unswept).contains(task_type.as_str()) {
             self.sweep(task_type, owner).await?;
             lock(&self.inner.unswept).remove(task_type.as_str());
         }
         let limit = want.clamp(1, HOLD_LIMIT_MAX as usize) as i32;
-        let body = HoldRequest { task_type: task_type.to_string(), worker_id: owner.to_string(), limit };
+        let body = HoldRequest {
+            task_type: task_type.to_string(),
+            worker_id: owner.to_string(),
+            limit,
+            wait: wait.map(|w| w.as_secs_f64()),
+        };
         let sent = Utc::now();
         let held: Held = match self.call(Method::POST, "/v1/worker/hold", Some(&body)).await {
             Ok(held) => held,
@@ -476,8 +557,14 @@ impl RemoteClient {
         let mut tasks = held.tasks;
         if let Some(first) = tasks.first() {
             // claimed_at is the database's clock when the claim ran, after this request left:
-            // the skew is overestimated by the latency, which only brings heartbeats forward.
-            self.inner.skew_ms.store((first.claimed_at - sent).num_milliseconds(), Ordering::Relaxed);
+            // the skew is overestimated by the latency, which only brings heartbeats forward. A
+            // hold that waited claimed at the end of its wait, just before its answer came: the
+            // answer's time less a margin for its latency stands for when it left.
+            let left = match wait {
+                Some(_) => (Utc::now() - chrono::Duration::milliseconds(CLAIM_LATENCY_MARGIN_MS)).max(sent),
+                None => sent,
+            };
+            self.inner.skew_ms.store((first.claimed_at - left).num_milliseconds(), Ordering::Relaxed);
         }
         let skew = chrono::Duration::milliseconds(self.inner.skew_ms.load(Ordering::Relaxed));
         let mut outstanding = lock(&self.inner.outstanding);

@@ -12,8 +12,9 @@
 //!
 //! Claims and reports go through a [`Backend`]: the database ([`Worker::new`]) or an `asyncflow
 //! serve` over the HTTP worker protocol ([`Worker::remote`], `asyncflow worker --server`). With
-//! a server there is no NOTIFY: producers wake on the poll tick, the next-due timer, and the
-//! worker's own reports that put tasks back in the queue (a next stage, a retry).
+//! a server there is no NOTIFY: a producer with nothing to do sends a hold that waits on the
+//! server (a long-poll, answered as soon as the server's own LISTEN hears of ready work), and
+//! wakes on its worker's own reports that put tasks back in the queue (a next stage, a retry).
 //!
 //! Invariants: a task is run only while this worker holds its lease (a refused heartbeat
 //! abandons the call); every report carries the claim's fencing token; at shutdown claiming
@@ -246,6 +247,9 @@ struct Shared {
     /// Holds that may be open at once (None: claims are not held).
     holds: Option<Arc<Semaphore>>,
     hold_window: Duration,
+    /// On a server: how long a hold may wait there for ready work (None: holds answer at once,
+    /// and producers poll; so with `exit_when_idle`, which stops when nothing is ready).
+    hold_wait: Option<Duration>,
     /// The database's `max_context_bytes`, read by the presence loop; 0 until read (a hold then
     /// chains no stages, see hold::chainable).
     context_limit: AtomicUsize,
@@ -494,6 +498,8 @@ impl Worker {
             holds: (matches!(self.backend, Backend::Database(_)) && !self.config.hold_window.is_zero())
                 .then(|| Arc::new(Semaphore::new(hold::HOLDS_MAX))),
             hold_window: self.config.hold_window,
+            hold_wait: (matches!(self.backend, Backend::Server(_)) && !self.config.exit_when_idle)
+                .then_some(backend::HOLD_WAIT),
             context_limit: AtomicUsize::new(0),
         });
         // read once before the first claim, so that the first holds chain stages too (the
@@ -567,6 +573,13 @@ impl Worker {
         tracing::info!(worker = %self.config.worker_id, ?reason, "worker stopping: no more claims");
         stop_claiming.cancel();
         while producers.join_next().await.is_some() {}
+        if let Backend::Server(remote) = &self.backend {
+            // holds given up while they waited may have claimed tasks: handed back now
+            let swept = remote.sweep_abandoned(&self.config.worker_id);
+            if tokio::time::timeout(SWEEP_PATIENCE, swept).await.is_err() {
+                tracing::warn!("could not look for tasks a given-up hold claimed in time; their leases will run out");
+            }
+        }
         shared.tracker.close();
         let drain = matches!(reason, StopReason::Idle | StopReason::MaxTasks);
         // A drain lets in-flight calls finish however long they take, unless a signal comes.
@@ -617,6 +630,9 @@ impl Worker {
         Ok(summary)
     }
 }
+
+/// How long a stopping worker on a server looks for tasks its given-up holds claimed.
+const SWEEP_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How often an `exit_when_idle` worker looks at its own state (in memory: cheap), so that it
 /// stops within this of its last report rather than up to a tenth of a second later (a tenth of

@@ -2,9 +2,10 @@
 //! type's schedule_limit), hands each task to an executor, and when nothing is ready sleeps until
 //! the first of: a NOTIFY for its type, the next delayed task's time, the poll interval
 //! (schedule_interval, the fallback when a NOTIFY is lost), a freed slot, or shutdown. On a
-//! server (no NOTIFY) the wake-ups come from the worker's own reports instead. A claim that fails
-//! is tried again after a jittered back-off (0.1 s doubling to 25.6 s), which ends early when
-//! the LISTEN connection is made again, that is when the database is back.
+//! server (no NOTIFY) it sends a hold that waits there for ready work instead (a long-poll, see
+//! [`wait_on_server`]), and wakes on its worker's own reports that queue tasks again. A claim
+//! that fails is tried again after a jittered back-off (0.1 s doubling to 25.6 s), which ends
+//! early when the LISTEN connection is made again, that is when the database is back.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,11 +16,11 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 
 use super::hold::{self, Hold};
-use super::{executor, Backend, Registered, Shared};
+use super::{executor, Backend, Registered, RemoteClient, Shared};
 use crate::db::listen::Wake;
 use crate::error::{Error, Result};
 use crate::ids::TypeName;
-use crate::task::ClaimedTask;
+use crate::task::{ClaimedTask, ReportKind};
 use crate::task_type::TaskTypeSettings;
 
 /// How soon after a wake-up the producer looks again when the wake-up found less than a batch.
@@ -131,33 +132,36 @@ pub(super) async fn run(
                 drop(permits);
                 shared.freed.send_modify(|n| *n = n.wrapping_add(1));
                 failures += 1;
-                let cap = (100u64 << failures.min(8)).min(30_000);
-                let wait = Duration::from_millis(rand::thread_rng().gen_range(cap / 2..=cap));
-                tracing::warn!(task_type = %task_type, error = %e, retry_in = ?wait, "claim failed");
-                // The back-off ends early when the LISTEN connection is made again (its "look at
-                // every type" wake-up): the database is back, and every producer looks at once
-                // rather than waiting out up to 25.6 s more. A wake-up for a type only says that
-                // someone could write to the database, not that this producer's claim would work
-                // (a revoked grant fails the same way): it keeps the back-off.
-                let deadline = tokio::time::Instant::now() + wait;
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(deadline) => break,
-                        _ = stop.cancelled() => return,
-                        wake = wakes.recv() => match wake {
-                            Ok(None) => {
-                                tracing::info!(task_type = %task_type, "the database is reachable again; claiming");
-                                break;
-                            }
-                            Err(RecvError::Closed) => {
-                                tokio::time::sleep_until(deadline).await;
-                                break;
-                            }
-                            Ok(Some(_)) | Err(RecvError::Lagged(_)) => {}
-                        },
-                    }
+                if back_off(&task_type, &e, failures, &mut wakes, &stop).await {
+                    continue;
                 }
-                continue;
+                return;
+            }
+        }
+        // On a server: wait there for ready work (see wait_on_server), hold after hold while a
+        // slot is free (a hold claims first: it answers at once when work is ready).
+        if let (Backend::Server(remote), Some(wait)) = (&shared.backend, shared.hold_wait) {
+            let mut waited = Waited::Poll;
+            while remote.waits() {
+                waited = wait_on_server(&shared, remote, &task_type, &registered, lease_secs, batch, wait, &stop).await;
+                if !matches!(waited, Waited::Again) {
+                    break;
+                }
+                failures = 0;
+            }
+            match waited {
+                Waited::Stop => return,
+                Waited::Again | Waited::NoSlot => continue,
+                Waited::Failed(e) => {
+                    failures += 1;
+                    if back_off(&task_type, &e, failures, &mut wakes, &stop).await {
+                        continue;
+                    }
+                    return;
+                }
+                // answered at once with nothing (a server shutting down, or one that does not
+                // wait): the poll below, this once
+                Waited::Poll => {}
             }
         }
         // Nothing more ready: sleep until something may be. Right after a wake-up, look once
@@ -237,4 +241,122 @@ async fn claim(
         }
         _ => Ok((shared.backend.claim(task_type, &shared.worker_id, want).await?, None)),
     }
+}
+
+/// Waits `2^failures` tenths of a second (jittered, at most 25.6 s) after a failed claim; false
+/// when the worker stops meanwhile.
+///
+/// The back-off ends early when the LISTEN connection is made again (its "look at every type"
+/// wake-up): the database is back, and every producer looks at once rather than waiting out up
+/// to 25.6 s more. A wake-up for a type only says that someone could write to the database, not
+/// that this producer's claim would work (a revoked grant fails the same way): it keeps the
+/// back-off.
+async fn back_off(
+    task_type: &TypeName,
+    e: &Error,
+    failures: u32,
+    wakes: &mut broadcast::Receiver<Wake>,
+    stop: &CancellationToken,
+) -> bool {
+    let cap = (100u64 << failures.min(8)).min(30_000);
+    let wait = Duration::from_millis(rand::thread_rng().gen_range(cap / 2..=cap));
+    tracing::warn!(task_type = %task_type, error = %e, retry_in = ?wait, "claim failed");
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return true,
+            _ = stop.cancelled() => return false,
+            wake = wakes.recv() => match wake {
+                Ok(None) => {
+                    tracing::info!(task_type = %task_type, "the database is reachable again; claiming");
+                    return true;
+                }
+                Err(RecvError::Closed) => {
+                    tokio::time::sleep_until(deadline).await;
+                    return true;
+                }
+                Ok(Some(_)) | Err(RecvError::Lagged(_)) => {}
+            },
+        }
+    }
+}
+
+/// How a hold that waited on the server ended.
+enum Waited {
+    /// The worker is stopping.
+    Stop,
+    /// It claimed tasks (and started those that fit), or its wait ran out: hold again.
+    Again,
+    /// No slot is free: the loop waits for one.
+    NoSlot,
+    /// It answered with nothing before its wait ran out, or the server does not wait: poll.
+    Poll,
+    /// It failed.
+    Failed(Error),
+}
+
+/// A worker on a server with nothing to do sends a hold that waits there (a long-poll, see
+/// `http::hold_wait`) instead of sleeping its poll interval: the server answers as soon as it
+/// has claimed work of the type, so a task starts about as soon as on a worker that LISTENs.
+///
+/// The hold takes no slots while it waits: they stay free for the other types' producers. Of
+/// the tasks it brings, those that find a slot (and room in max_tasks) are started, and the
+/// rest are handed back at once (`release`: ready again, the try given back). A hold given up
+/// because the worker stops may have claimed tasks: they are looked for before the worker ends.
+#[allow(clippy::too_many_arguments)]
+async fn wait_on_server(
+    shared: &Arc<Shared>,
+    remote: &RemoteClient,
+    task_type: &TypeName,
+    registered: &Registered,
+    lease_secs: i64,
+    batch: usize,
+    wait: Duration,
+    stop: &CancellationToken,
+) -> Waited {
+    // no slot free (other types' calls took them since the claim): the loop waits for one first,
+    // rather than bring tasks to hand back
+    let want = shared.slots.available_permits().min(batch);
+    if want == 0 {
+        return Waited::NoSlot;
+    }
+    let asked = tokio::time::Instant::now();
+    let answer = tokio::select! {
+        answer = remote.claim_waiting(task_type, &shared.worker_id, want, wait) => answer,
+        _ = stop.cancelled() => {
+            remote.abandoned(task_type);
+            return Waited::Stop;
+        }
+    };
+    let tasks = match answer {
+        Ok(Some(tasks)) => tasks,
+        Ok(None) => return Waited::Poll,
+        Err(e) => return Waited::Failed(e),
+    };
+    if tasks.is_empty() {
+        // the wait ran out: hold again; an empty answer well before it did is not waited on
+        return if asked.elapsed() >= wait / 2 { Waited::Again } else { Waited::Poll };
+    }
+    let granted = shared.reserve(tasks.len());
+    let mut started = 0;
+    let mut handed_back = Vec::new();
+    for task in tasks {
+        let permit = if started < granted { shared.slots.clone().try_acquire_owned().ok() } else { None };
+        match permit {
+            Some(permit) => {
+                started += 1;
+                shared.tracker.spawn(executor::run(shared.clone(), registered.clone(), task, lease_secs, permit, None));
+            }
+            None => handed_back.push(super::report(&task.task_id, task.claim_seq, ReportKind::Release, None)),
+        }
+    }
+    shared.unreserve(granted - started);
+    shared.stats.claimed.fetch_add(started as u64, Ordering::Relaxed);
+    shared.check_budget();
+    if !handed_back.is_empty() {
+        tracing::debug!(task_type = %task_type, count = handed_back.len(), "handing back what a waiting hold brought beyond the free slots");
+        let reporter = shared.reporter.clone();
+        tokio::spawn(async move { reporter.send(handed_back).await });
+    }
+    Waited::Again
 }
