@@ -28,6 +28,8 @@ RUN apt-get update \
  && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin asyncflow
 COPY --from=builder /src/target/release/asyncflow /usr/local/bin/asyncflow
 COPY --from=builder /src/functions /functions
+# the function libraries the examples import (functions/*/run and functions/sdk point into it)
+COPY --from=builder /src/packages /packages
 # the Rust example as a built program: no cargo in this image
 COPY --from=builder /src/target/release/wordcount-rs /usr/local/bin/wordcount-rs
 RUN rm -rf /functions/wordcount-rs/src /functions/wordcount-rs/Cargo.toml \
