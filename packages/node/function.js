@@ -30,13 +30,14 @@ const { AsyncLocalStorage } = require('async_hooks');
 // Largest progress value, as JSON text (the worker refuses larger ones).
 const PROGRESS_BYTES_MAX = 4096;
 
-// The id of the call whose code runs now (warm mode): a progress line names it, so that a line
-// the worker reads late is never taken for another call's.
+// The call whose code runs now: its id in warm mode (a progress line names it, so that a line the
+// worker reads late is never taken for another call's) and its last progress, which goes again
+// with its reply. One store per call, so concurrent calls keep their own.
 const current = new AsyncLocalStorage();
 
 // Reports the running call's progress: one stderr line, `asyncflow:progress <json>` (in warm
-// mode `asyncflow:progress:<call id> <json>`), sent by the worker with its next heartbeat.
-// Throws a RangeError for a value larger than PROGRESS_BYTES_MAX, a TypeError for one JSON
+// mode `asyncflow:progress:<call id> <json>`), sent by the worker with its next heartbeat; the
+// last value goes again with the call's reply. Throws a RangeError for a value larger than PROGRESS_BYTES_MAX, a TypeError for one JSON
 // cannot hold.
 function progress(value) {
   const text = JSON.stringify(value);
@@ -47,16 +48,29 @@ function progress(value) {
   if (size > PROGRESS_BYTES_MAX) {
     throw new RangeError('progress is ' + size + ' bytes of JSON, the limit is ' + PROGRESS_BYTES_MAX);
   }
-  const callId = current.getStore();
+  const store = current.getStore();
+  if (store !== undefined) {
+    store.progress = value;
+    store.reported = true;
+  }
+  const callId = store === undefined ? undefined : store.id;
   // a pipe: written at once on Linux, before the reply that follows it
   process.stderr.write('asyncflow:progress' + (callId === undefined ? '' : ':' + callId) + ' ' + text + '\n');
 }
 
 async function callHandle(handle, call, signal) {
+  const store = current.getStore();
+  if (store === undefined) {
+    return current.run({ id: undefined, reported: false }, () => callHandle(handle, call, signal));
+  }
   try {
     const reply = await handle(call, { signal: signal || new AbortController().signal });
     if (reply === null || typeof reply !== 'object' || Array.isArray(reply)) {
       return { error: 'the handler returned ' + typeof reply + ', not a reply object', retry: false };
+    }
+    // the call's last progress goes with its reply, unless the handler gave one itself
+    if (store.reported && !Object.prototype.hasOwnProperty.call(reply, 'progress')) {
+      return Object.assign({}, reply, { progress: store.progress });
     }
     return reply;
   } catch (e) {
@@ -89,7 +103,8 @@ function serve(handle, input, write) {
       delete call.id;
       const abort = new AbortController();
       running.set(String(id), abort);
-      return current.run(String(id), () => callHandle(handle, call, abort.signal)).then((reply) => {
+      const store = { id: String(id), reported: false };
+      return current.run(store, () => callHandle(handle, call, abort.signal)).then((reply) => {
         if (running.get(String(id)) !== abort) return undefined; // cancelled: answered already
         running.delete(String(id));
         return write(Object.assign({}, reply, { id }));

@@ -288,7 +288,9 @@ pub(super) async fn run(pool: &Arc<Pool>, call: StageCall) -> StageReply {
         Ok(Ok(Ok(reply))) => {
             pending.done = true;
             pool.lock().failures = 0;
-            StageReply::from_json(reply).unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}")))
+            // a reply may carry the call's last progress, as on the one-call path (warm.rs)
+            StageReply::read(reply, &call.progress)
+                .unwrap_or_else(|why| StageReply::fail(format!("malformed reply: {why}")))
         }
         Ok(Ok(Err(why))) => {
             pending.done = true;

@@ -54,6 +54,23 @@ Handler = Callable[[Dict[str, Any]], Union[Reply, Awaitable[Reply]]]
 # concurrent calls of an async handler names its own.
 _call_id: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("asyncflow_call_id", default=None)
 
+# The running call's last progress, sent again with its reply: a box of its own per call (empty:
+# none yet), in a context variable for the same reason.
+_last_progress: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("asyncflow_last_progress", default=None)
+
+
+def _new_progress_box() -> list:
+    box: list = []
+    _last_progress.set(box)
+    return box
+
+
+def _with_progress(reply: Reply, box: list) -> Reply:
+    """The call's last progress goes with its reply, unless the handler gave one itself."""
+    if box and "progress" not in reply:
+        return dict(reply, progress=box[-1])
+    return reply
+
 
 def _checked(reply: Any) -> Reply:
     if not isinstance(reply, dict):
@@ -67,13 +84,14 @@ def _failure(e: BaseException) -> Reply:
 
 
 def _call_handle(handle: Handler, call: Dict[str, Any]) -> Reply:
+    box = _new_progress_box()
     try:
         reply = handle(call)
         if inspect.isawaitable(reply):
             reply = asyncio.run(_awaited(reply))
     except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
         return _failure(e)
-    return _checked(reply)
+    return _with_progress(reply, box) if isinstance(reply, dict) else _checked(reply)
 
 
 async def _awaited(value: Awaitable[Reply]) -> Reply:
@@ -141,9 +159,11 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
 
     async def one(call_id: Any, call: Dict[str, Any]) -> None:
         _call_id.set(str(call_id))
+        box = _new_progress_box()
         try:
             result = handle(call)
             reply = _checked(await result if inspect.isawaitable(result) else result)
+            reply = _with_progress(reply, box)
         except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
             reply = _failure(e)
         reply = dict(reply)
@@ -203,11 +223,13 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
 
 
 async def _one_call(handle: Handler, call: Dict[str, Any]) -> Any:
+    box = _new_progress_box()
     try:
         result = handle(call)
-        return await result if inspect.isawaitable(result) else result
+        reply = await result if inspect.isawaitable(result) else result
     except Exception as e:  # noqa: BLE001
         return _failure(e)
+    return _with_progress(reply, box) if isinstance(reply, dict) else reply
 
 
 def _write(stdout: BinaryIO, reply: Reply) -> None:
@@ -219,7 +241,8 @@ def progress(value: Any) -> None:
     """Reports the running call's progress (any JSON value of at most 4096 bytes).
 
     Written to stderr as one line, `asyncflow:progress <json>` (in warm mode
-    `asyncflow:progress:<call id> <json>`); the worker sends it with its next heartbeat.
+    `asyncflow:progress:<call id> <json>`); the worker sends it with its next heartbeat, and the
+    last value goes again with the call's reply.
     Raises ValueError for a value larger than that, TypeError for one JSON cannot hold.
     """
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)
@@ -227,6 +250,10 @@ def progress(value: Any) -> None:
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
     if size > PROGRESS_BYTES_MAX:
         raise ValueError("progress is %d bytes of JSON, the limit is %d" % (size, PROGRESS_BYTES_MAX))
+    box = _last_progress.get()
+    if box is not None:
+        box.append(value)
+        del box[:-1]
     call_id = _call_id.get()
     tag = "" if call_id is None else ":%s" % call_id
     sys.stderr.write("asyncflow:progress%s %s\n" % (tag, text))
