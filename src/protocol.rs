@@ -15,6 +15,8 @@
 //! for fields its outcome does not take. Optional answer fields are written as null, never left
 //! out.
 
+pub mod tasks;
+
 use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};

@@ -38,6 +38,17 @@ impl TaskStatus {
         })
     }
 
+    /// The SQL enum's text (what `parse` reads).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
     /// Whether the task has ended.
     pub fn is_final(self) -> bool {
         matches!(self, TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled)
@@ -369,7 +380,7 @@ pub struct ReportResult {
 }
 
 /// Queue depth of one task type (the `asyncflow.queue_depth` view).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct QueueDepth {
     /// Task type.

@@ -224,6 +224,26 @@ fn print_json(output: &serde_json::Value) {
     crate::outln!("{}", serde_json::to_string_pretty(output).unwrap_or_default());
 }
 
+/// Prints an admin command's answer as JSON.
+fn print<T: serde::Serialize>(answer: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(answer).map_err(|e| crate::Error::Unexpected(e.to_string()))?;
+    crate::outln!("{text}");
+    Ok(())
+}
+
+/// The admin client a command's `--server` picks: that server, or the database at `url` (checked
+/// current first).
+async fn admin_client(target: &remote::Target, url: Option<&str>) -> Result<crate::client::Client> {
+    match (&target.server, url) {
+        (Some(server), _) => crate::client::Client::server(server, target.token.clone()),
+        (None, Some(url)) => {
+            db::migrate::check_current(url).await?;
+            Ok(crate::client::Client::new(db::pool(url, 2)?))
+        }
+        (None, None) => Err(crate::Error::Config("no database URL and no --server".into())),
+    }
+}
+
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
     if matches!(
@@ -266,7 +286,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     };
     if remote {
         match cli.command {
-            Command::Task { target, command } => print_json(&task::task(None, &target, command).await?),
+            Command::Task { target, command } => task::task(&admin_client(&target, None).await?, command).await?,
             Command::Type { target, command } => print_json(&task_type::task_type(None, &target, command).await?),
             Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
             Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
@@ -293,10 +313,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let pool = db::pool(&url, db_config.pool_size)?;
             crate::demo::run(pool, &url, &args).await?;
         }
-        Command::Task { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&task::task(Some(&db::pool(&url, 2)?), &target, command).await?);
-        }
+        Command::Task { target, command } => task::task(&admin_client(&target, Some(&url)).await?, command).await?,
         Command::Type { target, command } => {
             db::migrate::check_current(&url).await?;
             print_json(&task_type::task_type(Some(&db::pool(&url, 2)?), &target, command).await?);

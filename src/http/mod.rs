@@ -112,6 +112,14 @@ pub struct AppState {
     shutdown: CancellationToken,
 }
 
+impl AppState {
+    /// The admin client of the server's own database: handlers answer through it, so that an
+    /// answer is composed in one place for the HTTP API and the Rust and command-line clients.
+    fn client(&self) -> crate::client::Client {
+        crate::client::Client::Database(self.pool.clone())
+    }
+}
+
 /// The router with every route, auth and body limit, without a LISTEN connection behind
 /// `GET /v1/worker/cancels` and the holds that wait (see [`router_listening`]).
 pub fn router(pool: DbPool, config: &HttpConfig) -> Router {

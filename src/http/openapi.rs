@@ -31,7 +31,6 @@ use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::{ApiError, AppState};
 use crate::protocol::{ReportAccepted, ReportRequest};
-use crate::task::Task;
 
 /// The document. Security: the bearer scheme applies to every operation that does not say
 /// otherwise (`security(())` marks the routes that never need a token).
@@ -249,37 +248,6 @@ fn flat_object(named: &std::collections::BTreeMap<String, RefOr<Schema>>, all: &
 
 // ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----
 
-/// The id of the created task, or of the task its idempotency key or unique key already named.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskCreated {
-    /// Task id.
-    #[schema(example = "video-1-42")]
-    id: String,
-    /// True when this call created the task (201); false when its idempotency key already
-    /// named a task of the type, or its unique key's task still blocks (pending or running, or
-    /// inside `unique_for`): that task is returned and nothing is created (200).
-    created: bool,
-}
-
-/// The ids of the created tasks, in input order.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TasksCreated {
-    /// Task ids.
-    ids: Vec<String>,
-}
-
-/// One page of tasks.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskPage {
-    /// The tasks, in (type, id) order.
-    tasks: Vec<Task>,
-    /// `after` for the next page; null on the last page.
-    next: Option<String>,
-}
-
 /// A run started (or, for a retry, the new run).
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -320,26 +288,6 @@ pub(super) struct RunNodeRetried {
     /// Node name.
     node: String,
     /// True: the run is running again from this node.
-    retried: bool,
-}
-
-/// The outcome of a cancel.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskCancelled {
-    /// Task id.
-    id: String,
-    /// False when the task had already ended.
-    cancelled: bool,
-}
-
-/// The outcome of a retry.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskRetried {
-    /// Task id.
-    id: String,
-    /// False when the task was neither failed nor cancelled.
     retried: bool,
 }
 

@@ -131,7 +131,7 @@ async fn retire(State(state): State<AppState>, Path((name, version)): Path<(Stri
 /// Starts a run of a pipeline's active version (or of `version`).
 #[utoipa::path(post, path = "/v1/runs", operation_id = "start_run", tag = "workflows",
     request_body = StartRun,
-    params(("traceparent" = Option<String>, Header, description = super::tasks::TRACEPARENT_HEADER)),
+    params(("traceparent" = Option<String>, Header, description = super::request_span::TRACEPARENT_HEADER)),
     responses(
         (status = 201, description = "Started (or scheduled for run_at)", body = RunStarted),
         (status = 400, description = "Malformed body or bad input", body = ApiError),
@@ -147,7 +147,7 @@ async fn start_run(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let mut start: StartRun = parse_body(&state, body)?;
     if start.traceparent.is_none() {
-        start.traceparent = super::tasks::traceparent(&headers)?;
+        start.traceparent = super::request_span::traceparent(&headers)?;
     }
     let run_id = api::start_run(&conn(&state).await?, &start, None).await?;
     Ok((StatusCode::CREATED, Json(json!({"run_id": run_id}))))
