@@ -15,6 +15,7 @@
 //! for fields its outcome does not take. Optional answer fields are written as null, never left
 //! out.
 
+pub mod task_types;
 pub mod tasks;
 
 use std::borrow::Cow;

@@ -287,7 +287,9 @@ pub async fn run(cli: Cli) -> Result<()> {
     if remote {
         match cli.command {
             Command::Task { target, command } => task::task(&admin_client(&target, None).await?, command).await?,
-            Command::Type { target, command } => print_json(&task_type::task_type(None, &target, command).await?),
+            Command::Type { target, command } => {
+                task_type::task_type(&admin_client(&target, None).await?, command).await?
+            }
             Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
             Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
             Command::Schedule { target, command } => print_json(&schedule::schedule(None, &target, command).await?),
@@ -315,8 +317,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Task { target, command } => task::task(&admin_client(&target, Some(&url)).await?, command).await?,
         Command::Type { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&task_type::task_type(Some(&db::pool(&url, 2)?), &target, command).await?);
+            task_type::task_type(&admin_client(&target, Some(&url)).await?, command).await?
         }
         Command::Pipeline { target, command } => {
             db::migrate::check_current(&url).await?;
