@@ -7,6 +7,7 @@
 //! the transaction instead.
 
 pub mod remote;
+mod schedules;
 mod task_types;
 mod tasks;
 

@@ -132,3 +132,35 @@ async fn admin_commands_work_against_a_server() {
     drop(server);
     outcome.unwrap();
 }
+
+/// `asyncflow schedule ...`: the same answers from the database and from a server (the
+/// server's remove answers 204 without a body; the command says what it removed either way).
+fn schedule_scenario(db: &TestDb, server: Option<&str>, name: &str) {
+    run(db, server, &["type", "set", "report"]).unwrap();
+    let set = run(db, server, &["schedule", "set", name, "0 3 * * *", r#"{"type": "report"}"#]).unwrap();
+    assert_eq!((set["name"].as_str(), set["cron"].as_str()), (Some(name), Some("0 3 * * *")), "{set}");
+    assert_eq!(run(db, server, &["schedule", "pause", name]).unwrap()["paused"], true);
+    assert_eq!(run(db, server, &["schedule", "resume", name]).unwrap()["paused"], false);
+    let listed = run(db, server, &["schedule", "list"]).unwrap();
+    assert!(listed.as_array().unwrap().iter().any(|s| s["name"] == name), "{listed}");
+    assert_eq!(run(db, server, &["schedule", "remove", name]).unwrap(), serde_json::json!({"removed": name}));
+    let err = run(db, server, &["schedule", "remove", name]).unwrap_err();
+    assert!(err.contains("unknown schedule"), "{err}");
+    let err = run(db, server, &["schedule", "set", name, "61 * * * *", r#"{"type": "report"}"#]).unwrap_err();
+    assert!(err.contains("61"), "{err}");
+}
+
+#[tokio::test]
+async fn schedule_commands_answer_alike_on_the_database_and_on_a_server() {
+    let db = TestDb::new().await;
+    let server = common::cli::Served::start(&db.url, TOKEN, &[]).await;
+    let base = server.base.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        schedule_scenario(&db, None, "nightly.db");
+        schedule_scenario(&db, Some(&base), "nightly.server");
+        db
+    })
+    .await;
+    drop(server);
+    outcome.unwrap();
+}

@@ -292,7 +292,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
             Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
             Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
-            Command::Schedule { target, command } => print_json(&schedule::schedule(None, &target, command).await?),
+            Command::Schedule { target, command } => {
+                schedule::schedule(&admin_client(&target, None).await?, command).await?
+            }
             Command::Status { target } => status::print_remote(&target).await?,
             _ => {}
         }
@@ -328,8 +330,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             print_json(&run::run(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Schedule { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&schedule::schedule(Some(&db::pool(&url, 2)?), &target, command).await?);
+            schedule::schedule(&admin_client(&target, Some(&url)).await?, command).await?
         }
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {

@@ -99,6 +99,16 @@ impl RemoteClient {
         read(&bytes, &what)
     }
 
+    /// A request whose success has no body (204).
+    pub(crate) async fn call_no_content(&self, method: Method, url: &str) -> Result<()> {
+        let what = format!("{method} {url}");
+        let (status, bytes) = self.send(method, url, None::<&()>, None::<&()>, &what).await?;
+        if !status.is_success() {
+            return Err(status_error(status, &bytes, &what));
+        }
+        Ok(())
+    }
+
     /// A GET of one thing: None when the server answers that it has no such thing (404
     /// `not_found`), where [`call`](Self::call) would make that an error.
     pub(crate) async fn get_optional<T: DeserializeOwned>(&self, url: &str) -> Result<Option<T>> {
