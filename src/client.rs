@@ -10,6 +10,7 @@ pub mod remote;
 mod schedules;
 mod task_types;
 mod tasks;
+mod workflows;
 
 pub use remote::RemoteClient;
 

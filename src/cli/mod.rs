@@ -219,11 +219,6 @@ async fn check_serve_grants(pool: &db::DbPool) -> Result<()> {
     Ok(())
 }
 
-/// Prints a command's JSON answer.
-fn print_json(output: &serde_json::Value) {
-    crate::outln!("{}", serde_json::to_string_pretty(output).unwrap_or_default());
-}
-
 /// Prints an admin command's answer as JSON.
 fn print<T: serde::Serialize>(answer: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(answer).map_err(|e| crate::Error::Unexpected(e.to_string()))?;
@@ -290,8 +285,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             Command::Type { target, command } => {
                 task_type::task_type(&admin_client(&target, None).await?, command).await?
             }
-            Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
-            Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
+            Command::Pipeline { target, command } => {
+                pipeline::pipeline(&admin_client(&target, None).await?, command).await?
+            }
+            Command::Run { target, command } => run::run(&admin_client(&target, None).await?, command).await?,
             Command::Schedule { target, command } => {
                 schedule::schedule(&admin_client(&target, None).await?, command).await?
             }
@@ -322,13 +319,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             task_type::task_type(&admin_client(&target, Some(&url)).await?, command).await?
         }
         Command::Pipeline { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&pipeline::pipeline(Some(&db::pool(&url, 2)?), &target, command).await?);
+            pipeline::pipeline(&admin_client(&target, Some(&url)).await?, command).await?
         }
-        Command::Run { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&run::run(Some(&db::pool(&url, 2)?), &target, command).await?);
-        }
+        Command::Run { target, command } => run::run(&admin_client(&target, Some(&url)).await?, command).await?,
         Command::Schedule { target, command } => {
             schedule::schedule(&admin_client(&target, Some(&url)).await?, command).await?
         }

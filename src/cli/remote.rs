@@ -57,30 +57,3 @@ pub(super) async fn call(target: &Target, method: reqwest::Method, path: &str, b
         _ => Error::Config(format!("HTTP {status}: {message}")),
     })
 }
-
-/// Percent-encodes `s` for a URL's path segment or query value: every byte of its UTF-8 form
-/// but the unreserved ones.
-pub(super) fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::encode;
-
-    #[test]
-    fn encode_writes_each_utf8_byte() {
-        assert_eq!(encode("a-Z_0.~"), "a-Z_0.~");
-        assert_eq!(encode("a b/c&d=e"), "a%20b%2Fc%26d%3De");
-        assert_eq!(encode("José"), "Jos%C3%A9");
-        assert_eq!(encode("€"), "%E2%82%AC");
-    }
-}

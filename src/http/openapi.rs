@@ -248,49 +248,6 @@ fn flat_object(named: &std::collections::BTreeMap<String, RefOr<Schema>>, all: &
 
 // ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----
 
-/// A run started (or, for a retry, the new run).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunStarted {
-    /// The run's id.
-    run_id: String,
-    /// The run it retries (retries only).
-    retry_of: Option<String>,
-}
-
-/// One page of runs.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunPage {
-    /// The runs, newest first (run documents without events).
-    #[schema(value_type = Vec<Object>)]
-    runs: Vec<serde_json::Value>,
-    /// `before` for the next page; null on the last page.
-    next: Option<String>,
-}
-
-/// The outcome of a run cancel.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunCancelled {
-    /// Run id.
-    run_id: String,
-    /// False when the run had already ended.
-    cancelled: bool,
-}
-
-/// The outcome of a node retry.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunNodeRetried {
-    /// Run id.
-    run_id: String,
-    /// Node name.
-    node: String,
-    /// True: the run is running again from this node.
-    retried: bool,
-}
-
 /// The process answers.
 #[derive(ToSchema)]
 #[allow(dead_code)]
