@@ -15,11 +15,12 @@
 //!   generated from the document and checks that every answer is documented.
 //! - The worker protocol's bodies are the wire types of [`crate::protocol`], which the handlers
 //!   serialize and the worker's client reads: the document describes what is really sent.
-//! - Other handlers that build their answer with `json!` are described by the doc-only types
-//!   below; `tests/openapi.rs` calls them and checks that the real bodies have exactly these
-//!   properties.
-//! - The routes whose handler is a closure (the single-report routes of the worker protocol,
-//!   `/healthz`) are described by bodiless functions here, since utoipa documents functions.
+//! - Every other answer is a type of a resource module of [`crate::protocol`] (or the data
+//!   types beside it), which the handler returns: no body is described apart from the code that
+//!   writes it. `tests/openapi.rs` calls the handlers and checks that the real bodies have
+//!   exactly the documented properties.
+//! - The single-report routes of the worker protocol share one handler (a closure per route);
+//!   they are described by bodiless functions here, since utoipa documents functions.
 
 use axum::routing::get;
 use axum::{Json, Router};
@@ -27,7 +28,7 @@ use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::schema::{AdditionalProperties, AllOf, Object, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 use super::{ApiError, AppState};
 use crate::protocol::{ReportAccepted, ReportRequest};
@@ -84,7 +85,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::worker_protocol::presence,
         super::worker_protocol::gone,
         super::cancels::cancels,
-        healthz,
+        super::health::healthz,
         super::health::readyz,
         openapi_json,
         super::metrics::metrics,
@@ -246,36 +247,7 @@ fn flat_object(named: &std::collections::BTreeMap<String, RefOr<Schema>>, all: &
     Some(flat)
 }
 
-// ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----
-
-/// The process answers.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct Health {
-    /// Always "ok".
-    #[schema(example = "ok")]
-    status: String,
-}
-
-/// Whether the database answers with the schema this build expects.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct Readiness {
-    /// "ready", "schema not current" or "database unreachable".
-    status: String,
-    /// The newest applied migration (absent when the database is unreachable).
-    schema_version: Option<i64>,
-    /// The newest migration of this build (only when the schema is not current).
-    expected: Option<i64>,
-}
-
-// ---- Routes whose handler is a closure (doc-only functions) ----
-
-/// The process answers (no auth).
-#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
-    responses((status = 200, description = "Alive", body = Health)))]
-#[allow(dead_code)]
-fn healthz() {}
+// ---- The single-report routes, whose handler is a closure (doc-only functions) ----
 
 /// The single-report routes of the worker protocol share one handler and one body.
 macro_rules! single_report {
