@@ -6,12 +6,14 @@
 //! connection from the pool; to enqueue inside your own transaction, call [`crate::db::api`] with
 //! the transaction instead.
 
+mod dashboard;
 pub mod remote;
 mod schedules;
 mod task_types;
 mod tasks;
 mod workflows;
 
+pub use dashboard::LEADER_SEEN_WITHIN_SECS;
 pub use remote::RemoteClient;
 
 use crate::db::DbPool;

@@ -1,16 +1,17 @@
 //! The command line: the clap definition of `asyncflow` and the dispatch of its subcommands.
 //! Each subcommand calls one module function. The front ends are the modules here: the admin
-//! commands (`task`, `type`, `pipeline`, `run`), each talking to the database or, with
-//! `--server`, to an `asyncflow serve` ([`remote`]); `status`; and the options of `worker` and
-//! `maintain`, with the maintenance services both run ([`maintain::services`]).
+//! commands (`task`, `type`, `pipeline`, `run`, `schedule`) and `status`, each one
+//! [`crate::client::Client`] call and a print, on the database or, with `--server`, on an
+//! `asyncflow serve` ([`target`]); and the options of `worker` and `maintain`, with the
+//! maintenance services both run ([`maintain::services`]).
 
 pub mod args;
 pub mod maintain;
 pub mod pipeline;
-pub mod remote;
 pub mod run;
 pub mod schedule;
 pub mod status;
+pub mod target;
 pub mod task;
 pub mod task_type;
 pub mod worker;
@@ -69,7 +70,7 @@ pub enum Command {
     Status {
         /// Where to ask.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
     },
     /// Run the functions of a functions folder.
     Worker(worker::WorkerArgs),
@@ -79,7 +80,7 @@ pub enum Command {
     Task {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: task::TaskCommand,
@@ -88,7 +89,7 @@ pub enum Command {
     Type {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: task_type::TypeCommand,
@@ -97,7 +98,7 @@ pub enum Command {
     Pipeline {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: pipeline::PipelineCommand,
@@ -106,7 +107,7 @@ pub enum Command {
     Run {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: run::RunCommand,
@@ -115,7 +116,7 @@ pub enum Command {
     Schedule {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: schedule::ScheduleCommand,
@@ -228,7 +229,7 @@ fn print<T: serde::Serialize>(answer: &T) -> Result<()> {
 
 /// The admin client a command's `--server` picks: that server, or the database at `url` (checked
 /// current first).
-async fn admin_client(target: &remote::Target, url: Option<&str>) -> Result<crate::client::Client> {
+async fn admin_client(target: &target::Target, url: Option<&str>) -> Result<crate::client::Client> {
     match (&target.server, url) {
         (Some(server), _) => crate::client::Client::server(server, target.token.clone()),
         (None, Some(url)) => {
@@ -292,7 +293,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             Command::Schedule { target, command } => {
                 schedule::schedule(&admin_client(&target, None).await?, command).await?
             }
-            Command::Status { target } => status::print_remote(&target).await?,
+            Command::Status { target } => status::print(&admin_client(&target, None).await?).await?,
             _ => {}
         }
         return Ok(());
@@ -347,10 +348,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => {
             crate::bench::run(&url, &args).await?;
         }
-        Command::Status { .. } => {
-            db::migrate::check_current(&url).await?;
-            status::print(&db::pool(&url, 2)?).await?;
-        }
+        Command::Status { target } => status::print(&admin_client(&target, Some(&url)).await?).await?,
         Command::Worker(args) => {
             let (config, options) = args.setup()?;
             let shutdown = shutdown_on_signal();

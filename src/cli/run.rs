@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
+use super::args::json_arg;
 use super::print;
-use super::remote::json_arg;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::runs::{CompleteNodeRequest, RunQuery};

@@ -4,8 +4,8 @@
 
 use clap::Subcommand;
 
+use super::args::json_arg;
 use super::print;
-use super::remote::json_arg;
 use crate::client::Client;
 use crate::db::api::{TaskFilter, TaskOrder};
 use crate::error::{Error, Result};
