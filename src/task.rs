@@ -320,6 +320,15 @@ pub enum ReportKind {
     Heartbeat,
 }
 
+impl ReportKind {
+    /// Whether a report refused alone as malformed is followed by a failure of its task (a
+    /// reply: advance, succeed, later), so that its call is not over yet. A failure, a heartbeat
+    /// or a hand-back carries nothing a server could refuse.
+    pub fn replaced_when_refused(&self) -> bool {
+        matches!(self, ReportKind::Advance { .. } | ReportKind::Succeed { .. } | ReportKind::Later { .. })
+    }
+}
+
 /// A report on one claimed task, fenced by its claim.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]

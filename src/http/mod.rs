@@ -104,7 +104,7 @@ pub struct AppState {
     metrics: Arc<metrics::Metrics>,
     /// The cancels heard on the database's `asyncflow_cancel` channel, for
     /// `GET /v1/worker/cancels`; None without a LISTEN connection (its streams end at once).
-    cancels: Option<tokio::sync::broadcast::Sender<String>>,
+    cancels: Option<tokio::sync::broadcast::Sender<crate::db::listen::Cancel>>,
     /// The wake-ups heard on the database's `asyncflow` channel, per type, for holds that wait;
     /// None without a LISTEN connection (they poll, see `hold_wait`).
     wakeups: Option<Arc<hold_wait::Wakeups>>,

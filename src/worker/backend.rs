@@ -49,9 +49,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::db::listen::Cancel;
 use crate::db::{api, DbPool};
 use crate::error::{with_causes, Error, Result, Transport, TransportError};
-use crate::ids::{TypeName, WorkerId};
+use crate::ids::{TaskId, TypeName, WorkerId};
 use crate::protocol::{
     CancelNotice, Held, HeldRequest, HeldTasks, HoldRequest, NextDue, ReportBatchRequest, ReportResults,
     HOLD_LIMIT_MAX, REPORTS_PER_CALL_MAX,
@@ -332,14 +333,14 @@ impl RemoteClient {
     }
 
     /// Follows the server's cancel stream (`GET /v1/worker/cancels`) for `types` until `stop`,
-    /// passing each cancel on to `cancels` as the database's `asyncflow_cancel` payload
-    /// (`<task id> <claim_seq>`), so the calls stop as a database worker's do. A stream that
+    /// passing each cancel on to `cancels` as the database's listener does ([`Cancel`]), so the
+    /// calls stop as a database worker's do. A stream that
     /// ends is opened again at once, one that fails after a pause; cancels sent meanwhile are
     /// found by the heartbeats.
     pub(super) async fn follow_cancels(
         self,
         types: Vec<String>,
-        cancels: tokio::sync::broadcast::Sender<String>,
+        cancels: tokio::sync::broadcast::Sender<Cancel>,
         stop: tokio_util::sync::CancellationToken,
     ) {
         let url = format!("{}/v1/worker/cancels", self.inner.base);
@@ -376,7 +377,7 @@ impl RemoteClient {
         &self,
         url: &str,
         query: &[(&str, String)],
-        cancels: &tokio::sync::broadcast::Sender<String>,
+        cancels: &tokio::sync::broadcast::Sender<Cancel>,
     ) -> std::result::Result<(), String> {
         let request = self.request(Method::GET, url).query(query).timeout(CANCELS_WAIT + CANCELS_SLACK);
         let mut response = request.send().await.map_err(|e| with_causes(&e))?;
@@ -392,7 +393,9 @@ impl RemoteClient {
                 let notice: CancelNotice = serde_json::from_slice(&text)
                     .map_err(|e| format!("GET {url}: a line that is not a cancel notice: {e}"))?;
                 if let (Some(task_id), Some(claim_seq)) = (notice.task_id, notice.claim_seq) {
-                    let _ = cancels.send(format!("{task_id} {claim_seq}"));
+                    let task_id =
+                        TaskId::parse(&task_id).map_err(|e| format!("GET {url}: a cancel notice's task id: {e}"))?;
+                    let _ = cancels.send(Cancel { task_id, claim_seq });
                 }
             }
             if pending.len() > CANCEL_LINE_MAX {
@@ -591,10 +594,7 @@ impl RemoteClient {
                 // Refused whole: the reporter halves a chunk of several, and replaces a refused
                 // reply by a failure of its task; a report refused alone and not replaced ends
                 // its call.
-                if e.is_client_error()
-                    && reports.len() == 1
-                    && !super::reporter::replaced_when_refused(&reports[0].kind)
-                {
+                if e.is_client_error() && reports.len() == 1 && !reports[0].kind.replaced_when_refused() {
                     lock(&self.inner.outstanding).remove(reports[0].task_id.as_str());
                 }
                 return Err(e);
