@@ -14,7 +14,7 @@ use crate::error::{with_causes, Error, Result, Transport, TransportError};
 /// How long a connection to the server may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take, answer included.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an idle connection is kept: below the server's idle-connection timeout (serve
 /// --header-timeout, 30 s by default), so that a request is not sent on a kept connection just
 /// as the server closes it.
