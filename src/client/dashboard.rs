@@ -72,6 +72,6 @@ async fn overview(pool: &DbPool) -> Result<Overview> {
             }
         })
         .collect();
-    let totals = types.iter().fold(Counts::default(), |t, s| t.add(&s.counts));
+    let totals = types.iter().fold(Counts::default(), |t, s| t.plus(&s.counts));
     Ok(Overview { types, totals, leader })
 }

@@ -47,7 +47,7 @@ pub struct Counts {
 
 impl Counts {
     /// The sum of two types' counts.
-    pub fn add(self, o: &Counts) -> Counts {
+    pub fn plus(self, o: &Counts) -> Counts {
         Counts {
             ready: self.ready + o.ready,
             delayed: self.delayed + o.delayed,
