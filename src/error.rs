@@ -82,6 +82,48 @@ pub enum Error {
     Transport(#[from] TransportError),
 }
 
+/// The one two-way table of the errors a server answers with a code of their own: variant,
+/// HTTP status, code. The server writes an error as its (status, code) ([`Error::wire`]), and a
+/// client reads the code back into the same variant ([`Error::from_wire`]).
+macro_rules! wire_codes {
+    ($($variant:ident => ($status:literal, $code:literal),)*) => {
+        impl Error {
+            /// The HTTP status and stable code a server answers this error with; None for the
+            /// errors that are the server's own trouble (answered 500 or 503, see `http::error`).
+            pub fn wire(&self) -> Option<(u16, &'static str)> {
+                match self {
+                    $(Error::$variant(_) => Some(($status, $code)),)*
+                    _ => None,
+                }
+            }
+
+            /// The error a server's answer with this status and code means, with `message`;
+            /// None for a pair the table does not hold.
+            pub fn from_wire(status: u16, code: &str, message: String) -> Option<Error> {
+                match (status, code) {
+                    $(($status, $code) => Some(Error::$variant(message)),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+wire_codes! {
+    UnknownTaskType => (404, "unknown_task_type"),
+    UnknownTask => (404, "unknown_task"),
+    StaleFence => (409, "stale_fencing_token"),
+    InvalidTypeName => (400, "invalid_type_name"),
+    PriorityOutOfRange => (400, "priority_out_of_range"),
+    ContextTooLarge => (413, "context_too_large"),
+    InvalidArgument => (400, "invalid_argument"),
+    InvalidPipeline => (400, "invalid_pipeline"),
+    UnknownPipeline => (404, "unknown_pipeline"),
+    UnknownRun => (404, "unknown_run"),
+    WrongState => (409, "wrong_state"),
+    UnknownSchedule => (404, "unknown_schedule"),
+}
+
 /// How far a request to a server got before it failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {

@@ -28,10 +28,11 @@
 //! ## Module map
 //! - [`db`]: pool, embedded PostgreSQL, migrations, [`db::api`] (the only SQL text), LISTEN.
 //! - [`task`], [`task_type`], [`run`], [`schedule`], [`ids`]: the data the SQL API takes and gives.
-//! - [`client`]: enqueue and admin from Rust.
+//! - [`client`]: enqueue and admin from Rust, on the database or on a server.
 //! - [`worker`]: producer / executor / reporter running [`function`]s, on the database or on a
 //!   server through the HTTP worker protocol.
-//! - [`protocol`]: the HTTP worker protocol's bodies, shared by the server and the worker.
+//! - [`protocol`]: the HTTP API's bodies, shared by the server, the client and the worker: the
+//!   worker protocol's, and one module per admin resource.
 //! - [`http`]: the HTTP API server.
 //! - [`maintenance`]: leader election, the [`maintenance::Maintainer`] running the services it is
 //!   handed, and the task engine's rescuer, shard and retention services.
@@ -49,10 +50,10 @@
 //! use asyncflow::{client::Client, task::NewTask};
 //! let pool = asyncflow::db::pool(url, 4)?;
 //! asyncflow::db::migrate::migrate(url).await?;
-//! let client = Client::new(pool);
+//! let client = Client::new(pool); // or Client::server("http://host:8080", token)?
 //! client.register_type("video", &Default::default()).await?;
-//! let id = client.create_task("video", &NewTask::with_context(serde_json::json!({"url": "x"}))).await?;
-//! println!("created {id}");
+//! let task = client.create_task("video", &NewTask::with_context(serde_json::json!({"url": "x"}))).await?;
+//! println!("created {}", task.id);
 //! # Ok(())
 //! # }
 //! ```

@@ -15,6 +15,13 @@
 //! for fields its outcome does not take. Optional answer fields are written as null, never left
 //! out.
 
+pub mod dashboard;
+pub mod health;
+pub mod pipelines;
+pub mod runs;
+pub mod task_types;
+pub mod tasks;
+
 use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};

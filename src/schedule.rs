@@ -181,6 +181,14 @@ impl SetSchedule {
     }
 }
 
+/// What the command line says of a removed schedule (`DELETE /v1/schedules/{name}` answers 204
+/// without a body).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleRemoved {
+    /// The schedule's name.
+    pub removed: String,
+}
+
 /// A cron expression in a time zone.
 #[derive(Debug, Clone)]
 pub struct Cron {

@@ -38,6 +38,17 @@ impl TaskStatus {
         })
     }
 
+    /// The SQL enum's text (what `parse` reads).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
     /// Whether the task has ended.
     pub fn is_final(self) -> bool {
         matches!(self, TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Cancelled)
@@ -309,6 +320,15 @@ pub enum ReportKind {
     Heartbeat,
 }
 
+impl ReportKind {
+    /// Whether a report refused alone as malformed is followed by a failure of its task (a
+    /// reply: advance, succeed, later), so that its call is not over yet. A failure, a heartbeat
+    /// or a hand-back carries nothing a server could refuse.
+    pub fn replaced_when_refused(&self) -> bool {
+        matches!(self, ReportKind::Advance { .. } | ReportKind::Succeed { .. } | ReportKind::Later { .. })
+    }
+}
+
 /// A report on one claimed task, fenced by its claim.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
@@ -369,7 +389,7 @@ pub struct ReportResult {
 }
 
 /// Queue depth of one task type (the `asyncflow.queue_depth` view).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct QueueDepth {
     /// Task type.

@@ -132,3 +132,105 @@ async fn admin_commands_work_against_a_server() {
     drop(server);
     outcome.unwrap();
 }
+
+/// `asyncflow schedule ...`: the same answers from the database and from a server (the
+/// server's remove answers 204 without a body; the command says what it removed either way).
+fn schedule_scenario(db: &TestDb, server: Option<&str>, name: &str) {
+    run(db, server, &["type", "set", "report"]).unwrap();
+    let set = run(db, server, &["schedule", "set", name, "0 3 * * *", r#"{"type": "report"}"#]).unwrap();
+    assert_eq!((set["name"].as_str(), set["cron"].as_str()), (Some(name), Some("0 3 * * *")), "{set}");
+    assert_eq!(run(db, server, &["schedule", "pause", name]).unwrap()["paused"], true);
+    assert_eq!(run(db, server, &["schedule", "resume", name]).unwrap()["paused"], false);
+    let listed = run(db, server, &["schedule", "list"]).unwrap();
+    assert!(listed.as_array().unwrap().iter().any(|s| s["name"] == name), "{listed}");
+    assert_eq!(run(db, server, &["schedule", "remove", name]).unwrap(), serde_json::json!({"removed": name}));
+    let err = run(db, server, &["schedule", "remove", name]).unwrap_err();
+    assert!(err.contains("unknown schedule"), "{err}");
+    let err = run(db, server, &["schedule", "set", name, "61 * * * *", r#"{"type": "report"}"#]).unwrap_err();
+    assert!(err.contains("61"), "{err}");
+}
+
+#[tokio::test]
+async fn schedule_commands_answer_alike_on_the_database_and_on_a_server() {
+    let db = TestDb::new().await;
+    let server = common::cli::Served::start(&db.url, TOKEN, &[]).await;
+    let base = server.base.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        schedule_scenario(&db, None, "nightly.db");
+        schedule_scenario(&db, Some(&base), "nightly.server");
+        db
+    })
+    .await;
+    drop(server);
+    outcome.unwrap();
+}
+
+/// `asyncflow pipeline ...` and `asyncflow run ...`: the same answers from the database and from a
+/// server. `suffix` keeps the two passes' pipelines apart.
+fn workflow_scenario(db: &TestDb, server: Option<&str>, dir: &std::path::Path, suffix: &str) {
+    let name = format!("instant_{suffix}");
+    let file = dir.join(format!("{name}.json"));
+    let definition = r#"{"nodes": [{"name": "start", "type": "start"}, {"name": "end", "type": "end"}],
+        "edges": [["start", "end"]]}"#;
+    std::fs::write(&file, definition).unwrap();
+    let file = file.to_str().unwrap();
+    let applied = run(db, server, &["pipeline", "apply", "--draft", file]).unwrap();
+    assert_eq!(
+        applied,
+        serde_json::json!([{"name": name, "version": 1, "status": "draft", "created": true, "nodes": 2}])
+    );
+    let active = run(db, server, &["pipeline", "activate", &name, "1"]).unwrap();
+    assert_eq!(active["status"], "active", "{active}");
+    let got = run(db, server, &["pipeline", "get", &name, "--version", "1"]).unwrap();
+    assert!(got["plan"].is_object() && got["definition"]["nodes"].is_array(), "{got}");
+    let listed = run(db, server, &["pipeline", "list"]).unwrap();
+    assert!(listed.as_array().unwrap().iter().any(|p| p["name"] == name.as_str()), "{listed}");
+
+    let summary = run(db, server, &["run", "start", &name, "--wait"]).unwrap();
+    assert_eq!(
+        (&summary["status"], &summary["nodes"]),
+        (&serde_json::json!("succeeded"), &serde_json::json!({"succeeded": 2}))
+    );
+    let ended = summary["run_id"].as_str().unwrap().to_string();
+    let later = run(db, server, &["run", "start", &name, "--run-at", "10m"]).unwrap();
+    let later = later["run_id"].as_str().unwrap().to_string();
+    let page = run(db, server, &["run", "list", "--pipeline", &name, "--limit", "1"]).unwrap();
+    assert_eq!(
+        (page["runs"][0]["run_id"].as_str(), page["next"].as_str()),
+        (Some(later.as_str()), Some(later.as_str()))
+    );
+    let rest = run(db, server, &["run", "list", "--pipeline", &name, "--before", &later]).unwrap();
+    assert_eq!((rest["runs"][0]["run_id"].as_str(), &rest["next"]), (Some(ended.as_str()), &Value::Null));
+    assert_eq!(run(db, server, &["run", "get", &ended]).unwrap()["status"], "succeeded");
+    let cancelled = run(db, server, &["run", "cancel", &later]).unwrap();
+    assert_eq!(cancelled, serde_json::json!({"run_id": later, "cancelled": true}));
+    let retried = run(db, server, &["run", "retry", &later]).unwrap();
+    assert_eq!(retried["retry_of"].as_str(), Some(later.as_str()), "{retried}");
+
+    let err = run(db, server, &["run", "get", "r-nope"]).unwrap_err();
+    assert!(err.contains("unknown run"), "{err}");
+    let err = run(db, server, &["run", "list", "--before", "r-nope"]).unwrap_err();
+    assert!(err.contains("before"), "{err}");
+    let err = run(db, server, &["pipeline", "get", "nope"]).unwrap_err();
+    assert!(err.contains("unknown pipeline"), "{err}");
+    let err = run(db, server, &["run", "retry-node", &ended, "nope"]).unwrap_err();
+    assert!(!err.is_empty());
+    assert!(run(db, server, &["pipeline", "retire", &name, "1"]).unwrap()["status"] == "retired");
+}
+
+#[tokio::test]
+async fn workflow_commands_answer_alike_on_the_database_and_on_a_server() {
+    let db = TestDb::new().await;
+    let server = common::cli::Served::start(&db.url, TOKEN, &[]).await;
+    let base = server.base.clone();
+    let dir = std::env::temp_dir().join(format!("af-admin-wf-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let outcome = tokio::task::spawn_blocking(move || {
+        workflow_scenario(&db, None, &dir, "db");
+        workflow_scenario(&db, Some(&base), &dir, "server");
+        db
+    })
+    .await;
+    drop(server);
+    outcome.unwrap();
+}

@@ -60,3 +60,8 @@ mod tests {
         }
     }
 }
+
+/// A JSON command-line argument, read into `T`; `what` names it in the error.
+pub(super) fn json_arg<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> crate::error::Result<T> {
+    serde_json::from_str(text).map_err(|e| crate::error::Error::InvalidArgument(format!("{what}: {e}")))
+}

@@ -1,16 +1,17 @@
 //! The command line: the clap definition of `asyncflow` and the dispatch of its subcommands.
 //! Each subcommand calls one module function. The front ends are the modules here: the admin
-//! commands (`task`, `type`, `pipeline`, `run`), each talking to the database or, with
-//! `--server`, to an `asyncflow serve` ([`remote`]); `status`; and the options of `worker` and
-//! `maintain`, with the maintenance services both run ([`maintain::services`]).
+//! commands (`task`, `type`, `pipeline`, `run`, `schedule`) and `status`, each one
+//! [`crate::client::Client`] call and a print, on the database or, with `--server`, on an
+//! `asyncflow serve` ([`target`]); and the options of `worker` and `maintain`, with the
+//! maintenance services both run ([`maintain::services`]).
 
 pub mod args;
 pub mod maintain;
 pub mod pipeline;
-pub mod remote;
 pub mod run;
 pub mod schedule;
 pub mod status;
+pub mod target;
 pub mod task;
 pub mod task_type;
 pub mod worker;
@@ -69,7 +70,7 @@ pub enum Command {
     Status {
         /// Where to ask.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
     },
     /// Run the functions of a functions folder.
     Worker(worker::WorkerArgs),
@@ -79,7 +80,7 @@ pub enum Command {
     Task {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: task::TaskCommand,
@@ -88,7 +89,7 @@ pub enum Command {
     Type {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: task_type::TypeCommand,
@@ -97,7 +98,7 @@ pub enum Command {
     Pipeline {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: pipeline::PipelineCommand,
@@ -106,7 +107,7 @@ pub enum Command {
     Run {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: run::RunCommand,
@@ -115,7 +116,7 @@ pub enum Command {
     Schedule {
         /// Where to send the command.
         #[command(flatten)]
-        target: remote::Target,
+        target: target::Target,
         /// What to do.
         #[command(subcommand)]
         command: schedule::ScheduleCommand,
@@ -219,9 +220,24 @@ async fn check_serve_grants(pool: &db::DbPool) -> Result<()> {
     Ok(())
 }
 
-/// Prints a command's JSON answer.
-fn print_json(output: &serde_json::Value) {
-    crate::outln!("{}", serde_json::to_string_pretty(output).unwrap_or_default());
+/// Prints an admin command's answer as JSON.
+fn print<T: serde::Serialize>(answer: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(answer).map_err(|e| crate::Error::Unexpected(e.to_string()))?;
+    crate::outln!("{text}");
+    Ok(())
+}
+
+/// The admin client a command's `--server` picks: that server, or the database at `url` (checked
+/// current first).
+async fn admin_client(target: &target::Target, url: Option<&str>) -> Result<crate::client::Client> {
+    match (&target.server, url) {
+        (Some(server), _) => crate::client::Client::server(server, target.token.clone()),
+        (None, Some(url)) => {
+            db::migrate::check_current(url).await?;
+            Ok(crate::client::Client::new(db::pool(url, 2)?))
+        }
+        (None, None) => Err(crate::Error::Config("no database URL and no --server".into())),
+    }
 }
 
 /// Runs the parsed command line.
@@ -266,12 +282,18 @@ pub async fn run(cli: Cli) -> Result<()> {
     };
     if remote {
         match cli.command {
-            Command::Task { target, command } => print_json(&task::task(None, &target, command).await?),
-            Command::Type { target, command } => print_json(&task_type::task_type(None, &target, command).await?),
-            Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
-            Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
-            Command::Schedule { target, command } => print_json(&schedule::schedule(None, &target, command).await?),
-            Command::Status { target } => status::print_remote(&target).await?,
+            Command::Task { target, command } => task::task(&admin_client(&target, None).await?, command).await?,
+            Command::Type { target, command } => {
+                task_type::task_type(&admin_client(&target, None).await?, command).await?
+            }
+            Command::Pipeline { target, command } => {
+                pipeline::pipeline(&admin_client(&target, None).await?, command).await?
+            }
+            Command::Run { target, command } => run::run(&admin_client(&target, None).await?, command).await?,
+            Command::Schedule { target, command } => {
+                schedule::schedule(&admin_client(&target, None).await?, command).await?
+            }
+            Command::Status { target } => status::print(&admin_client(&target, None).await?).await?,
             _ => {}
         }
         return Ok(());
@@ -293,25 +315,16 @@ pub async fn run(cli: Cli) -> Result<()> {
             let pool = db::pool(&url, db_config.pool_size)?;
             crate::demo::run(pool, &url, &args).await?;
         }
-        Command::Task { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&task::task(Some(&db::pool(&url, 2)?), &target, command).await?);
-        }
+        Command::Task { target, command } => task::task(&admin_client(&target, Some(&url)).await?, command).await?,
         Command::Type { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&task_type::task_type(Some(&db::pool(&url, 2)?), &target, command).await?);
+            task_type::task_type(&admin_client(&target, Some(&url)).await?, command).await?
         }
         Command::Pipeline { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&pipeline::pipeline(Some(&db::pool(&url, 2)?), &target, command).await?);
+            pipeline::pipeline(&admin_client(&target, Some(&url)).await?, command).await?
         }
-        Command::Run { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&run::run(Some(&db::pool(&url, 2)?), &target, command).await?);
-        }
+        Command::Run { target, command } => run::run(&admin_client(&target, Some(&url)).await?, command).await?,
         Command::Schedule { target, command } => {
-            db::migrate::check_current(&url).await?;
-            print_json(&schedule::schedule(Some(&db::pool(&url, 2)?), &target, command).await?);
+            schedule::schedule(&admin_client(&target, Some(&url)).await?, command).await?
         }
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {
@@ -335,10 +348,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => {
             crate::bench::run(&url, &args).await?;
         }
-        Command::Status { .. } => {
-            db::migrate::check_current(&url).await?;
-            status::print(&db::pool(&url, 2)?).await?;
-        }
+        Command::Status { target } => status::print(&admin_client(&target, Some(&url)).await?).await?,
         Command::Worker(args) => {
             let (config, options) = args.setup()?;
             let shutdown = shutdown_on_signal();

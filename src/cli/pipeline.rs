@@ -6,12 +6,11 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::remote::{call, encode, Target};
-use crate::db::{api, DbPool};
-use crate::error::{Error, Result};
+use super::print;
+use crate::client::Client;
+use crate::error::Result;
 
 /// `pipeline` subcommands.
 #[derive(Debug, Subcommand)]
@@ -55,52 +54,25 @@ pub enum PipelineCommand {
     },
 }
 
-/// Runs a `pipeline` command; the JSON to print.
-pub async fn pipeline(pool: Option<&DbPool>, target: &Target, command: PipelineCommand) -> Result<Value> {
+/// Runs a `pipeline` command and prints its answer.
+pub async fn pipeline(client: &Client, command: PipelineCommand) -> Result<()> {
     match command {
         PipelineCommand::Apply { files, draft, full } => {
             let status = if draft { "draft" } else { "active" };
             let mut applied = Vec::with_capacity(files.len());
             for file in files {
                 let p = crate::workflow::definition::read(&file)?;
-                applied.push(match pool {
-                    Some(pool) => api::put_pipeline(&pool.get().await?, &p.name, &p.definition, status).await?,
-                    None => {
-                        let path = format!("/v1/pipelines/{}?status={status}", encode(&p.name));
-                        call(target, Method::PUT, &path, Some(p.definition)).await?
-                    }
-                });
+                applied.push(client.put_pipeline(&p.name, &p.definition, status).await?);
             }
             if full {
-                return Ok(json!(applied));
+                return print(&applied);
             }
-            Ok(applied.iter().map(applied_summary).collect())
+            print(&applied.iter().map(applied_summary).collect::<Vec<_>>())
         }
-        PipelineCommand::List => match pool {
-            Some(pool) => Ok(json!(api::list_pipelines(&pool.get().await?).await?)),
-            None => call(target, Method::GET, "/v1/pipelines", None).await,
-        },
-        PipelineCommand::Get { name, version } => match pool {
-            Some(pool) => api::get_pipeline(&pool.get().await?, &name, version)
-                .await?
-                .ok_or_else(|| Error::UnknownPipeline(format!("unknown pipeline {}", crate::error::echo(&name)))),
-            None => {
-                let query = version.map(|v| format!("?version={v}")).unwrap_or_default();
-                call(target, Method::GET, &format!("/v1/pipelines/{}{query}", encode(&name)), None).await
-            }
-        },
-        PipelineCommand::Activate { name, version } => set_status(pool, target, &name, version, "active").await,
-        PipelineCommand::Retire { name, version } => set_status(pool, target, &name, version, "retired").await,
-    }
-}
-
-async fn set_status(pool: Option<&DbPool>, target: &Target, name: &str, version: i32, status: &str) -> Result<Value> {
-    match pool {
-        Some(pool) => api::set_pipeline_status(&pool.get().await?, name, version, status).await,
-        None => {
-            let verb = if status == "active" { "activate" } else { "retire" };
-            call(target, Method::POST, &format!("/v1/pipelines/{}/versions/{version}/{verb}", encode(name)), None).await
-        }
+        PipelineCommand::List => print(&client.list_pipelines().await?),
+        PipelineCommand::Get { name, version } => print(&client.get_pipeline(&name, version).await?),
+        PipelineCommand::Activate { name, version } => print(&client.activate_pipeline(&name, version).await?),
+        PipelineCommand::Retire { name, version } => print(&client.retire_pipeline(&name, version).await?),
     }
 }
 

@@ -6,12 +6,13 @@
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
-use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::remote::{call, encode, json_arg, Target};
-use crate::db::{api, DbPool};
+use super::args::json_arg;
+use super::print;
+use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::protocol::runs::{CompleteNodeRequest, RunQuery};
 use crate::run::StartRun;
 
 /// `run` subcommands.
@@ -106,8 +107,8 @@ pub enum RunCommand {
     },
 }
 
-/// Runs a `run` command; the JSON to print.
-pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) -> Result<Value> {
+/// Runs a `run` command and prints its answer.
+pub async fn run(client: &Client, command: RunCommand) -> Result<()> {
     match command {
         RunCommand::Start {
             pipeline,
@@ -132,107 +133,49 @@ pub async fn run(pool: Option<&DbPool>, target: &Target, command: RunCommand) ->
                 idempotency_key,
                 traceparent,
             };
-            let run_id = match pool {
-                Some(pool) => api::start_run(&pool.get().await?, &start, None).await?,
-                None => {
-                    let body = serde_json::to_value(&start).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-                    let answer = call(target, Method::POST, "/v1/runs", Some(body)).await?;
-                    answer["run_id"]
-                        .as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| Error::Unexpected(format!("the server answered no run_id: {answer}")))?
-                }
-            };
+            let started = client.start_run(&start).await?;
             if !wait {
-                return Ok(json!({"run_id": run_id}));
+                return print(&started);
             }
-            // a timeout past what the clock can hold waits without end
-            let deadline = Instant::now().checked_add(timeout);
-            loop {
-                let run = get_run(pool, target, &run_id).await?;
-                let status = run["status"].as_str().unwrap_or_default();
-                if !matches!(status, "scheduled" | "running") {
-                    let shown = if full { run.clone() } else { run_summary(&run) };
-                    if status != "succeeded" {
-                        // the summary says which nodes failed; the exit status says it failed
-                        crate::outln!("{}", serde_json::to_string_pretty(&shown).unwrap_or_default());
-                        return Err(Error::WrongState(format!("run {run_id} ended {status}: {}", run["error"])));
-                    }
-                    return Ok(shown);
-                }
-                if deadline.is_some_and(|d| Instant::now() > d) {
-                    return Err(Error::WrongState(format!("run {run_id} is still {status} after {timeout:?}")));
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            let run = wait_until_ended(client, &started.run_id, timeout).await?;
+            let status = run["status"].as_str().unwrap_or_default();
+            print(&if full { run.clone() } else { run_summary(&run) })?;
+            if status != "succeeded" {
+                // the summary says which nodes failed; the exit status says it failed
+                return Err(Error::WrongState(format!("run {} ended {status}: {}", started.run_id, run["error"])));
             }
+            Ok(())
         }
-        RunCommand::Get { id } => get_run(pool, target, &id).await,
-        RunCommand::List { pipeline, status, before, limit } => match pool {
-            Some(pool) => {
-                let runs = api::list_runs(
-                    &pool.get().await?,
-                    pipeline.as_deref(),
-                    status.as_deref(),
-                    limit,
-                    before.as_deref(),
-                )
-                .await?;
-                let next = if runs.len() as i32 == limit { runs.last().map(|r| r["run_id"].clone()) } else { None };
-                Ok(json!({"runs": runs, "next": next}))
-            }
-            None => {
-                let mut query = vec![format!("limit={limit}")];
-                for (k, v) in [("pipeline", &pipeline), ("status", &status), ("before", &before)] {
-                    if let Some(v) = v {
-                        query.push(format!("{k}={}", encode(v)));
-                    }
-                }
-                call(target, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await
-            }
-        },
-        RunCommand::Cancel { id } => match pool {
-            Some(pool) => Ok(json!({"run_id": id, "cancelled": api::cancel_run(&pool.get().await?, &id).await?})),
-            None => call(target, Method::POST, &format!("/v1/runs/{}/cancel", encode(&id)), None).await,
-        },
-        RunCommand::Retry { id } => match pool {
-            Some(pool) => Ok(json!({"run_id": api::retry_run(&pool.get().await?, &id).await?, "retry_of": id})),
-            None => call(target, Method::POST, &format!("/v1/runs/{}/retry", encode(&id)), None).await,
-        },
-        RunCommand::RetryNode { id, node } => match pool {
-            Some(pool) => Ok(
-                json!({"run_id": id, "node": node, "retried": api::retry_node(&pool.get().await?, &id, &node).await?}),
-            ),
-            None => {
-                call(target, Method::POST, &format!("/v1/runs/{}/nodes/{}/retry", encode(&id), encode(&node)), None)
-                    .await
-            }
-        },
+        RunCommand::Get { id } => print(&client.get_run(&id).await?),
+        RunCommand::List { pipeline, status, before, limit } => {
+            print(&client.list_runs(&RunQuery { pipeline, status, before, limit: Some(limit) }).await?)
+        }
+        RunCommand::Cancel { id } => print(&client.cancel_run(&id).await?),
+        RunCommand::Retry { id } => print(&client.retry_run(&id).await?),
+        RunCommand::RetryNode { id, node } => print(&client.retry_node(&id, &node).await?),
         RunCommand::CompleteNode { id, node, result, error } => {
+            // `result` only when given: null is a result, left out is the function's
             let result: Option<Value> = result.map(|r| json_arg("--result", &r)).transpose()?;
-            match pool {
-                Some(pool) => {
-                    api::complete_node(&pool.get().await?, &id, &node, result.as_ref(), error.as_deref()).await
-                }
-                None => {
-                    let path = format!("/v1/runs/{}/nodes/{}/complete", encode(&id), encode(&node));
-                    // `result` only when given: null is a result, left out is the function's
-                    let mut body = json!({"error": error});
-                    if let Some(r) = result {
-                        body["result"] = r;
-                    }
-                    call(target, Method::POST, &path, Some(body)).await
-                }
-            }
+            print(&client.complete_node(&id, &node, &CompleteNodeRequest { result, error }).await?)
         }
     }
 }
 
-async fn get_run(pool: Option<&DbPool>, target: &Target, id: &str) -> Result<Value> {
-    match pool {
-        Some(pool) => api::get_run(&pool.get().await?, id)
-            .await?
-            .ok_or_else(|| Error::UnknownRun(format!("unknown run {}", crate::error::echo(id)))),
-        None => call(target, Method::GET, &format!("/v1/runs/{}", encode(id)), None).await,
+/// The run once it has ended (neither scheduled nor running), read every 200 ms; an error after
+/// `timeout`.
+async fn wait_until_ended(client: &Client, run_id: &str, timeout: Duration) -> Result<Value> {
+    // a timeout past what the clock can hold waits without end
+    let deadline = Instant::now().checked_add(timeout);
+    loop {
+        let run = client.get_run(run_id).await?;
+        let status = run["status"].as_str().unwrap_or_default();
+        if !matches!(status, "scheduled" | "running") {
+            return Ok(run);
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(Error::WrongState(format!("run {run_id} is still {status} after {timeout:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -3,12 +3,11 @@
 //! JSON). Output is JSON on stdout.
 
 use clap::Subcommand;
-use serde_json::{json, Value};
 
-use super::remote::{call, encode, json_arg, Target};
-use crate::db::api;
-use crate::db::DbPool;
-use crate::error::{Error, Result};
+use super::args::json_arg;
+use super::print;
+use crate::client::Client;
+use crate::error::Result;
 use crate::schedule::{ScheduleSpec, SetSchedule};
 
 /// `schedule` subcommands.
@@ -42,43 +41,16 @@ pub enum ScheduleCommand {
     },
 }
 
-/// Runs a `schedule` command; the JSON to print.
-pub async fn schedule(pool: Option<&DbPool>, target: &Target, command: ScheduleCommand) -> Result<Value> {
-    use reqwest::Method;
-    match (pool, command) {
-        (Some(p), ScheduleCommand::List) => Ok(json!(api::list_schedules(&p.get().await?).await?)),
-        (None, ScheduleCommand::List) => call(target, Method::GET, "/v1/schedules", None).await,
-        (pool, ScheduleCommand::Set { name, cron, spec }) => {
+/// Runs a `schedule` command and prints its answer.
+pub async fn schedule(client: &Client, command: ScheduleCommand) -> Result<()> {
+    match command {
+        ScheduleCommand::List => print(&client.list_schedules().await?),
+        ScheduleCommand::Set { name, cron, spec } => {
             let spec: ScheduleSpec = json_arg("spec", &spec)?;
-            let set = SetSchedule { cron, spec };
-            set.check().map_err(Error::InvalidArgument)?;
-            match pool {
-                Some(p) => Ok(json!(api::set_schedule(&p.get().await?, &name, &set.cron, &set.spec, None).await?)),
-                None => call(target, Method::PUT, &format!("/v1/schedules/{}", encode(&name)), Some(json!(set))).await,
-            }
+            print(&client.set_schedule(&name, &SetSchedule { cron, spec }).await?)
         }
-        (Some(p), ScheduleCommand::Pause { name }) => {
-            Ok(json!(api::pause_schedule(&p.get().await?, &name, true).await?))
-        }
-        (Some(p), ScheduleCommand::Resume { name }) => {
-            Ok(json!(api::pause_schedule(&p.get().await?, &name, false).await?))
-        }
-        (None, ScheduleCommand::Pause { name }) => {
-            call(target, Method::POST, &format!("/v1/schedules/{}/pause", encode(&name)), None).await
-        }
-        (None, ScheduleCommand::Resume { name }) => {
-            call(target, Method::POST, &format!("/v1/schedules/{}/resume", encode(&name)), None).await
-        }
-        (Some(p), ScheduleCommand::Remove { name }) => {
-            if api::remove_schedule(&p.get().await?, &name).await? {
-                Ok(json!({"removed": name}))
-            } else {
-                Err(Error::UnknownSchedule(format!("unknown schedule {}", crate::error::echo(&name))))
-            }
-        }
-        (None, ScheduleCommand::Remove { name }) => {
-            call(target, Method::DELETE, &format!("/v1/schedules/{}", encode(&name)), None).await?;
-            Ok(json!({"removed": name}))
-        }
+        ScheduleCommand::Pause { name } => print(&client.pause_schedule(&name).await?),
+        ScheduleCommand::Resume { name } => print(&client.resume_schedule(&name).await?),
+        ScheduleCommand::Remove { name } => print(&client.remove_schedule(&name).await?),
     }
 }

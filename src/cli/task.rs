@@ -3,11 +3,11 @@
 //! stdout, one document per command.
 
 use clap::Subcommand;
-use serde_json::{json, Value};
 
-use super::remote::{call, encode, json_arg, Target};
-use crate::db::api::{self, TaskFilter, TaskOrder};
-use crate::db::DbPool;
+use super::args::json_arg;
+use super::print;
+use crate::client::Client;
+use crate::db::api::{TaskFilter, TaskOrder};
 use crate::error::{Error, Result};
 use crate::task::{NewTask, TaskStatus};
 
@@ -103,26 +103,22 @@ fn status_arg(text: Option<String>) -> Result<Option<TaskStatus>> {
     .transpose()
 }
 
-/// Runs a `task` command; the JSON to print.
-pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) -> Result<Value> {
-    use reqwest::Method;
-    match (pool, command) {
-        (
-            _,
-            TaskCommand::Create {
-                task_type,
-                context,
-                priority,
-                run_at,
-                stage,
-                idempotency_key,
-                user_id,
-                queue_key,
-                unique_key,
-                unique_for,
-                traceparent,
-            },
-        ) => {
+/// Runs a `task` command and prints its answer.
+pub async fn task(client: &Client, command: TaskCommand) -> Result<()> {
+    match command {
+        TaskCommand::Create {
+            task_type,
+            context,
+            priority,
+            run_at,
+            stage,
+            idempotency_key,
+            user_id,
+            queue_key,
+            unique_key,
+            unique_for,
+            traceparent,
+        } => {
             let task = NewTask {
                 context: Some(json_arg("--context", &context)?),
                 priority,
@@ -135,24 +131,13 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 unique_for,
                 traceparent,
             };
-            match pool {
-                Some(p) => {
-                    let (id, created) = api::create_task_found(&mut p.get().await?, &task_type, &task).await?;
-                    Ok(json!({"id": id, "created": created}))
-                }
-                None => {
-                    let mut body = serde_json::to_value(&task).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-                    body["type"] = json!(task_type);
-                    call(target, Method::POST, "/v1/tasks", Some(body)).await
-                }
-            }
+            print(&client.create_task(&task_type, &task).await?)
         }
-        (Some(p), TaskCommand::Get { id }) => match api::get_task(&p.get().await?, &id).await? {
-            Some(t) => Ok(json!(t)),
+        TaskCommand::Get { id } => match client.get_task(&id).await? {
+            Some(task) => print(&task),
             None => Err(Error::UnknownTask(format!("unknown task {}", crate::error::echo(&id)))),
         },
-        (None, TaskCommand::Get { id }) => call(target, Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await,
-        (_, TaskCommand::List { task_type, status, stage, user_id, after, limit, order }) => {
+        TaskCommand::List { task_type, status, stage, user_id, after, limit, order } => {
             let filter = TaskFilter {
                 task_type,
                 status: status_arg(status)?,
@@ -163,46 +148,9 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
                 order: order.as_deref().and_then(TaskOrder::parse),
                 ..Default::default()
             };
-            match pool {
-                Some(p) => {
-                    let tasks = api::list_tasks(&p.get().await?, &filter).await?;
-                    let next = if tasks.len() as i32 == limit { tasks.last().map(|t| t.id.to_string()) } else { None };
-                    Ok(json!({"tasks": tasks, "next": next}))
-                }
-                None => {
-                    let mut query = vec![format!("limit={limit}")];
-                    let pairs = [
-                        ("type", &filter.task_type),
-                        ("stage", &filter.stage),
-                        ("user_id", &filter.user_id),
-                        ("after", &filter.after),
-                    ];
-                    for (k, v) in pairs {
-                        if let Some(v) = v {
-                            query.push(format!("{k}={}", encode(v)));
-                        }
-                    }
-                    if let Some(s) = filter.status {
-                        query.push(format!("status={}", format!("{s:?}").to_lowercase()));
-                    }
-                    if let Some(o) = filter.order {
-                        query.push(format!("order={}", o.as_str()));
-                    }
-                    call(target, Method::GET, &format!("/v1/tasks?{}", query.join("&")), None).await
-                }
-            }
+            print(&client.list_tasks(&filter).await?)
         }
-        (Some(p), TaskCommand::Cancel { id }) => {
-            Ok(json!({"id": id, "cancelled": api::cancel_task(&p.get().await?, &id).await?}))
-        }
-        (None, TaskCommand::Cancel { id }) => {
-            call(target, Method::POST, &format!("/v1/tasks/{}/cancel", encode(&id)), None).await
-        }
-        (Some(p), TaskCommand::Retry { id }) => {
-            Ok(json!({"id": id, "retried": api::retry_task(&p.get().await?, &id).await?}))
-        }
-        (None, TaskCommand::Retry { id }) => {
-            call(target, Method::POST, &format!("/v1/tasks/{}/retry", encode(&id)), None).await
-        }
+        TaskCommand::Cancel { id } => print(&client.cancel_task(&id).await?),
+        TaskCommand::Retry { id } => print(&client.retry_task(&id).await?),
     }
 }

@@ -3,13 +3,12 @@
 //! `--server URL` (same operations, same JSON). Output is JSON on stdout.
 
 use clap::Subcommand;
-use serde_json::{json, Value};
 
-use super::remote::{call, encode, json_arg, Target};
-use crate::db::api;
-use crate::db::DbPool;
-use crate::error::{Error, Result};
-use crate::ids::TypeName;
+use super::args::json_arg;
+use super::print;
+use crate::client::Client;
+use crate::error::Result;
+use crate::protocol::task_types::QueuesQuery;
 use crate::task::QueueLimit;
 use crate::task_type::{QueueRateLimit, RateLimit, TaskTypeUpdate};
 
@@ -83,83 +82,33 @@ pub enum TypeCommand {
     },
 }
 
-/// Runs a `type` command; the JSON to print.
-pub async fn task_type(pool: Option<&DbPool>, target: &Target, command: TypeCommand) -> Result<Value> {
-    use reqwest::Method;
-    match (pool, command) {
-        (Some(p), TypeCommand::List) => Ok(json!(api::list_task_types(&p.get().await?).await?)),
-        (None, TypeCommand::List) => call(target, Method::GET, "/v1/task-types", None).await,
-        (pool, TypeCommand::Set { name, settings }) => {
+/// Runs a `type` command and prints its answer.
+pub async fn task_type(client: &Client, command: TypeCommand) -> Result<()> {
+    match command {
+        TypeCommand::List => print(&client.list_types().await?),
+        TypeCommand::Set { name, settings } => {
             let update: TaskTypeUpdate = json_arg("settings", &settings)?;
-            let type_name = TypeName::new(&name)?;
-            match pool {
-                Some(p) => Ok(json!(api::register_task_type(&p.get().await?, &type_name, &update).await?)),
-                None => call(target, Method::PUT, &format!("/v1/task-types/{type_name}"), Some(json!(update))).await,
-            }
+            print(&client.register_type(&name, &update).await?)
         }
-        (Some(p), TypeCommand::Pause { name }) => set_paused(p, &name, true).await,
-        (Some(p), TypeCommand::Resume { name }) => set_paused(p, &name, false).await,
-        (None, TypeCommand::Pause { name }) => {
-            call(target, Method::POST, &format!("/v1/task-types/{}/pause", encode(&name)), None).await
+        TypeCommand::Pause { name } => print(&client.pause_type(&name).await?),
+        TypeCommand::Resume { name } => print(&client.resume_type(&name).await?),
+        TypeCommand::Queues { name, after, limit } => {
+            print(&client.list_queues(&name, &QueuesQuery { after, limit: Some(limit) }).await?)
         }
-        (None, TypeCommand::Resume { name }) => {
-            call(target, Method::POST, &format!("/v1/task-types/{}/resume", encode(&name)), None).await
-        }
-        (Some(p), TypeCommand::Queues { name, after, limit }) => {
-            Ok(json!(api::queue_keys(&p.get().await?, &name, after.as_deref(), limit).await?))
-        }
-        (None, TypeCommand::Queues { name, after, limit }) => {
-            let mut path = format!("/v1/task-types/{}/queues?limit={limit}", encode(&name));
-            if let Some(after) = after {
-                path.push_str(&format!("&after={}", encode(&after)));
-            }
-            call(target, Method::GET, &path, None).await
-        }
-        (pool, TypeCommand::RateLimit { name, queue_key, every_key, max_starts, period, remove })
+        TypeCommand::RateLimit { name, queue_key, every_key, max_starts, period, remove }
             if queue_key.is_some() || every_key =>
         {
             let limit =
                 QueueRateLimit { queue_key, max_starts: if remove { None } else { max_starts }, period: Some(period) };
-            match pool {
-                Some(p) => Ok(json!(api::set_queue_rate_limit(&p.get().await?, &name, &limit).await?)),
-                None => {
-                    let path = format!("/v1/task-types/{}/queue-rate-limit", encode(&name));
-                    call(target, Method::PUT, &path, Some(json!(limit))).await
-                }
-            }
+            print(&client.set_queue_rate_limit(&name, &limit).await?)
         }
-        (pool, TypeCommand::RateLimit { name, max_starts, period, remove, .. }) => {
+        TypeCommand::RateLimit { name, max_starts, period, remove, .. } => {
             let limit = RateLimit { max_starts: if remove { None } else { max_starts }, period };
-            match pool {
-                Some(p) => Ok(json!(api::set_rate_limit(&p.get().await?, &name, &limit).await?)),
-                None => {
-                    let path = format!("/v1/task-types/{}/rate-limit", encode(&name));
-                    call(target, Method::PUT, &path, Some(json!(limit))).await
-                }
-            }
+            print(&client.set_rate_limit(&name, &limit).await?)
         }
-        (pool, TypeCommand::QueueLimit { name, queue_key, concurrency, remove }) => {
+        TypeCommand::QueueLimit { name, queue_key, concurrency, remove } => {
             let limit = QueueLimit { queue_key, concurrency: if remove { None } else { concurrency } };
-            match pool {
-                Some(p) => {
-                    let applies = api::set_queue_limit(&p.get().await?, &name, &limit).await?;
-                    Ok(json!(QueueLimit { concurrency: applies, ..limit }))
-                }
-                None => {
-                    let path = format!("/v1/task-types/{}/queue-limit", encode(&name));
-                    call(target, Method::PUT, &path, Some(json!(limit))).await
-                }
-            }
+            print(&client.set_queue_limit(&name, &limit).await?)
         }
     }
-}
-
-/// Pauses or resumes an existing type (never creates one).
-async fn set_paused(pool: &DbPool, name: &str, paused: bool) -> Result<Value> {
-    let c = pool.get().await?;
-    if !api::list_task_types(&c).await?.iter().any(|t| t.task_type == name) {
-        return Err(Error::UnknownTaskType(format!("unknown task type {}", crate::error::echo(name))));
-    }
-    let update = TaskTypeUpdate { paused: Some(paused), ..Default::default() };
-    Ok(json!(api::register_task_type(&c, &TypeName::new(name)?, &update).await?))
 }

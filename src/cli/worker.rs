@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::maintain::{callback_config, services};
-use super::remote::Target;
+use super::target::Target;
 use crate::db::DbPool;
 use crate::error::Result;
 use crate::maintenance::{Maintainer, MaintenanceConfig};

@@ -21,6 +21,27 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::api;
+use crate::ids::TaskId;
+
+/// A running call to stop: the task taken away from its worker, and the claim that worker holds
+/// it by (a later claim of the same task is another call). Read once from the payload of
+/// `asyncflow_cancel` (`<task id> <claim_seq>`), or from a server's cancel stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancel {
+    /// The task.
+    pub task_id: TaskId,
+    /// The claim whose call stops.
+    pub claim_seq: i64,
+}
+
+impl Cancel {
+    /// Reads the payload of a notification on `asyncflow_cancel`; None for one that is not
+    /// `<task id> <claim_seq>`.
+    pub fn parse(payload: &str) -> Option<Cancel> {
+        let (id, seq) = payload.split_once(' ')?;
+        Some(Cancel { task_id: TaskId::parse(id).ok()?, claim_seq: seq.parse().ok()? })
+    }
+}
 
 /// A wake-up: the type that has new ready work, or None for all types.
 pub type Wake = Option<String>;
@@ -41,8 +62,8 @@ const PING_INTERVAL: Duration = Duration::from_secs(10);
 pub struct Channels {
     /// Wake-ups: a type with new ready work, or None for all types.
     pub wakes: broadcast::Sender<Wake>,
-    /// Ids of tasks whose running calls are to stop.
-    pub cancels: broadcast::Sender<String>,
+    /// The running calls to stop.
+    pub cancels: broadcast::Sender<Cancel>,
 }
 
 /// Starts the listener; it runs until `cancel` fires.
@@ -87,7 +108,9 @@ async fn listen_once(url: &str, tx: &Channels, failures: &mut u32) -> Result<(),
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) if n.channel() == CANCEL_CHANNEL => {
-                    let _ = forward.cancels.send(n.payload().to_string());
+                    if let Some(cancel) = Cancel::parse(n.payload()) {
+                        let _ = forward.cancels.send(cancel);
+                    }
                 }
                 Ok(AsyncMessage::Notification(n)) => {
                     let _ = forward.wakes.send(Some(n.payload().to_string()));
@@ -118,5 +141,19 @@ async fn listen_once(url: &str, tx: &Channels, failures: &mut u32) -> Result<(),
     tokio::select! {
         r = driver => r,
         r = subscribe => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cancel;
+
+    #[test]
+    fn a_cancel_is_a_task_id_and_a_claim_seq() {
+        let c = Cancel::parse("video-1-42 7").expect("a cancel");
+        assert_eq!((c.task_id.as_str(), c.claim_seq), ("video-1-42", 7));
+        for bad in ["video-1-42", "video-1-42 x", "not an id 7", "", "video-1-42 7 8"] {
+            assert_eq!(Cancel::parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -27,7 +27,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 
 use super::{ApiError, ApiResult, AppState};
-use crate::ids::{TaskId, TypeName};
+use crate::ids::TypeName;
 use crate::protocol::{CancelNotice, CANCELS_WAIT_DEFAULT, CANCELS_WAIT_MAX};
 
 /// How often an idle stream sends `{}`.
@@ -103,7 +103,7 @@ fn line(notice: &CancelNotice) -> Bytes {
 }
 
 struct Stream {
-    receiver: broadcast::Receiver<String>,
+    receiver: broadcast::Receiver<crate::db::listen::Cancel>,
     types: Vec<String>,
     until: Instant,
     first: Option<Bytes>,
@@ -129,10 +129,10 @@ impl Stream {
                 Ok(Err(RecvError::Lagged(_))) => continue,
                 Ok(Err(RecvError::Closed)) => return None,
             };
-            let Some((id, seq)) = message.split_once(' ') else { continue };
-            let (Ok(id), Ok(seq)) = (TaskId::parse(id), seq.parse::<i64>()) else { continue };
-            if self.types.iter().any(|t| t == id.task_type()) {
-                return Some(line(&CancelNotice { task_id: Some(id.into_string()), claim_seq: Some(seq) }));
+            if self.types.iter().any(|t| t == message.task_id.task_type()) {
+                let notice =
+                    CancelNotice { task_id: Some(message.task_id.into_string()), claim_seq: Some(message.claim_seq) };
+                return Some(line(&notice));
             }
         }
     }

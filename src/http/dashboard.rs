@@ -54,19 +54,14 @@
 //! allows only its own script and style sheet: markup in task data is shown as text and could
 //! not run even if it got in.
 
-use std::collections::HashMap;
-
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Serialize;
-use tokio_postgres::IsolationLevel;
 
 use super::{ApiError, ApiResult, AppState};
-use crate::db::api;
-use crate::error::Error;
+use crate::protocol::dashboard::Overview;
 
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
 
@@ -138,87 +133,6 @@ async fn asset_file(Path(file): Path<String>) -> Response {
     }
 }
 
-/// What `GET /v1/dashboard` answers.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[schema(as = DashboardOverview)]
-pub(super) struct Overview {
-    /// One entry per registered task type, by name.
-    types: Vec<TypeSummary>,
-    /// The per-type counts summed.
-    totals: Counts,
-    /// The maintenance leader, or null when none has said so recently.
-    leader: Option<api::LeaderRow>,
-}
-
-/// Task counts, of one type or of every type summed.
-#[derive(Debug, Default, Serialize, utoipa::ToSchema)]
-#[schema(as = DashboardCounts)]
-pub(super) struct Counts {
-    /// Pending and due now.
-    ready: i64,
-    /// Pending, due later.
-    delayed: i64,
-    /// Pending in queue keys held at 0 (a limit of 0 on a fair type's key): no claim takes them.
-    held_tasks: i64,
-    /// Held by workers.
-    running: i64,
-    /// Stored tasks that succeeded (from the counters; retention drops finished tasks).
-    succeeded: i64,
-    /// Stored tasks that failed.
-    failed: i64,
-    /// Stored tasks that were cancelled.
-    cancelled: i64,
-    /// Tasks that ever succeeded (a monotonic counter; retention does not lower it).
-    succeeded_total: i64,
-    /// Tasks that ever failed for good (monotonic).
-    failed_total: i64,
-    /// Failed tries that were tried again (monotonic).
-    retried_total: i64,
-}
-
-impl Counts {
-    fn add(self, o: &Counts) -> Counts {
-        Counts {
-            ready: self.ready + o.ready,
-            delayed: self.delayed + o.delayed,
-            held_tasks: self.held_tasks + o.held_tasks,
-            running: self.running + o.running,
-            succeeded: self.succeeded + o.succeeded,
-            failed: self.failed + o.failed,
-            cancelled: self.cancelled + o.cancelled,
-            succeeded_total: self.succeeded_total + o.succeeded_total,
-            failed_total: self.failed_total + o.failed_total,
-            retried_total: self.retried_total + o.retried_total,
-        }
-    }
-}
-
-/// One task type's figures on the dashboard.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[schema(as = DashboardTypeSummary)]
-pub(super) struct TypeSummary {
-    /// Task type.
-    #[serde(rename = "type")]
-    task_type: String,
-    /// Whether claims are paused.
-    paused: bool,
-    /// Whether some of its pending tasks are in queue keys held at 0, which no claim takes.
-    held: bool,
-    /// Its counts.
-    #[serde(flatten)]
-    counts: Counts,
-    /// Seconds since the oldest ready task became ready (the lag; 0 when none is ready).
-    oldest_ready_age: f64,
-    /// Seconds since the longest-held running task was claimed (0 when none runs).
-    oldest_running_age: f64,
-    /// Oldest shard that may hold a live task (null if the type has no positions row).
-    begin_pos: Option<i32>,
-    /// Shard receiving inserts.
-    end_pos: Option<i32>,
-    /// Shards not dropped.
-    shards: i64,
-}
-
 /// Per task type: queue depth, lag, counts per status and shard positions, for the dashboard.
 #[utoipa::path(get, path = "/v1/dashboard", tag = "dashboard",
     responses(
@@ -227,53 +141,5 @@ pub(super) struct TypeSummary {
         (status = 503, description = "No database connection", body = ApiError),
     ))]
 async fn overview(State(state): State<AppState>) -> ApiResult<Json<Overview>> {
-    let mut c = state.pool.get().await.map_err(Error::from)?;
-    let tx = c
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await
-        .map_err(Error::from_db)?;
-    let depth = api::queue_depth_held(&tx).await?;
-    let mut figures: HashMap<String, api::TaskTypeFigures> =
-        api::task_type_figures(&tx).await?.into_iter().map(|f| (f.task_type.clone(), f)).collect();
-    let mut positions: HashMap<String, api::Positions> =
-        api::positions(&tx).await?.into_iter().map(|p| (p.task_type.clone(), p)).collect();
-    let mut counters: HashMap<String, api::TypeCounters> =
-        api::type_counters(&tx).await?.into_iter().map(|c| (c.task_type.clone(), c)).collect();
-    let leader = api::current_leader(&tx, super::stats::LEADER_SEEN_WITHIN_SECS, None).await?;
-    tx.commit().await.map_err(Error::from_db)?;
-    let types: Vec<TypeSummary> = depth
-        .into_iter()
-        .map(|(d, held_tasks)| {
-            let f = figures.remove(&d.task_type);
-            let p = positions.remove(&d.task_type);
-            let c = counters.remove(&d.task_type).unwrap_or_default();
-            TypeSummary {
-                paused: d.paused,
-                held: held_tasks > 0,
-                counts: Counts {
-                    ready: d.ready,
-                    delayed: d.delayed,
-                    held_tasks,
-                    running: d.running,
-                    succeeded: f.as_ref().map_or(0, |f| f.succeeded),
-                    failed: f.as_ref().map_or(0, |f| f.failed),
-                    cancelled: f.as_ref().map_or(0, |f| f.cancelled),
-                    succeeded_total: c.succeeded,
-                    failed_total: c.failed,
-                    retried_total: c.retried,
-                },
-                oldest_ready_age: d.oldest_ready_age,
-                oldest_running_age: f.as_ref().map_or(0.0, |f| f.oldest_running_age),
-                begin_pos: p.as_ref().map(|p| p.begin_pos),
-                end_pos: p.as_ref().map(|p| p.end_pos),
-                shards: p.as_ref().map_or(0, |p| p.shards),
-                task_type: d.task_type,
-            }
-        })
-        .collect();
-    let totals = types.iter().fold(Counts::default(), |t, s| t.add(&s.counts));
-    Ok(Json(Overview { types, totals, leader }))
+    Ok(Json(state.client().overview().await?))
 }

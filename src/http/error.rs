@@ -75,23 +75,14 @@ impl ApiError {
 
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
-        let (status, code) = match &e {
-            Error::UnknownTaskType(_) => (StatusCode::NOT_FOUND, "unknown_task_type"),
-            Error::UnknownTask(_) => (StatusCode::NOT_FOUND, "unknown_task"),
-            Error::StaleFence(_) => (StatusCode::CONFLICT, "stale_fencing_token"),
-            Error::InvalidTypeName(_) => (StatusCode::BAD_REQUEST, "invalid_type_name"),
-            Error::PriorityOutOfRange(_) => (StatusCode::BAD_REQUEST, "priority_out_of_range"),
-            Error::ContextTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "context_too_large"),
-            Error::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
-            Error::InvalidPipeline(_) => (StatusCode::BAD_REQUEST, "invalid_pipeline"),
-            Error::UnknownPipeline(_) => (StatusCode::NOT_FOUND, "unknown_pipeline"),
-            Error::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run"),
-            Error::WrongState(_) => (StatusCode::CONFLICT, "wrong_state"),
-            Error::UnknownSchedule(_) => (StatusCode::NOT_FOUND, "unknown_schedule"),
-            Error::Pool(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        let (status, code) = match (&e, e.wire()) {
+            (_, Some((status, code))) => (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), code),
+            (Error::Pool(_), None) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             // the connection went away under the request: a client may try again (503), where a
             // 500 reads as final
-            Error::Database(db) if crate::db::connection_failed(db) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            (Error::Database(db), None) if crate::db::connection_failed(db) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let message = if status.is_server_error() {

@@ -104,12 +104,20 @@ pub struct AppState {
     metrics: Arc<metrics::Metrics>,
     /// The cancels heard on the database's `asyncflow_cancel` channel, for
     /// `GET /v1/worker/cancels`; None without a LISTEN connection (its streams end at once).
-    cancels: Option<tokio::sync::broadcast::Sender<String>>,
+    cancels: Option<tokio::sync::broadcast::Sender<crate::db::listen::Cancel>>,
     /// The wake-ups heard on the database's `asyncflow` channel, per type, for holds that wait;
     /// None without a LISTEN connection (they poll, see `hold_wait`).
     wakeups: Option<Arc<hold_wait::Wakeups>>,
     /// Fired when the server shuts down: waiting holds answer at once.
     shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// The admin client of the server's own database: handlers answer through it, so that an
+    /// answer is composed in one place for the HTTP API and the Rust and command-line clients.
+    fn client(&self) -> crate::client::Client {
+        crate::client::Client::Database(self.pool.clone())
+    }
 }
 
 /// The router with every route, auth and body limit, without a LISTEN connection behind

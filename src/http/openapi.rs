@@ -15,11 +15,12 @@
 //!   generated from the document and checks that every answer is documented.
 //! - The worker protocol's bodies are the wire types of [`crate::protocol`], which the handlers
 //!   serialize and the worker's client reads: the document describes what is really sent.
-//! - Other handlers that build their answer with `json!` are described by the doc-only types
-//!   below; `tests/openapi.rs` calls them and checks that the real bodies have exactly these
-//!   properties.
-//! - The routes whose handler is a closure (the single-report routes of the worker protocol,
-//!   `/healthz`) are described by bodiless functions here, since utoipa documents functions.
+//! - Every other answer is a type of a resource module of [`crate::protocol`] (or the data
+//!   types beside it), which the handler returns: no body is described apart from the code that
+//!   writes it. `tests/openapi.rs` calls the handlers and checks that the real bodies have
+//!   exactly the documented properties.
+//! - The single-report routes of the worker protocol share one handler (a closure per route);
+//!   they are described by bodiless functions here, since utoipa documents functions.
 
 use axum::routing::get;
 use axum::{Json, Router};
@@ -27,11 +28,10 @@ use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::schema::{AdditionalProperties, AllOf, Object, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 use super::{ApiError, AppState};
 use crate::protocol::{ReportAccepted, ReportRequest};
-use crate::task::Task;
 
 /// The document. Security: the bearer scheme applies to every operation that does not say
 /// otherwise (`security(())` marks the routes that never need a token).
@@ -85,7 +85,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::worker_protocol::presence,
         super::worker_protocol::gone,
         super::cancels::cancels,
-        healthz,
+        super::health::healthz,
         super::health::readyz,
         openapi_json,
         super::metrics::metrics,
@@ -247,130 +247,7 @@ fn flat_object(named: &std::collections::BTreeMap<String, RefOr<Schema>>, all: &
     Some(flat)
 }
 
-// ---- Bodies that handlers build with `json!` (doc-only: never constructed) ----
-
-/// The id of the created task, or of the task its idempotency key or unique key already named.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskCreated {
-    /// Task id.
-    #[schema(example = "video-1-42")]
-    id: String,
-    /// True when this call created the task (201); false when its idempotency key already
-    /// named a task of the type, or its unique key's task still blocks (pending or running, or
-    /// inside `unique_for`): that task is returned and nothing is created (200).
-    created: bool,
-}
-
-/// The ids of the created tasks, in input order.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TasksCreated {
-    /// Task ids.
-    ids: Vec<String>,
-}
-
-/// One page of tasks.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskPage {
-    /// The tasks, in (type, id) order.
-    tasks: Vec<Task>,
-    /// `after` for the next page; null on the last page.
-    next: Option<String>,
-}
-
-/// A run started (or, for a retry, the new run).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunStarted {
-    /// The run's id.
-    run_id: String,
-    /// The run it retries (retries only).
-    retry_of: Option<String>,
-}
-
-/// One page of runs.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunPage {
-    /// The runs, newest first (run documents without events).
-    #[schema(value_type = Vec<Object>)]
-    runs: Vec<serde_json::Value>,
-    /// `before` for the next page; null on the last page.
-    next: Option<String>,
-}
-
-/// The outcome of a run cancel.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunCancelled {
-    /// Run id.
-    run_id: String,
-    /// False when the run had already ended.
-    cancelled: bool,
-}
-
-/// The outcome of a node retry.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct RunNodeRetried {
-    /// Run id.
-    run_id: String,
-    /// Node name.
-    node: String,
-    /// True: the run is running again from this node.
-    retried: bool,
-}
-
-/// The outcome of a cancel.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskCancelled {
-    /// Task id.
-    id: String,
-    /// False when the task had already ended.
-    cancelled: bool,
-}
-
-/// The outcome of a retry.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct TaskRetried {
-    /// Task id.
-    id: String,
-    /// False when the task was neither failed nor cancelled.
-    retried: bool,
-}
-
-/// The process answers.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct Health {
-    /// Always "ok".
-    #[schema(example = "ok")]
-    status: String,
-}
-
-/// Whether the database answers with the schema this build expects.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(super) struct Readiness {
-    /// "ready", "schema not current" or "database unreachable".
-    status: String,
-    /// The newest applied migration (absent when the database is unreachable).
-    schema_version: Option<i64>,
-    /// The newest migration of this build (only when the schema is not current).
-    expected: Option<i64>,
-}
-
-// ---- Routes whose handler is a closure (doc-only functions) ----
-
-/// The process answers (no auth).
-#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
-    responses((status = 200, description = "Alive", body = Health)))]
-#[allow(dead_code)]
-fn healthz() {}
+// ---- The single-report routes, whose handler is a closure (doc-only functions) ----
 
 /// The single-report routes of the worker protocol share one handler and one body.
 macro_rules! single_report {

@@ -8,8 +8,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::db::api;
-use crate::error::echo;
 use crate::schedule::{Schedule, SetSchedule};
 
 pub(super) fn routes() -> Router<AppState> {
@@ -28,7 +26,7 @@ pub(super) fn routes() -> Router<AppState> {
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
     ))]
 async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<Schedule>>> {
-    Ok(Json(api::list_schedules(&state.pool.get().await.map_err(crate::Error::from)?).await?))
+    Ok(Json(state.client().list_schedules().await?))
 }
 
 /// Creates or replaces the schedule (`asyncflow.set_schedule`); the same schedule again changes
@@ -50,8 +48,7 @@ async fn put(
 ) -> ApiResult<Json<Schedule>> {
     let set: SetSchedule = parse_body(&state, body)?;
     set.check().map_err(ApiError::bad_request)?;
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    Ok(Json(api::set_schedule(&c, &name, &set.cron, &set.spec, None).await?))
+    Ok(Json(state.client().set_schedule(&name, &set).await?))
 }
 
 /// Removes the schedule; the tasks and runs it released stay.
@@ -63,12 +60,8 @@ async fn put(
         (status = 404, description = "Unknown schedule", body = ApiError),
     ))]
 async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    if api::remove_schedule(&c, &name).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(crate::Error::UnknownSchedule(format!("unknown schedule {}", echo(&name))).into())
-    }
+    state.client().remove_schedule(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Pauses the schedule: no tick is released until it is resumed.
@@ -80,8 +73,7 @@ async fn remove(State(state): State<AppState>, Path(name): Path<String>) -> ApiR
         (status = 404, description = "Unknown schedule", body = ApiError),
     ))]
 async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Schedule>> {
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    Ok(Json(api::pause_schedule(&c, &name, true).await?))
+    Ok(Json(state.client().pause_schedule(&name).await?))
 }
 
 /// Resumes the schedule: the ticks after now are released (none of those while it was paused).
@@ -93,6 +85,5 @@ async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> ApiRe
         (status = 404, description = "Unknown schedule", body = ApiError),
     ))]
 async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Schedule>> {
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    Ok(Json(api::pause_schedule(&c, &name, false).await?))
+    Ok(Json(state.client().resume_schedule(&name).await?))
 }

@@ -13,8 +13,6 @@ use crate::error::Error;
 
 /// A worker is listed while its last heartbeat is this recent (it writes one every few seconds).
 pub(super) const WORKER_SEEN_WITHIN_SECS: f64 = 30.0;
-/// The leader is shown while its last check is this recent (it checks every few seconds).
-pub(super) const LEADER_SEEN_WITHIN_SECS: f64 = 30.0;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/v1/stats/history", get(history)).route("/v1/workers", get(workers))
@@ -99,6 +97,6 @@ pub(super) struct Workers {
 async fn workers(State(state): State<AppState>) -> ApiResult<Json<Workers>> {
     let c = state.pool.get().await.map_err(Error::from)?;
     let workers = api::list_workers(&c, WORKER_SEEN_WITHIN_SECS, None).await?;
-    let leader = api::current_leader(&c, LEADER_SEEN_WITHIN_SECS, None).await?;
+    let leader = api::current_leader(&c, crate::client::LEADER_SEEN_WITHIN_SECS, None).await?;
     Ok(Json(Workers { workers, leader }))
 }

@@ -8,9 +8,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::db::api;
 use crate::error::echo;
-use crate::ids::TypeName;
+use crate::protocol::task_types::QueuesQuery;
 use crate::task::{QueueDepth, QueueKeyDepth, QueueLimit};
 use crate::task_type::{QueueRateLimit, RateLimit, TaskTypeSettings, TaskTypeUpdate};
 
@@ -25,17 +24,6 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/task-types/:name/queue-limit", axum::routing::put(queue_limit))
         .route("/v1/task-types/:name/rate-limit", axum::routing::put(rate_limit))
         .route("/v1/task-types/:name/queue-rate-limit", axum::routing::put(queue_rate_limit))
-}
-
-/// The parameters of `GET /v1/task-types/{name}/queues`; any other is refused.
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-struct QueuesQuery {
-    /// Start after this queue key (the last key of the previous page).
-    after: Option<String>,
-    /// Page size, 1..=1000 (default 100).
-    limit: Option<i32>,
 }
 
 /// The queues of a type with `fair_queues` that have pending or running tasks, in key order
@@ -55,8 +43,7 @@ async fn queues(
     query: Result<Query<QueuesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<QueueKeyDepth>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    Ok(Json(api::queue_keys(&c, &name, q.after.as_deref(), q.limit.unwrap_or(100)).await?))
+    Ok(Json(state.client().list_queues(&name, &q).await?))
 }
 
 /// Sets one queue key's own limit on running tasks, or removes it (`concurrency: null`; the
@@ -78,9 +65,7 @@ async fn queue_limit(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<QueueLimit>> {
     let limit: QueueLimit = parse_body(&state, body)?;
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    let applies = api::set_queue_limit(&c, &name, &limit).await?;
-    Ok(Json(QueueLimit { queue_key: limit.queue_key, concurrency: applies }))
+    Ok(Json(state.client().set_queue_limit(&name, &limit).await?))
 }
 
 /// Limits the type to `max_starts` task starts per `period` seconds across all workers, or
@@ -101,8 +86,7 @@ async fn rate_limit(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<RateLimit>> {
     let limit: RateLimit = parse_body(&state, body)?;
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    Ok(Json(api::set_rate_limit(&c, &name, &limit).await?))
+    Ok(Json(state.client().set_rate_limit(&name, &limit).await?))
 }
 
 /// Limits one queue key of a type with `fair_queues` (`queue_key`), or every key without a limit
@@ -127,8 +111,7 @@ async fn queue_rate_limit(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<QueueRateLimit>> {
     let limit: QueueRateLimit = parse_body(&state, body)?;
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    Ok(Json(api::set_queue_rate_limit(&c, &name, &limit).await?))
+    Ok(Json(state.client().set_queue_rate_limit(&name, &limit).await?))
 }
 
 /// Every registered task type's settings, by name.
@@ -138,7 +121,7 @@ async fn queue_rate_limit(
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
     ))]
 async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<TaskTypeSettings>>> {
-    Ok(Json(api::list_task_types(&state.pool.get().await.map_err(crate::Error::from)?).await?))
+    Ok(Json(state.client().list_types().await?))
 }
 
 /// One task type's settings.
@@ -150,11 +133,8 @@ async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<TaskTypeSetti
         (status = 404, description = "Unknown task type", body = ApiError),
     ))]
 async fn get_one(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<TaskTypeSettings>> {
-    let all = api::list_task_types(&state.pool.get().await.map_err(crate::Error::from)?).await?;
-    all.into_iter()
-        .find(|t| t.task_type == name)
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("unknown task type {}", echo(&name))))
+    let found = state.client().get_type(&name).await?;
+    found.map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task type {}", echo(&name))))
 }
 
 /// Registers the type, or changes only the settings named (`asyncflow.register_task_type`).
@@ -173,18 +153,7 @@ async fn put(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<TaskTypeSettings>> {
     let settings: TaskTypeUpdate = parse_body(&state, body)?;
-    let name = TypeName::new(&name)?;
-    Ok(Json(api::register_task_type(&state.pool.get().await.map_err(crate::Error::from)?, &name, &settings).await?))
-}
-
-async fn set_paused(state: &AppState, name: &str, paused: bool) -> ApiResult<Json<TaskTypeSettings>> {
-    let c = state.pool.get().await.map_err(crate::Error::from)?;
-    // Pausing must not create a type: check it exists first.
-    if !api::list_task_types(&c).await?.iter().any(|t| t.task_type == name) {
-        return Err(ApiError::not_found(format!("unknown task type {}", echo(name))));
-    }
-    let settings = TaskTypeUpdate { paused: Some(paused), ..Default::default() };
-    Ok(Json(api::register_task_type(&c, &TypeName::new(name)?, &settings).await?))
+    Ok(Json(state.client().register_type(&name, &settings).await?))
 }
 
 /// Pauses claims of the type (tasks can still be created).
@@ -196,7 +165,7 @@ async fn set_paused(state: &AppState, name: &str, paused: bool) -> ApiResult<Jso
         (status = 404, description = "Unknown task type", body = ApiError),
     ))]
 async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<TaskTypeSettings>> {
-    set_paused(&state, &name, true).await
+    Ok(Json(state.client().pause_type(&name).await?))
 }
 
 /// Resumes claims of a paused type.
@@ -208,7 +177,7 @@ async fn pause(State(state): State<AppState>, Path(name): Path<String>) -> ApiRe
         (status = 404, description = "Unknown task type", body = ApiError),
     ))]
 async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<TaskTypeSettings>> {
-    set_paused(&state, &name, false).await
+    Ok(Json(state.client().resume_type(&name).await?))
 }
 
 /// Per type: tasks ready now, delayed, running and the age of the oldest ready one (the
@@ -219,5 +188,5 @@ async fn resume(State(state): State<AppState>, Path(name): Path<String>) -> ApiR
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
     ))]
 async fn depth(State(state): State<AppState>) -> ApiResult<Json<Vec<QueueDepth>>> {
-    Ok(Json(api::queue_depth(&state.pool.get().await.map_err(crate::Error::from)?).await?))
+    Ok(Json(state.client().queue_depth().await?))
 }

@@ -9,13 +9,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::openapi::{RunCancelled, RunNodeRetried, RunPage, RunStarted};
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::db::api;
-use crate::error::echo;
+use crate::protocol::pipelines::PipelineQuery;
+use crate::protocol::runs::{CompleteNodeRequest, RunCancelled, RunNodeRetried, RunPage, RunQuery, RunStarted};
 use crate::run::StartRun;
 
 pub(super) fn routes() -> Router<AppState> {
@@ -32,29 +30,14 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/runs/:id/nodes/:node/complete", post(complete_node))
 }
 
-async fn conn(state: &AppState) -> ApiResult<deadpool_postgres::Object> {
-    Ok(state.pool.get().await.map_err(crate::Error::from)?)
-}
-
 /// Every pipeline's versions, newest first, without definitions.
 #[utoipa::path(get, path = "/v1/pipelines", operation_id = "list_pipelines", tag = "workflows",
     responses(
         (status = 200, description = "Pipeline versions", body = Vec<Object>),
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
     ))]
-async fn list_pipelines(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(api::list_pipelines(&conn(&state).await?).await?)))
-}
-
-/// `?version=N` on a pipeline read, `?status=draft|active` on an apply.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-struct PipelineQuery {
-    /// A version (read: default the active one, else the latest).
-    version: Option<i32>,
-    /// Apply as `active` (default) or `draft`.
-    status: Option<String>,
+async fn list_pipelines(State(state): State<AppState>) -> ApiResult<Json<Vec<Value>>> {
+    Ok(Json(state.client().list_pipelines().await?))
 }
 
 /// One version with its definition and execution plan.
@@ -73,8 +56,7 @@ async fn get_pipeline(
     query: Result<Query<PipelineQuery>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let found = api::get_pipeline(&conn(&state).await?, &name, q.version).await?;
-    found.map(Json).ok_or_else(|| crate::Error::UnknownPipeline(format!("unknown pipeline {}", echo(&name))).into())
+    Ok(Json(state.client().get_pipeline(&name, q.version).await?))
 }
 
 /// Validates a definition (the body) and stores it as the pipeline's next version, active
@@ -99,7 +81,7 @@ async fn put_pipeline(
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let definition: Value = parse_body(&state, body)?;
     let status = q.status.as_deref().unwrap_or("active");
-    Ok(Json(api::put_pipeline(&conn(&state).await?, &name, &definition, status).await?))
+    Ok(Json(state.client().put_pipeline(&name, &definition, status).await?))
 }
 
 /// Makes a version the active one (the previous active version is retired).
@@ -112,7 +94,7 @@ async fn put_pipeline(
         (status = 404, description = "No such pipeline or version", body = ApiError),
     ))]
 async fn activate(State(state): State<AppState>, Path((name, version)): Path<(String, i32)>) -> ApiResult<Json<Value>> {
-    Ok(Json(api::set_pipeline_status(&conn(&state).await?, &name, version, "active").await?))
+    Ok(Json(state.client().activate_pipeline(&name, version).await?))
 }
 
 /// Retires a version: it starts no new runs (started runs finish on it).
@@ -125,13 +107,13 @@ async fn activate(State(state): State<AppState>, Path((name, version)): Path<(St
         (status = 404, description = "No such pipeline or version", body = ApiError),
     ))]
 async fn retire(State(state): State<AppState>, Path((name, version)): Path<(String, i32)>) -> ApiResult<Json<Value>> {
-    Ok(Json(api::set_pipeline_status(&conn(&state).await?, &name, version, "retired").await?))
+    Ok(Json(state.client().retire_pipeline(&name, version).await?))
 }
 
 /// Starts a run of a pipeline's active version (or of `version`).
 #[utoipa::path(post, path = "/v1/runs", operation_id = "start_run", tag = "workflows",
     request_body = StartRun,
-    params(("traceparent" = Option<String>, Header, description = super::tasks::TRACEPARENT_HEADER)),
+    params(("traceparent" = Option<String>, Header, description = super::request_span::TRACEPARENT_HEADER)),
     responses(
         (status = 201, description = "Started (or scheduled for run_at)", body = RunStarted),
         (status = 400, description = "Malformed body or bad input", body = ApiError),
@@ -144,28 +126,12 @@ async fn start_run(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<RunStarted>)> {
     let mut start: StartRun = parse_body(&state, body)?;
     if start.traceparent.is_none() {
-        start.traceparent = super::tasks::traceparent(&headers)?;
+        start.traceparent = super::request_span::traceparent(&headers)?;
     }
-    let run_id = api::start_run(&conn(&state).await?, &start, None).await?;
-    Ok((StatusCode::CREATED, Json(json!({"run_id": run_id}))))
-}
-
-/// The query string of a run list.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-struct RunQuery {
-    /// Only this pipeline.
-    pipeline: Option<String>,
-    /// Only this status: scheduled, running, succeeded, failed, timed_out, cancelled.
-    status: Option<String>,
-    /// Runs older than this run (`next` of the previous page).
-    before: Option<String>,
-    /// Page size, 1..=1000 (default 100).
-    limit: Option<i32>,
+    Ok((StatusCode::CREATED, Json(state.client().start_run(&start).await?)))
 }
 
 /// One page of runs, newest first; `next` is the `before` of the next page, null on the last.
@@ -180,24 +146,9 @@ struct RunQuery {
 async fn list_runs(
     State(state): State<AppState>,
     query: Result<Query<RunQuery>, QueryRejection>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunPage>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let limit = q.limit.unwrap_or(100);
-    let runs =
-        api::list_runs(&conn(&state).await?, q.pipeline.as_deref(), q.status.as_deref(), limit, q.before.as_deref())
-            .await
-            .map_err(|e| match e {
-                // the SQL API's AF012 for a cursor that names no run: an argument of this request
-                // is wrong (as a bad status or limit is), not the resource /v1/runs
-                crate::Error::UnknownRun(message) => ApiError {
-                    status: StatusCode::BAD_REQUEST,
-                    code: "invalid_argument",
-                    message: format!("before: {message}"),
-                },
-                e => e.into(),
-            })?;
-    let next = if runs.len() as i32 == limit { runs.last().map(|r| r["run_id"].clone()) } else { None };
-    Ok(Json(json!({"runs": runs, "next": next})))
+    Ok(Json(state.client().list_runs(&q).await?))
 }
 
 /// A run with its events (in plan order), segments, function calls (traces) and callbacks.
@@ -209,8 +160,7 @@ async fn list_runs(
         (status = 404, description = "No such run", body = ApiError),
     ))]
 async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    let found = api::get_run(&conn(&state).await?, &id).await?;
-    found.map(Json).ok_or_else(|| crate::Error::UnknownRun(format!("unknown run {}", echo(&id))).into())
+    Ok(Json(state.client().get_run(&id).await?))
 }
 
 /// Cancels a scheduled or running run (`cancelled` is false when it had already ended).
@@ -221,9 +171,8 @@ async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiRe
         (status = 401, description = "Missing or wrong bearer token", body = ApiError),
         (status = 404, description = "No such run", body = ApiError),
     ))]
-async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    let done = api::cancel_run(&conn(&state).await?, &id).await?;
-    Ok(Json(json!({"run_id": id, "cancelled": done})))
+async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunCancelled>> {
+    Ok(Json(state.client().cancel_run(&id).await?))
 }
 
 /// Runs a failed, timed-out or cancelled run again as a new run with the same notify key.
@@ -235,9 +184,8 @@ async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> Ap
         (status = 404, description = "No such run", body = ApiError),
         (status = 409, description = "The run has not failed (or was retried already)", body = ApiError),
     ))]
-async fn retry_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<(StatusCode, Json<Value>)> {
-    let new = api::retry_run(&conn(&state).await?, &id).await?;
-    Ok((StatusCode::CREATED, Json(json!({"run_id": new, "retry_of": id}))))
+async fn retry_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<(StatusCode, Json<RunStarted>)> {
+    Ok((StatusCode::CREATED, Json(state.client().retry_run(&id).await?)))
 }
 
 /// Resumes a failed run from a failed node.
@@ -249,29 +197,18 @@ async fn retry_run(State(state): State<AppState>, Path(id): Path<String>) -> Api
         (status = 404, description = "No such run or node", body = ApiError),
         (status = 409, description = "The node (or run) has not failed", body = ApiError),
     ))]
-async fn retry_node(State(state): State<AppState>, Path((id, node)): Path<(String, String)>) -> ApiResult<Json<Value>> {
-    let done = api::retry_node(&conn(&state).await?, &id, &node).await?;
-    Ok(Json(json!({"run_id": id, "node": node, "retried": done})))
-}
-
-/// The external completion of an asynchronous node.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[schema(as = CompleteNodeRequest)]
-#[serde(deny_unknown_fields)]
-struct CompleteBody {
-    /// The node's result, any JSON value, `null` included (left out: its function's result).
-    #[serde(default, deserialize_with = "crate::task::present")]
-    result: Option<Value>,
-    /// Fail the node, and the run, with this error instead.
-    #[serde(default)]
-    error: Option<String>,
+async fn retry_node(
+    State(state): State<AppState>,
+    Path((id, node)): Path<(String, String)>,
+) -> ApiResult<Json<RunNodeRetried>> {
+    Ok(Json(state.client().retry_node(&id, &node).await?))
 }
 
 /// Completes (or fails, with `error`) an asynchronous node waiting for an external result; the run
 /// afterwards.
 #[utoipa::path(post, path = "/v1/runs/{id}/nodes/{node}/complete", operation_id = "complete_node", tag = "workflows",
     params(("id" = String, Path, description = "Run id"), ("node" = String, Path, description = "Node name")),
-    request_body = CompleteBody,
+    request_body = CompleteNodeRequest,
     responses(
         (status = 200, description = "The run", body = Object),
         (status = 400, description = "Malformed body", body = ApiError),
@@ -285,7 +222,6 @@ async fn complete_node(
     Path((id, node)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
-    let body: CompleteBody = parse_body(&state, body)?;
-    let run = api::complete_node(&conn(&state).await?, &id, &node, body.result.as_ref(), body.error.as_deref()).await?;
-    Ok(Json(run))
+    let body: CompleteNodeRequest = parse_body(&state, body)?;
+    Ok(Json(state.client().complete_node(&id, &node, &body).await?))
 }

@@ -17,10 +17,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::hold::{chainable, Answer, Hold, CHAIN_MAX};
+use super::reporter::{report_reply, CallLog};
 use super::{report, InFlight, Registered, Shared};
 use crate::function::{StageCall, StageReply};
-use crate::ids::TaskId;
-use crate::task::{ClaimedTask, ReportKind, TaskStatus};
+use crate::task::{ClaimedTask, ReportKind};
 use crate::trace::CallSpans;
 
 pub(super) async fn run(
@@ -194,87 +194,6 @@ async fn call_once(
     kind
 }
 
-/// What the log says of a call besides its task id: the fields of the lines for a failed call.
-#[derive(Debug, Clone)]
-pub(super) struct CallLog {
-    task_type: String,
-    stage: String,
-    attempt: i32,
-}
-
-impl From<&ClaimedTask> for CallLog {
-    fn from(task: &ClaimedTask) -> Self {
-        CallLog { task_type: task.task_type.clone(), stage: task.stage.clone(), attempt: task.attempt }
-    }
-}
-
-impl CallLog {
-    /// The same task's call at a stage chained in its hold (the first attempt there).
-    pub(super) fn chained(&self, stage: &str) -> CallLog {
-        CallLog { task_type: self.task_type.clone(), stage: stage.to_string(), attempt: 1 }
-    }
-}
-
-/// Reports a reply (with the call's last progress, if any) through the reporter and counts what
-/// became of it: `accepted`, `refused` (the fence did not match) or `unknown` (no answer, at
-/// shutdown).
-pub(super) async fn report_reply(
-    shared: &Shared,
-    task_id: &TaskId,
-    claim_seq: i64,
-    call: &CallLog,
-    kind: ReportKind,
-    progress: Option<serde_json::Value>,
-) -> &'static str {
-    let counter = match &kind {
-        ReportKind::Advance { .. } => &shared.stats.advanced,
-        ReportKind::Succeed { .. } => &shared.stats.succeeded,
-        ReportKind::Later { .. } => &shared.stats.later,
-        ReportKind::Release => &shared.stats.released,
-        ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
-    };
-    // what an operator wants to see in the log at INFO: a call that failed, and what became of it
-    let failure = match &kind {
-        ReportKind::Fail { error, retry } => Some((crate::error::shorten(error), *retry)),
-        _ => None,
-    };
-    let result = shared.reporter.send(vec![report(task_id, claim_seq, kind, progress)]).await;
-    let (task_type, stage, attempt) = (&call.task_type, &call.stage, call.attempt);
-    match result.into_iter().next().flatten() {
-        Some(r) if r.accepted => {
-            if r.status == Some(TaskStatus::Failed) {
-                shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-                let (error, outcome) = match &failure {
-                    // the function said not to try again
-                    Some((error, false)) => (error.as_str(), "failed"),
-                    Some((error, true)) => (error.as_str(), "given_up"),
-                    None => ("its reply was refused", "given_up"),
-                };
-                tracing::info!(task = %task_id, task_type, stage, attempt, error, outcome,
-                    "task failed for good (no tries left, or not to be retried)");
-            } else if r.failed_instead {
-                // the reply was refused and the reporter failed the task instead (a retry)
-                shared.stats.retried.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(task = %task_id, task_type, stage, attempt, error = "its reply was refused",
-                    outcome = "retried", "the call's reply was refused; the task will be tried again");
-            } else {
-                counter.fetch_add(1, Ordering::Relaxed);
-                if let Some((error, _)) = &failure {
-                    tracing::info!(task = %task_id, task_type, stage, attempt, error = %error, outcome = "retried",
-                        "call failed; the task will be tried again");
-                }
-            }
-            "accepted"
-        }
-        Some(r) => {
-            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(task = %r.task_id, status = ?r.status, "report refused: the task was rescued, cancelled or claimed again");
-            "refused"
-        }
-        None => "unknown",
-    }
-}
-
 fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
@@ -285,13 +204,13 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Stops the calls of tasks named on the cancel channel (`<task id> <claim_seq>`, see
+/// Stops the calls the cancel channel names ([`crate::db::listen::Cancel`], see
 /// [`crate::db::listen`]): the call is abandoned at once, as when its lease is lost, so an
 /// executable's process group is killed, an HTTP request dropped and a Rust handler's future
 /// dropped (its [`crate::function::CallCancel`] fired).
 pub(super) async fn stop_cancelled_calls(
     shared: Arc<Shared>,
-    mut cancels: tokio::sync::broadcast::Receiver<String>,
+    mut cancels: tokio::sync::broadcast::Receiver<crate::db::listen::Cancel>,
     stop: CancellationToken,
 ) {
     use tokio::sync::broadcast::error::RecvError;
@@ -300,21 +219,15 @@ pub(super) async fn stop_cancelled_calls(
             m = cancels.recv() => m,
             _ = stop.cancelled() => return,
         };
-        let payload = match message {
-            Ok(payload) => payload,
+        let cancel = match message {
+            Ok(cancel) => cancel,
             // a burst of cancels overflowed the channel: the heartbeats refused find the rest
             Err(RecvError::Lagged(_)) => continue,
             Err(RecvError::Closed) => return,
         };
-        let Some((task_id, claim_seq)) = payload.split_once(' ') else {
-            continue;
-        };
-        let Ok(claim_seq) = claim_seq.parse::<i64>() else {
-            continue;
-        };
-        if let Some(f) = shared.lock_inflight().get(task_id) {
-            if f.claim_seq == claim_seq {
-                tracing::info!(task = %task_id, "task cancelled: stopping its call");
+        if let Some(f) = shared.lock_inflight().get(cancel.task_id.as_str()) {
+            if f.claim_seq == cancel.claim_seq {
+                tracing::info!(task = %cancel.task_id, "task cancelled: stopping its call");
                 f.lost.cancel();
             }
         }

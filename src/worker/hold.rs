@@ -32,7 +32,7 @@ use deadpool_postgres::Object;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-use super::executor::CallLog;
+use super::reporter::CallLog;
 use super::Shared;
 use crate::db::api;
 use crate::error::{Error, Result};
@@ -478,7 +478,7 @@ async fn finish(
         let shared = &shared;
         let reports = to_report.into_iter().map(|(id, seq, call, reply)| async move {
             // the hold took only replies without progress still to send (see executor::run)
-            super::executor::report_reply(shared, id, seq, &call, reply, None).await
+            super::reporter::report_reply(shared, id, seq, &call, reply, None).await
         });
         futures_util::future::join_all(reports).await;
         let freed = kept.len();

@@ -30,6 +30,7 @@ pub mod folder;
 mod hold;
 mod presence;
 mod producer;
+pub mod remote;
 mod reporter;
 
 use std::collections::{BTreeMap, HashMap};
@@ -43,7 +44,10 @@ use tokio::sync::{broadcast, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use backend::{Backend, RemoteClient};
+/// The HTTP client a worker runs on a server with (the crate's one, [`crate::client::RemoteClient`]).
+pub use crate::client::RemoteClient;
+pub use backend::Backend;
+pub use remote::{ServerBackend, HOLD_WAIT};
 
 use crate::db::listen::Wake;
 use crate::db::{self, DbPool};
@@ -351,7 +355,7 @@ impl Worker {
     /// A worker on an `asyncflow serve` (the HTTP worker protocol), with no functions yet.
     pub fn remote(client: RemoteClient, config: WorkerConfig) -> Self {
         Worker {
-            backend: Backend::Server(client),
+            backend: Backend::Server(ServerBackend::new(client)),
             listen_url: None,
             config,
             functions: BTreeMap::new(),
@@ -499,7 +503,7 @@ impl Worker {
                 .then(|| Arc::new(Semaphore::new(hold::HOLDS_MAX))),
             hold_window: self.config.hold_window,
             hold_wait: (matches!(self.backend, Backend::Server(_)) && !self.config.exit_when_idle)
-                .then_some(backend::HOLD_WAIT),
+                .then_some(remote::HOLD_WAIT),
             context_limit: AtomicUsize::new(0),
         });
         // read once before the first claim, so that the first holds chain stages too (the

@@ -16,7 +16,8 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 
 use super::hold::{self, Hold};
-use super::{executor, Backend, Registered, RemoteClient, Shared};
+use super::remote::ServerBackend;
+use super::{executor, Backend, Registered, Shared};
 use crate::db::listen::Wake;
 use crate::error::{Error, Result};
 use crate::ids::TypeName;
@@ -306,7 +307,7 @@ enum Waited {
 #[allow(clippy::too_many_arguments)]
 async fn wait_on_server(
     shared: &Arc<Shared>,
-    remote: &RemoteClient,
+    remote: &ServerBackend,
     task_type: &TypeName,
     registered: &Registered,
     lease_secs: i64,

@@ -18,10 +18,13 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::atomic::Ordering;
+
 use super::backend::Backend;
+use super::{report, Shared};
 use crate::db::listen::Wake;
-use crate::ids::WorkerId;
-use crate::task::{Report, ReportKind, ReportResult, TaskStatus};
+use crate::ids::{TaskId, WorkerId};
+use crate::task::{ClaimedTask, Report, ReportKind, ReportResult, TaskStatus};
 
 /// Most reports in one statement.
 const BATCH_MAX: usize = 1000;
@@ -232,19 +235,13 @@ async fn write_chunk(backend: &Backend, worker: &WorkerId, reports: &[Report], g
 /// heartbeat or a hand-back, which carry nothing a server could refuse). The failure carries no
 /// progress: the refused report's may be what was refused.
 fn failure_instead(refused: &Report, why: &str) -> Option<Report> {
-    replaced_when_refused(&refused.kind).then(|| {
+    refused.kind.replaced_when_refused().then(|| {
         Report::new(
             refused.task_id.clone(),
             refused.claim_seq,
             ReportKind::Fail { error: format!("the reply was refused: {why}"), retry: true },
         )
     })
-}
-
-/// Whether a report refused alone as malformed is followed by a failure of its task (a reply:
-/// advance, succeed, later), so that its call is not over yet.
-pub(super) fn replaced_when_refused(kind: &ReportKind) -> bool {
-    matches!(kind, ReportKind::Advance { .. } | ReportKind::Succeed { .. } | ReportKind::Later { .. })
 }
 
 /// Wakes this worker's producers of the types whose tasks the reports put back in the queue.
@@ -260,5 +257,86 @@ fn wake_requeued(wakes: &OwnWakes, results: &[ReportResult]) {
         if let Some(tx) = wakes.get(task_type) {
             let _ = tx.send(Some(task_type.to_string()));
         }
+    }
+}
+
+/// What the log says of a call besides its task id: the fields of the lines for a failed call.
+#[derive(Debug, Clone)]
+pub(super) struct CallLog {
+    task_type: String,
+    stage: String,
+    attempt: i32,
+}
+
+impl From<&ClaimedTask> for CallLog {
+    fn from(task: &ClaimedTask) -> Self {
+        CallLog { task_type: task.task_type.clone(), stage: task.stage.clone(), attempt: task.attempt }
+    }
+}
+
+impl CallLog {
+    /// The same task's call at a stage chained in its hold (the first attempt there).
+    pub(super) fn chained(&self, stage: &str) -> CallLog {
+        CallLog { task_type: self.task_type.clone(), stage: stage.to_string(), attempt: 1 }
+    }
+}
+
+/// Reports a reply (with the call's last progress, if any) through the reporter and counts what
+/// became of it: `accepted`, `refused` (the fence did not match) or `unknown` (no answer, at
+/// shutdown).
+pub(super) async fn report_reply(
+    shared: &Shared,
+    task_id: &TaskId,
+    claim_seq: i64,
+    call: &CallLog,
+    kind: ReportKind,
+    progress: Option<serde_json::Value>,
+) -> &'static str {
+    let counter = match &kind {
+        ReportKind::Advance { .. } => &shared.stats.advanced,
+        ReportKind::Succeed { .. } => &shared.stats.succeeded,
+        ReportKind::Later { .. } => &shared.stats.later,
+        ReportKind::Release => &shared.stats.released,
+        ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
+    };
+    // what an operator wants to see in the log at INFO: a call that failed, and what became of it
+    let failure = match &kind {
+        ReportKind::Fail { error, retry } => Some((crate::error::shorten(error), *retry)),
+        _ => None,
+    };
+    let result = shared.reporter.send(vec![report(task_id, claim_seq, kind, progress)]).await;
+    let (task_type, stage, attempt) = (&call.task_type, &call.stage, call.attempt);
+    match result.into_iter().next().flatten() {
+        Some(r) if r.accepted => {
+            if r.status == Some(TaskStatus::Failed) {
+                shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+                let (error, outcome) = match &failure {
+                    // the function said not to try again
+                    Some((error, false)) => (error.as_str(), "failed"),
+                    Some((error, true)) => (error.as_str(), "given_up"),
+                    None => ("its reply was refused", "given_up"),
+                };
+                tracing::info!(task = %task_id, task_type, stage, attempt, error, outcome,
+                    "task failed for good (no tries left, or not to be retried)");
+            } else if r.failed_instead {
+                // the reply was refused and the reporter failed the task instead (a retry)
+                shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(task = %task_id, task_type, stage, attempt, error = "its reply was refused",
+                    outcome = "retried", "the call's reply was refused; the task will be tried again");
+            } else {
+                counter.fetch_add(1, Ordering::Relaxed);
+                if let Some((error, _)) = &failure {
+                    tracing::info!(task = %task_id, task_type, stage, attempt, error = %error, outcome = "retried",
+                        "call failed; the task will be tried again");
+                }
+            }
+            "accepted"
+        }
+        Some(r) => {
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(task = %r.task_id, status = ?r.status, "report refused: the task was rescued, cancelled or claimed again");
+            "refused"
+        }
+        None => "unknown",
     }
 }

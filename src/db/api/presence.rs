@@ -27,7 +27,7 @@ pub struct WorkerRow {
 }
 
 /// The maintenance leader as it last said.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct LeaderRow {
     /// The leading process's id.

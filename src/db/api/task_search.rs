@@ -124,7 +124,7 @@ pub enum BulkAction {
 }
 
 /// What a bulk call did, or would do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct BulkOutcome {
     /// Dry run: the tasks that would change (counted up to 100,000). Otherwise: the tasks taken
