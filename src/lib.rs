@@ -69,6 +69,7 @@ pub mod db;
 #[cfg(feature = "cli")]
 pub mod demo;
 pub mod error;
+pub mod event;
 #[cfg(feature = "worker")]
 pub mod function;
 #[cfg(feature = "server")]

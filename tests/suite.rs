@@ -25,6 +25,7 @@ mod deploy;
 mod docs_warm_page;
 mod durability;
 mod enqueue_first;
+mod events;
 mod examples;
 mod fencing;
 mod final_progress;

@@ -73,9 +73,9 @@ begin
   v_user_id := p_filter->>'user_id';
   v_q := nullif(p_filter->>'q', '');
   if p_filter->>'status' is not null then
-    if p_filter->>'status' not in ('pending', 'running', 'succeeded', 'failed', 'cancelled') then
+    if p_filter->>'status' not in ('pending', 'running', 'waiting', 'succeeded', 'failed', 'cancelled') then
       perform asyncflow.raise_error('AF006', format(
-        'status must be one of pending, running, succeeded, failed, cancelled; got %L', p_filter->>'status'));
+        'status must be one of pending, running, waiting, succeeded, failed, cancelled; got %L', p_filter->>'status'));
     end if;
     v_status := (p_filter->>'status')::asyncflow.task_status;
   end if;

@@ -5,6 +5,7 @@
 //! `maintain`, with the maintenance services both run ([`maintain::services`]).
 
 pub mod args;
+pub mod event;
 pub mod maintain;
 pub mod pipeline;
 pub mod remote;
@@ -120,6 +121,15 @@ pub enum Command {
         #[command(subcommand)]
         command: schedule::ScheduleCommand,
     },
+    /// Send events that waiting tasks wait for (database, or --server).
+    Event {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: remote::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: event::EventCommand,
+    },
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
 }
@@ -234,6 +244,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             | Command::Run { .. }
             | Command::Status { .. }
             | Command::Schedule { .. }
+            | Command::Event { .. }
             | Command::Migrate
     ) {
         quiet_on_closed_output();
@@ -261,6 +272,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         | Command::Pipeline { target, .. }
         | Command::Run { target, .. }
         | Command::Schedule { target, .. }
+        | Command::Event { target, .. }
         | Command::Status { target } => target.server.is_some(),
         _ => false,
     };
@@ -271,6 +283,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             Command::Pipeline { target, command } => print_json(&pipeline::pipeline(None, &target, command).await?),
             Command::Run { target, command } => print_json(&run::run(None, &target, command).await?),
             Command::Schedule { target, command } => print_json(&schedule::schedule(None, &target, command).await?),
+            Command::Event { target, command } => print_json(&event::event(None, &target, command).await?),
             Command::Status { target } => status::print_remote(&target).await?,
             _ => {}
         }
@@ -312,6 +325,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Schedule { target, command } => {
             db::migrate::check_current(&url).await?;
             print_json(&schedule::schedule(Some(&db::pool(&url, 2)?), &target, command).await?);
+        }
+        Command::Event { target, command } => {
+            db::migrate::check_current(&url).await?;
+            print_json(&event::event(Some(&db::pool(&url, 2)?), &target, command).await?);
         }
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {

@@ -16,6 +16,7 @@ mod cancels;
 mod compat;
 mod dashboard;
 mod error;
+mod events;
 mod health;
 mod hold_wait;
 mod metrics;
@@ -144,6 +145,7 @@ pub fn router_listening(
         .merge(cancels::routes())
         .merge(workflows::routes())
         .merge(schedules::routes())
+        .merge(events::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())

@@ -242,9 +242,12 @@ fn failure_instead(refused: &Report, why: &str) -> Option<Report> {
 }
 
 /// Whether a report refused alone as malformed is followed by a failure of its task (a reply:
-/// advance, succeed, later), so that its call is not over yet.
+/// advance, succeed, later, wait), so that its call is not over yet.
 pub(super) fn replaced_when_refused(kind: &ReportKind) -> bool {
-    matches!(kind, ReportKind::Advance { .. } | ReportKind::Succeed { .. } | ReportKind::Later { .. })
+    matches!(
+        kind,
+        ReportKind::Advance { .. } | ReportKind::Succeed { .. } | ReportKind::Later { .. } | ReportKind::Wait { .. }
+    )
 }
 
 /// Wakes this worker's producers of the types whose tasks the reports put back in the queue.
