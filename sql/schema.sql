@@ -244,7 +244,7 @@ CREATE FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids 
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
-    AS -- body: 17 lines, sha256 f93d4e64a2e2086b
+    AS -- body: 18 lines, sha256 052be6fca624258a
 
 CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.task_types
     LANGUAGE plpgsql

@@ -35,7 +35,9 @@ language sql immutable parallel safe as $$ select 65536 $$;
 -- end_waits: waiting tasks of one type go on to the stage they waited to run, pending at once,
 -- each with its wake ({"event": ..., "timed_out": ...}) for the call of that stage. Only tasks
 -- still `waiting` change. Counted through status_deltas (this may run in an application's
--- transaction: send_event). Returns the number changed.
+-- transaction: send_event). The next stage starts from what ended the wait, so that must be
+-- durable: the transaction commits durably (commit_durably), an application's too. Returns the
+-- number changed.
 create or replace function asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[],
   p_now timestamptz)
 returns integer
@@ -53,6 +55,7 @@ begin
   where t.task_type = p_task_type and t.shard = u.shard and t.id = u.id and t.status = 'waiting';
   get diagnostics v_n = row_count;
   if v_n > 0 then
+    perform asyncflow.commit_durably();
     insert into asyncflow.status_deltas (task_type, in_waiting, in_pending) values (p_task_type, -v_n, v_n);
     perform asyncflow.wake(p_task_type);
   end if;

@@ -24,9 +24,10 @@ declare
 begin
   perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
     p_errors, p_retries, p_delays, p_progress);
-  if p_outcomes && array['succeed', 'advance', 'later'] then
+  if p_outcomes && array['succeed', 'advance', 'later', 'wait'] then
     -- the next stage (or the caller waiting on the result, or the next call of a stage that
-    -- replied "later" with a new context) starts only from a durable completion
+    -- replied "later" with a new context, or the stage after a wait) starts only from a
+    -- durable completion
     perform asyncflow.commit_durably();
   end if;
   if p_outcomes <@ array['succeed'] then
