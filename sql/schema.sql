@@ -269,6 +269,12 @@ CREATE FUNCTION asyncflow.expire_waits(p_now timestamp with time zone DEFAULT NU
     SET jit TO 'off'
     AS -- body: 40 lines, sha256 0b84a356c03ba061
 
+CREATE FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS -- body: 118 lines, sha256 bc2a6aa50ea5dff3
+
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
     shard integer NOT NULL,
@@ -1607,6 +1613,9 @@ REVOKE ALL ON FUNCTION asyncflow.event_key_problem(p_key text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.event_payload_max_bytes() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.expire_waits(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer, p_newest boolean) FROM PUBLIC;
 

@@ -70,6 +70,7 @@ pub mod db;
 pub mod demo;
 pub mod error;
 pub mod event;
+pub mod explain;
 #[cfg(feature = "worker")]
 pub mod function;
 #[cfg(feature = "server")]

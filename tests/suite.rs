@@ -27,6 +27,7 @@ mod durability;
 mod enqueue_first;
 mod events;
 mod examples;
+mod explain;
 mod fencing;
 mod final_progress;
 mod http;

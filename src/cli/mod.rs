@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod event;
+pub mod explain;
 pub mod maintain;
 pub mod pipeline;
 pub mod remote;

@@ -54,6 +54,11 @@ pub enum TaskCommand {
         /// Task id.
         id: String,
     },
+    /// Why a task is not running: {"reason", ...detail} (see docs/sql-api.md, explain_task).
+    Explain {
+        /// Task id.
+        id: String,
+    },
     /// List tasks, each type's newest first (one page; pass the printed "next" as --after for the
     /// next, with the same --order).
     List {
@@ -152,6 +157,7 @@ pub async fn task(pool: Option<&DbPool>, target: &Target, command: TaskCommand) 
             None => Err(Error::UnknownTask(format!("unknown task {}", crate::error::echo(&id)))),
         },
         (None, TaskCommand::Get { id }) => call(target, Method::GET, &format!("/v1/tasks/{}", encode(&id)), None).await,
+        (pool, TaskCommand::Explain { id }) => super::explain::explain(pool, target, &id).await,
         (_, TaskCommand::List { task_type, status, stage, user_id, after, limit, order }) => {
             let filter = TaskFilter {
                 task_type,

@@ -17,6 +17,7 @@ mod compat;
 mod dashboard;
 mod error;
 mod events;
+mod explain;
 mod health;
 mod hold_wait;
 mod metrics;
@@ -146,6 +147,7 @@ pub fn router_listening(
         .merge(workflows::routes())
         .merge(schedules::routes())
         .merge(events::routes())
+        .merge(explain::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())

@@ -9,6 +9,7 @@ use tokio_postgres::Row;
 
 mod bench;
 mod events;
+mod explain;
 mod migration;
 mod presence;
 mod progress;
@@ -20,6 +21,7 @@ mod workflow;
 
 pub use bench::*;
 pub use events::*;
+pub use explain::*;
 pub use migration::*;
 pub use presence::*;
 pub use progress::*;
