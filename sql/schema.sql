@@ -222,7 +222,7 @@ CREATE FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_no
 CREATE FUNCTION asyncflow.drop_expired_events(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 10000) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 11 lines, sha256 c1b198f0d65b365e
+    AS -- body: 14 lines, sha256 be3ad05ecc6c5f0a
 
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
@@ -242,9 +242,7 @@ CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zon
 CREATE FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[], p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
-    SET jit TO 'off'
-    AS -- body: 18 lines, sha256 052be6fca624258a
+    AS -- body: 23 lines, sha256 fa19a6181ec5e021
 
 CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.task_types
     LANGUAGE plpgsql
@@ -1448,8 +1446,6 @@ CREATE INDEX callbacks_due ON ONLY asyncflow.callbacks USING btree (next_attempt
 CREATE INDEX callbacks_run ON ONLY asyncflow.callbacks USING btree (run_id);
 
 CREATE INDEX events_key_sent_at ON asyncflow.events USING btree (event_key, sent_at);
-
-CREATE INDEX events_sent_at ON asyncflow.events USING btree (sent_at);
 
 CREATE INDEX idempotency_keys_shard ON asyncflow.idempotency_keys USING btree (task_type, shard);
 

@@ -15,10 +15,10 @@ create table if not exists asyncflow.events (
   payload jsonb not null,
   sent_at timestamptz not null
 );
--- a wait's own check: the first event of its key sent at or after its call began
+-- a wait's own check: the first event of its key sent at or after its call began (retention
+-- reads the events in id order, which is the order they were sent in, give or take the events
+-- of transactions running at once: no index of its own to write on every send)
 create index if not exists events_key_sent_at on asyncflow.events (event_key, sent_at);
--- retention
-create index if not exists events_sent_at on asyncflow.events (sent_at);
 
 -- One row per waiting task: what it waits for, since when (the start of the call that asked to
 -- wait) and until when. Outside the tasks' tables, so that waiting tasks are in no index a claim
