@@ -554,3 +554,44 @@ async fn a_worker_runs_the_stage_after_a_wait_with_the_event_in_its_call() {
     let tb = api::get_task(&c, b.as_str()).await.unwrap().unwrap();
     assert_eq!(tb.result.unwrap()["event"]["payload"], json!({"approved": false}));
 }
+
+#[tokio::test]
+async fn a_worker_on_a_server_reports_a_wait_and_its_next_hold_carries_the_event() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "order", json!({})).await;
+    let id = api::create_task(&c, "order", &Default::default()).await.unwrap();
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&["tok"], 1 << 20));
+    let post = |path: &'static str, body: Value| {
+        let app = app.clone();
+        async move {
+            let (status, _, bytes) =
+                common::request(&app, "POST", path, Some(body.to_string()), Some("application/json"), Some("tok"))
+                    .await;
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let hold = json!({"type": "order", "worker_id": "w1", "limit": 1});
+    let (status, held) = post("/v1/worker/hold", hold.clone()).await;
+    assert_eq!(status, 200, "{held}");
+    let claim_seq = held["tasks"][0]["claim_seq"].clone();
+    let report = |extra: Value| {
+        let mut r = json!({"task_id": id.as_str(), "claim_seq": claim_seq, "outcome": "wait"});
+        r.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        json!({"worker_id": "w1", "reports": [r]})
+    };
+    // a misspelt field is refused, not dropped
+    let (status, _) = post("/v1/worker/report", report(json!({"stage": "paid", "event": "pay:1", "timout": 5}))).await;
+    assert_eq!(status, 400);
+    let (status, answer) =
+        post("/v1/worker/report", report(json!({"stage": "paid", "event": "pay:1", "timeout": 600}))).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["results"][0]["status"], json!("waiting"));
+    let (_, sent) = post("/v1/events", json!({"key": "pay:1", "payload": {"ok": true}})).await;
+    assert_eq!(sent["woken"], json!(1));
+    let (_, held) = post("/v1/worker/hold", hold).await;
+    let task: ClaimedTask = serde_json::from_value(held["tasks"][0].clone()).unwrap();
+    assert_eq!(task.stage, "paid");
+    let call = serde_json::to_value(StageCall::from(task)).unwrap();
+    assert_eq!((call["event"]["payload"].clone(), call["timed_out"].clone()), (json!({"ok": true}), json!(false)));
+}
