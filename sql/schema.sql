@@ -71,7 +71,7 @@ CREATE FUNCTION asyncflow.append_logs(p_log jsonb, p_entries jsonb) RETURNS json
 CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean DEFAULT false, p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(matched bigint, changed bigint, more boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 38 lines, sha256 599b220651a678ee
+    AS -- body: 38 lines, sha256 374d95897e4dc039
 
 CREATE TABLE asyncflow.task_types (
     task_type text NOT NULL,

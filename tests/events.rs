@@ -379,6 +379,19 @@ async fn cancelling_a_waiting_task_ends_its_wait() {
     assert_eq!(send(&**c, "k", json!({}), t0() + secs(1.0)).await, 0);
     assert!(api::expire_waits(&c, Some(t0() + secs(100.0)), 10).await.unwrap().is_empty());
     assert_eq!(counts(&**c, "order").await, (0, 0, 0));
+
+    // the bulk cancel takes waiting tasks too
+    let id = api::create_task(&c, "order", &Default::default()).await.unwrap();
+    let call = claim_one(&c, "order", &w, t0()).await;
+    report_wait(&c, &w, &call, wait("k2", 60.0, "next", None), t0()).await;
+    let row = c
+        .query_one("select changed from asyncflow.bulk_change_tasks('cancel', '{\"status\": \"waiting\"}')", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1);
+    assert_eq!(task(&**c, id.as_str()).await["status"], json!("cancelled"));
+    let waits: i64 = c.query_one("select count(*) from asyncflow.waits", &[]).await.unwrap().get(0);
+    assert_eq!(waits, 0);
 }
 
 #[tokio::test]
