@@ -608,3 +608,33 @@ async fn a_worker_on_a_server_reports_a_wait_and_its_next_hold_carries_the_event
     let call = serde_json::to_value(StageCall::from(task)).unwrap();
     assert_eq!((call["event"]["payload"].clone(), call["timed_out"].clone()), (json!({"ok": true}), json!(false)));
 }
+
+#[tokio::test]
+async fn a_waiting_task_keeps_its_shard_live() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "roll", json!({"shard_max_rows": 10})).await;
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        ids.push(api::create_task(&c, "roll", &Default::default()).await.unwrap());
+    }
+    let w = worker("w");
+    let call = claim_one(&c, "roll", &w, t0()).await;
+    report_wait(&c, &w, &call, wait("k", 3600.0, "next", None), t0()).await;
+    for id in ids.iter().filter(|id| **id != call.task_id) {
+        api::cancel_task(&c, id.as_str()).await.unwrap();
+    }
+    let rolled: Option<i32> = c.query_one("select asyncflow.roll_shard('roll')", &[]).await.unwrap().get(0);
+    assert_eq!(rolled, Some(2));
+    let begin: i32 = c.query_one("select asyncflow.advance_begin_pos('roll')", &[]).await.unwrap().get(0);
+    assert_eq!(begin, 1, "the waiting task's shard is still live");
+    let closed: Option<DateTime<Utc>> = c
+        .query_one("select closed_at from asyncflow.shards where task_type = 'roll' and shard = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(closed, None);
+    // woken, it is claimed from its own shard
+    assert_eq!(send(&**c, "k", json!({}), t0() + secs(1.0)).await, 1);
+    assert_eq!(claim_one(&c, "roll", &w, t0() + secs(2.0)).await.task_id, call.task_id);
+}
