@@ -16,7 +16,8 @@ CREATE TYPE asyncflow.claimed_task AS (
 	lease_until timestamp with time zone,
 	claimed_at timestamp with time zone,
 	queue_key text,
-	traceparent text
+	traceparent text,
+	wake jsonb
 );
 
 CREATE TYPE asyncflow.held_task AS (
@@ -32,6 +33,7 @@ CREATE TYPE asyncflow.held_task AS (
 	claimed_at timestamp with time zone,
 	queue_key text,
 	traceparent text,
+	wake jsonb,
 	held boolean
 );
 
@@ -47,6 +49,7 @@ CREATE TYPE asyncflow.run_status AS ENUM (
 CREATE TYPE asyncflow.task_status AS ENUM (
     'pending',
     'running',
+    'waiting',
     'succeeded',
     'failed',
     'cancelled'
@@ -68,7 +71,7 @@ CREATE FUNCTION asyncflow.append_logs(p_log jsonb, p_entries jsonb) RETURNS json
 CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean DEFAULT false, p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(matched bigint, changed bigint, more boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 38 lines, sha256 599b220651a678ee
+    AS -- body: 38 lines, sha256 374d95897e4dc039
 
 CREATE TABLE asyncflow.task_types (
     task_type text NOT NULL,
@@ -126,7 +129,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 31 lines, sha256 b9aa53fcbdebbf05
+    AS -- body: 36 lines, sha256 f21081f28a95a483
 
 CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -142,7 +145,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_progress jsonb[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 61 lines, sha256 2469b96d4bda9bce
+    AS -- body: 66 lines, sha256 5f0114d194ac9d0d
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -200,7 +203,7 @@ CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'
 CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 96 lines, sha256 b441c2288bdc9751
+    AS -- body: 96 lines, sha256 9873b8640aad0897
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -215,6 +218,11 @@ CREATE FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_no
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 2 lines, sha256 2e16e1b2320d42e0
+
+CREATE FUNCTION asyncflow.drop_expired_events(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 10000) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 14 lines, sha256 be3ad05ecc6c5f0a
 
 CREATE FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF date
     LANGUAGE plpgsql SECURITY DEFINER
@@ -231,6 +239,11 @@ CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zon
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 13 lines, sha256 cc48b80d4c87e218
 
+CREATE FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[], p_now timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 23 lines, sha256 fa19a6181ec5e021
+
 CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.task_types
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -239,6 +252,26 @@ CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.
 CREATE FUNCTION asyncflow.ensure_run_day(p_day date) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 18 lines, sha256 b1fe35c82cb5419d
+
+CREATE FUNCTION asyncflow.event_key_problem(p_key text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 5 lines, sha256 e8f00ca933cb96c6
+
+CREATE FUNCTION asyncflow.event_payload_max_bytes() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select 65536 $$;
+
+CREATE FUNCTION asyncflow.expire_waits(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS TABLE(task_id text, event_key text, timed_out boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS -- body: 40 lines, sha256 0b84a356c03ba061
+
+CREATE FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS -- body: 118 lines, sha256 bc2a6aa50ea5dff3
 
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
@@ -270,7 +303,8 @@ CREATE TABLE asyncflow.tasks (
     schedule text,
     tick timestamp with time zone,
     progress jsonb,
-    traceparent text
+    traceparent text,
+    wake jsonb
 )
 PARTITION BY LIST (task_type);
 
@@ -278,7 +312,7 @@ CREATE FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_custom_plan'
-    AS -- body: 128 lines, sha256 a5ef40b75f8cfeb3
+    AS -- body: 128 lines, sha256 b097a548f8e5b3e6
 
 CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_order text DEFAULT 'newest'::text) RETURNS SETOF jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -288,7 +322,7 @@ CREATE FUNCTION asyncflow.find_tasks(p_filter jsonb DEFAULT '{}'::jsonb, p_after
 CREATE FUNCTION asyncflow.fold_status_deltas() RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 12 lines, sha256 41f4aa4929226b13
+    AS -- body: 14 lines, sha256 7fa6f8473ec539fc
 
 CREATE FUNCTION asyncflow.format_task_id(p_task_type text, p_shard integer, p_id bigint) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -403,7 +437,14 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
 CREATE FUNCTION asyncflow.maintenance_functions() RETURNS SETOF text
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 4 lines, sha256 082c0a86e8912f00
+    AS -- body: 4 lines, sha256 8107bb8b35df9167
+
+CREATE FUNCTION asyncflow.match_waits(p_task_type text, p_task_ids text[], p_now timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
+    AS -- body: 37 lines, sha256 2b1455ec5904c421
 
 CREATE FUNCTION asyncflow.max_context_bytes() RETURNS integer
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -573,7 +614,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 49 lines, sha256 59e77b13dc9cf496
+    AS -- body: 57 lines, sha256 8715aa728db17f19
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000, p_skip_owners text[] DEFAULT NULL::text[]) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -691,6 +732,12 @@ CREATE FUNCTION asyncflow.schema_state() RETURNS TABLE(version bigint, sql_api_c
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 2 lines, sha256 81492f9347c09197
 
+CREATE FUNCTION asyncflow.send_event(event_key text, payload jsonb DEFAULT '{}'::jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS -- body: 40 lines, sha256 0a53e166918228b4
+
 CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) RETURNS asyncflow.pipelines
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -728,7 +775,7 @@ CREATE FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now t
 
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE
-    AS -- body: 2 lines, sha256 abf9ad1cec019f9e
+    AS -- body: 3 lines, sha256 469ddfbfe35f8e93
 
 CREATE FUNCTION asyncflow.shard_positions(p_task_type text DEFAULT NULL::text) RETURNS TABLE(task_type text, begin_pos integer, end_pos integer, shards bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -998,8 +1045,10 @@ CREATE TABLE asyncflow.config (
     run_retention integer DEFAULT 604800 NOT NULL,
     callback_give_up integer DEFAULT 86400 NOT NULL,
     callback_max_interval integer DEFAULT 300 NOT NULL,
+    event_retention integer DEFAULT 86400 NOT NULL,
     CONSTRAINT config_callback_give_up_check CHECK (((callback_give_up >= 1) AND (callback_give_up <= 31536000))),
     CONSTRAINT config_callback_max_interval_check CHECK (((callback_max_interval >= 1) AND (callback_max_interval <= 86400))),
+    CONSTRAINT config_event_retention_check CHECK (((event_retention >= 1) AND (event_retention <= 31536000))),
     CONSTRAINT config_max_context_bytes_check CHECK (((max_context_bytes >= 1024) AND (max_context_bytes <= 268435456))),
     CONSTRAINT config_run_retention_check CHECK (((run_retention >= 60) AND (run_retention <= 315360000))),
     CONSTRAINT config_singleton_check CHECK (singleton)
@@ -1013,6 +1062,22 @@ CREATE TABLE asyncflow.enqueue_info (
     max_retry_num integer NOT NULL,
     max_retry_interval integer NOT NULL,
     max_context_bytes integer NOT NULL
+);
+
+CREATE TABLE asyncflow.events (
+    id bigint NOT NULL,
+    event_key text NOT NULL,
+    payload jsonb NOT NULL,
+    sent_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE asyncflow.events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME asyncflow.events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 CREATE TABLE asyncflow.function_templates (
@@ -1228,7 +1293,8 @@ CREATE TABLE asyncflow.status_deltas (
     in_running bigint DEFAULT 0 NOT NULL,
     in_succeeded bigint DEFAULT 0 NOT NULL,
     in_failed bigint DEFAULT 0 NOT NULL,
-    in_cancelled bigint DEFAULT 0 NOT NULL
+    in_cancelled bigint DEFAULT 0 NOT NULL,
+    in_waiting bigint DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE asyncflow.type_counters (
@@ -1243,7 +1309,8 @@ CREATE TABLE asyncflow.type_counters (
     in_running bigint DEFAULT 0 NOT NULL,
     in_succeeded bigint DEFAULT 0 NOT NULL,
     in_failed bigint DEFAULT 0 NOT NULL,
-    in_cancelled bigint DEFAULT 0 NOT NULL
+    in_cancelled bigint DEFAULT 0 NOT NULL,
+    in_waiting bigint DEFAULT 0 NOT NULL
 );
 
 CREATE TABLE asyncflow.unique_keys (
@@ -1254,6 +1321,15 @@ CREATE TABLE asyncflow.unique_keys (
     created_at timestamp with time zone NOT NULL,
     expires_at timestamp with time zone,
     CONSTRAINT unique_keys_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255)))
+);
+
+CREATE TABLE asyncflow.waits (
+    task_type text NOT NULL,
+    shard integer NOT NULL,
+    id bigint NOT NULL,
+    event_key text NOT NULL,
+    since timestamp with time zone NOT NULL,
+    until timestamp with time zone NOT NULL
 );
 
 CREATE TABLE asyncflow.workers (
@@ -1274,6 +1350,9 @@ ALTER TABLE ONLY asyncflow.config
 
 ALTER TABLE ONLY asyncflow.enqueue_info
     ADD CONSTRAINT enqueue_info_pkey PRIMARY KEY (task_type);
+
+ALTER TABLE ONLY asyncflow.events
+    ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY asyncflow.function_templates
     ADD CONSTRAINT function_templates_pkey PRIMARY KEY (name);
@@ -1356,12 +1435,17 @@ ALTER TABLE ONLY asyncflow.type_counters
 ALTER TABLE ONLY asyncflow.unique_keys
     ADD CONSTRAINT unique_keys_pkey PRIMARY KEY (task_type, unique_key);
 
+ALTER TABLE ONLY asyncflow.waits
+    ADD CONSTRAINT waits_pkey PRIMARY KEY (task_type, shard, id);
+
 ALTER TABLE ONLY asyncflow.workers
     ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
 
 CREATE INDEX callbacks_due ON ONLY asyncflow.callbacks USING btree (next_attempt_at) WHERE (status = 'pending'::text);
 
 CREATE INDEX callbacks_run ON ONLY asyncflow.callbacks USING btree (run_id);
+
+CREATE INDEX events_key_sent_at ON asyncflow.events USING btree (event_key, sent_at);
 
 CREATE INDEX idempotency_keys_shard ON asyncflow.idempotency_keys USING btree (task_type, shard);
 
@@ -1388,6 +1472,10 @@ CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
 
 CREATE INDEX unique_keys_expires ON asyncflow.unique_keys USING btree (expires_at) WHERE (expires_at IS NOT NULL);
+
+CREATE INDEX waits_event_key ON asyncflow.waits USING btree (event_key);
+
+CREATE INDEX waits_until ON asyncflow.waits USING btree (until);
 
 CREATE TRIGGER tg_config__enqueue_info AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON asyncflow.config FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
 
@@ -1502,15 +1590,28 @@ REVOKE ALL ON FUNCTION asyncflow.create_type_functions(p_task_type text) FROM PU
 REVOKE ALL ON FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.drop_expired_events(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[], p_now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.enqueue_task_type(p_task_type text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.ensure_run_day(p_day date) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.event_key_problem(p_key text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.event_payload_max_bytes() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.expire_waits(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer, p_newest boolean) FROM PUBLIC;
 
@@ -1580,6 +1681,8 @@ REVOKE ALL ON FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone)
 
 REVOKE ALL ON FUNCTION asyncflow.maintenance_functions() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.maintenance_functions() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.match_waits(p_task_type text, p_task_ids text[], p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.max_context_bytes() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.max_context_bytes() TO asyncflow_worker;
@@ -1686,6 +1789,9 @@ REVOKE ALL ON FUNCTION asyncflow.schedule_json(s asyncflow.schedules) FROM PUBLI
 
 REVOKE ALL ON FUNCTION asyncflow.schema_state() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.schema_state() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.send_event(event_key text, payload jsonb, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.send_event(event_key text, payload jsonb, p_now timestamp with time zone) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.set_pipeline_status(name text, version integer, status text) TO asyncflow_client;

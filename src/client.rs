@@ -7,6 +7,7 @@
 //! the transaction instead.
 
 mod dashboard;
+mod events;
 pub mod remote;
 mod schedules;
 mod task_types;

@@ -70,6 +70,8 @@ pub mod db;
 #[cfg(feature = "cli")]
 pub mod demo;
 pub mod error;
+pub mod event;
+pub mod explain;
 #[cfg(feature = "worker")]
 pub mod function;
 #[cfg(feature = "server")]

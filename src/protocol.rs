@@ -102,6 +102,7 @@ fn report_fields(outcome: &str) -> &'static [&'static str] {
         "succeed" => &["result"],
         "fail" => &["error", "retry"],
         "later" => &["delay", "context"],
+        "wait" => &["stage", "event", "timeout", "context"],
         _ => &[],
     }
 }

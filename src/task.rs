@@ -17,6 +17,9 @@ pub enum TaskStatus {
     Pending,
     /// Held by a worker until its lease ends.
     Running,
+    /// Waiting for an event (or its timeout), then pending at the stage it named; holds no
+    /// worker and is not claimed.
+    Waiting,
     /// Finished with a result.
     Succeeded,
     /// Finished without success: out of tries, or refused retry.
@@ -31,6 +34,7 @@ impl TaskStatus {
         Some(match text {
             "pending" => TaskStatus::Pending,
             "running" => TaskStatus::Running,
+            "waiting" => TaskStatus::Waiting,
             "succeeded" => TaskStatus::Succeeded,
             "failed" => TaskStatus::Failed,
             "cancelled" => TaskStatus::Cancelled,
@@ -46,6 +50,7 @@ impl TaskStatus {
             TaskStatus::Succeeded => "succeeded",
             TaskStatus::Failed => "failed",
             TaskStatus::Cancelled => "cancelled",
+            TaskStatus::Waiting => "waiting",
         }
     }
 
@@ -260,6 +265,11 @@ pub struct ClaimedTask {
     /// The W3C trace context the task was enqueued with (None: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// What ended the wait that led to this stage, when one did: `{"event": {"key", "payload",
+    /// "sent_at"} or null, "timed_out": bool}` (the call carries its two fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
+    pub wake: Option<Value>,
 }
 
 /// A running task a worker holds, with the fencing token of its claim (`asyncflow.held_tasks`).
@@ -314,6 +324,20 @@ pub enum ReportKind {
         #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
         context: Option<Value>,
     },
+    /// Wait for the event `event` (at most `timeout` seconds), then go on to `stage` with
+    /// `context`; the task is `waiting` meanwhile and holds no worker.
+    Wait {
+        /// The stage to run once the wait ends.
+        stage: String,
+        /// The event key waited for.
+        event: String,
+        /// Seconds before the wait times out (above 0, at most a year).
+        timeout: f64,
+        /// Context for the next stage, a JSON object (None keeps the current one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
+        context: Option<Value>,
+    },
     /// Handed back unfinished (shutdown): ready again at once, the try given back.
     Release,
     /// Still working: extend the lease (and set the task's progress when the report has one).
@@ -325,7 +349,13 @@ impl ReportKind {
     /// reply: advance, succeed, later), so that its call is not over yet. A failure, a heartbeat
     /// or a hand-back carries nothing a server could refuse.
     pub fn replaced_when_refused(&self) -> bool {
-        matches!(self, ReportKind::Advance { .. } | ReportKind::Succeed { .. } | ReportKind::Later { .. })
+        matches!(
+            self,
+            ReportKind::Advance { .. }
+                | ReportKind::Succeed { .. }
+                | ReportKind::Later { .. }
+                | ReportKind::Wait { .. }
+        )
     }
 }
 

@@ -23,6 +23,8 @@ fn call(stage: &str, context: Value) -> StageCall {
         queue_key: None,
         traceparent: None,
         claim_seq: 1_764_045_612_345_678,
+        event: None,
+        timed_out: None,
         cancel: Default::default(),
         progress: Default::default(),
     }

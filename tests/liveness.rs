@@ -343,6 +343,8 @@ async fn the_stage_call_carries_the_tasks_queue_key() {
         queue_key: Some("site-a".into()),
         traceparent: None,
         claim_seq: 1,
+        event: None,
+        timed_out: None,
         cancel: Default::default(),
         progress: Default::default(),
     };

@@ -11,15 +11,20 @@ export interface StageCall {
   queue_key?: string;
   claim_seq?: number;
   traceparent?: string;
+  /** After a wait: the event that ended it, or null when it timed out. */
+  event?: { key: string; payload: any; sent_at: string } | null;
+  /** After a wait: whether it ended by its timeout. */
+  timed_out?: boolean;
   [field: string]: unknown;
 }
 
-/** One reply: go on, succeed, fail, or call again later. */
+/** One reply: go on, succeed, fail, call again later, or wait for an event. */
 export type StageReply =
   | { next_stage: string; context?: any }
   | { result: any }
   | { error: string; retry?: boolean }
-  | { later: number; context?: any };
+  | { later: number; context?: any }
+  | { wait: { event: string; timeout: number }; next_stage: string; context?: any };
 
 /** `signal` is aborted when the worker cancels the call (timeout, task cancelled). */
 export type Handler = (call: StageCall, options: { signal: AbortSignal }) => StageReply | Promise<StageReply>;

@@ -328,7 +328,7 @@ begin
       if (v_unique.expires_at is not null and v_unique.expires_at > v_now)
         or (v_unique.expires_at is null and exists (select 1 from asyncflow.tasks t
           where t.task_type = v_unique.task_type and t.shard = v_unique.shard and t.id = v_unique.id
-            and t.status in ('pending', 'running'))) then
+            and t.status in ('pending', 'running', 'waiting'))) then
         return asyncflow.format_task_id(v_unique.task_type, v_unique.shard, v_unique.id);
       end if;
     end if;

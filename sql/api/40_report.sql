@@ -1,7 +1,7 @@
 -- Reports (fenced by claim_seq), cancel and retry.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
--- cancel_task: a pending or running task becomes cancelled. A running task's worker is told on
+-- cancel_task: a pending, running or waiting task becomes cancelled (a waiting task's wait ends). A running task's worker is told on
 -- the channel asyncflow_cancel ('<task id> <claim_seq>') and stops the call; its report, if one
 -- still comes, is refused. Returns true when cancelled, false when the task had already ended.
 create or replace function asyncflow.cancel_task(task_id text, p_now timestamptz default null) returns boolean
@@ -18,15 +18,20 @@ begin
     perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
   end if;
   select status, claim_seq into v_was, v_claim_seq from asyncflow.tasks
-  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id and status in ('pending', 'running')
+  where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id
+    and status in ('pending', 'running', 'waiting')
   for update;
   if found then
     update asyncflow.tasks set status = 'cancelled', owner = null, lease_until = null, finished_at = v_now,
       updated_at = v_now,
       schedule_log = asyncflow.append_log(schedule_log, jsonb_build_object('event', 'cancelled', 'at', v_now))
     where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
-    insert into asyncflow.status_deltas (task_type, in_pending, in_running, in_cancelled)
-    values (v_key.task_type, -(v_was = 'pending')::integer, -(v_was = 'running')::integer, 1);
+    insert into asyncflow.status_deltas (task_type, in_pending, in_running, in_waiting, in_cancelled)
+    values (v_key.task_type, -(v_was = 'pending')::integer, -(v_was = 'running')::integer,
+      -(v_was = 'waiting')::integer, 1);
+    if v_was = 'waiting' then
+      delete from asyncflow.waits where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
+    end if;
     -- a running call stops at once: its worker listens on asyncflow_cancel (at commit)
     if v_was = 'running' then
       perform pg_notify('asyncflow_cancel',
@@ -130,13 +135,17 @@ begin
       when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,18}$'
         then format('claim_seq must be an integer, got %s', e -> 'claim_seq')
       when jsonb_typeof(e -> 'outcome') is distinct from 'string'
-        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s', e -> 'outcome')
+        then format('outcome must be one of advance, succeed, fail, later, wait, release, heartbeat, got %s', e -> 'outcome')
       when jsonb_typeof(e -> 'delay') not in ('number', 'null') then 'delay must be a number of seconds'
       -- in numeric, which holds any JSON number: the double precision cast below cannot
       when (e ->> 'delay')::numeric not between 0 and 31536000
         then format('delay must be a number of seconds between 0 and 31536000, got %s', e -> 'delay')
       when jsonb_typeof(e -> 'error') not in ('string', 'null') then 'error must be a string'
       when jsonb_typeof(e -> 'stage') not in ('string', 'null') then 'stage must be a string'
+      when jsonb_typeof(e -> 'event') not in ('string', 'null') then 'event must be a string'
+      when jsonb_typeof(e -> 'timeout') not in ('number', 'null') then 'timeout must be a number of seconds'
+      when (e ->> 'timeout')::numeric not between 0 and 31536000
+        then format('timeout must be a number of seconds above 0 and at most 31536000, got %s', e -> 'timeout')
       when jsonb_typeof(e -> 'retry') not in ('boolean', 'null') then 'retry must be true or false'
     end as problem
     from jsonb_array_elements(p_reports) with ordinality x(e, n)
@@ -149,15 +158,19 @@ begin
   select array_agg(x.task_id) as task_ids, array_agg(x.claim_seq) as claim_seqs,
     array_agg(x.outcome) as outcomes, array_agg(x.stage) as stages,
     array_agg(case when x.outcome = 'heartbeat' then null else x.context end) as contexts,
-    array_agg(x.result) as results, array_agg(x.error) as errors, array_agg(x.retry) as retries,
-    array_agg(round(x.delay, 6)::double precision) as delays,
+    array_agg(x.result) as results,
+    -- a wait's event key and timeout travel in the error and delay arrays
+    array_agg(case when x.outcome = 'wait' then x.event else x.error end) as errors, array_agg(x.retry) as retries,
+    array_agg(round(case when x.outcome = 'wait' then x.timeout else x.delay end, 6)::double precision) as delays,
     -- a heartbeat's context is its progress too (the older spelling)
     array_agg(coalesce(nullif(x.progress, 'null'),
       case when x.outcome = 'heartbeat' then nullif(x.context, 'null') end)) as progress
   into v
   from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq bigint, outcome text, stage text,
-    context jsonb, result jsonb, error text, retry boolean, delay numeric, progress jsonb))
-    with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, progress, n);
+    context jsonb, result jsonb, error text, retry boolean, delay numeric, progress jsonb, event text,
+    timeout numeric))
+    with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, progress, event,
+      timeout, n);
   return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
     coalesce(v.claim_seqs, '{}'), coalesce(v.outcomes, '{}'), v.stages, v.contexts, v.results, v.errors, v.retries,
     v.delays, p_now, v.progress);
@@ -167,7 +180,10 @@ $$;
 -- report_task_arrays: the reports of one worker, element k of every array describing report k
 -- (fields and outcomes as in report_tasks; p_stages, p_contexts, p_results, p_errors, p_retries,
 -- p_delays and p_progress may be null as a whole or per element; p_progress, last so that calls
--- without it keep their meaning, is each report's progress, with any outcome). Each type's report function applies that
+-- without it keep their meaning, is each report's progress, with any outcome). A wait (outcome
+-- 'wait', the reply {"wait": {"event", "timeout"}, "next_stage"}) carries its next stage in
+-- p_stages, its event key in p_errors and its timeout in seconds in p_delays; in report_tasks it
+-- is {"outcome": "wait", "stage", "event", "timeout", "context"}. Each type's report function applies that
 -- type's reports; the answers of reports of no known type are named columns, also when no type's
 -- function is called.
 create or replace function asyncflow.report_task_arrays(
@@ -261,12 +277,17 @@ begin
         or length(split_part(x.task_id, '-', 3)) > 18
         then format('task_id must be a task id (<type>-<shard>-<n>), got %s', coalesce(to_jsonb(x.task_id), 'null'))
       when x.claim_seq is null then 'claim_seq must be an integer, got null'
-      when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'release', 'heartbeat')
-        then format('outcome must be one of advance, succeed, fail, later, release, heartbeat, got %s',
+      when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'wait', 'release', 'heartbeat')
+        then format('outcome must be one of advance, succeed, fail, later, wait, release, heartbeat, got %s',
           coalesce(to_jsonb(x.outcome), 'null'))
-      when x.outcome = 'advance' and not asyncflow.stage_ok(x.stage)
+      when x.outcome in ('advance', 'wait') and not asyncflow.stage_ok(x.stage)
         then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
-      when x.outcome in ('advance', 'later') and jsonb_typeof(x.context) not in ('object', 'null')
+      when x.outcome = 'wait' and asyncflow.event_key_problem(x.error) is not null
+        then asyncflow.event_key_problem(x.error)
+      when x.outcome = 'wait' and (x.delay is null or x.delay = 'NaN' or not (x.delay > 0 and x.delay <= 31536000))
+        then format('timeout must be a number of seconds above 0 and at most 31536000, got %s',
+          coalesce(x.delay::text, 'null'))
+      when x.outcome in ('advance', 'later', 'wait') and jsonb_typeof(x.context) not in ('object', 'null')
         then 'context must be a JSON object'
       when asyncflow.progress_too_large(x.progress) is not null then asyncflow.progress_too_large(x.progress)
       when pg_column_size(x.context) > v_max_bytes
@@ -280,8 +301,8 @@ begin
       when x.outcome = 'later' and (x.delay is null or x.delay = 'NaN' or x.delay not between 0 and 31536000)
         then format('delay must be a number of seconds between 0 and 31536000, got %s', coalesce(x.delay::text, 'null'))
     end as problem
-    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_delays, p_progress)
-      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, progress, n)
+    from unnest(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results, p_delays, p_progress, p_errors)
+      with ordinality as x(task_id, claim_seq, outcome, stage, context, result, delay, progress, error, n)
   ) checked where problem is not null order by n limit 1;
   if found then
     perform asyncflow.raise_error('AF006', case when v_bad.problem like '.%'

@@ -105,11 +105,13 @@ begin
 end
 $$;
 
--- Whether a shard holds a pending or running task (each test uses one partial index).
+-- Whether a shard holds a pending, running or waiting task (each test uses one index: the two
+-- partial indexes, and the waits' primary key, which names every waiting task).
 create or replace function asyncflow.shard_is_live(p_task_type text, p_shard integer) returns boolean
 language sql stable as $$
   select exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'pending')
       or exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'running')
+      or exists (select 1 from asyncflow.waits where task_type = p_task_type and shard = p_shard)
 $$;
 
 create or replace function asyncflow.advance_begin_pos(p_task_type text, p_now timestamp with time zone default null::timestamp with time zone) returns integer

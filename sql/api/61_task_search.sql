@@ -73,9 +73,9 @@ begin
   v_user_id := p_filter->>'user_id';
   v_q := nullif(p_filter->>'q', '');
   if p_filter->>'status' is not null then
-    if p_filter->>'status' not in ('pending', 'running', 'succeeded', 'failed', 'cancelled') then
+    if p_filter->>'status' not in ('pending', 'running', 'waiting', 'succeeded', 'failed', 'cancelled') then
       perform asyncflow.raise_error('AF006', format(
-        'status must be one of pending, running, succeeded, failed, cancelled; got %L', p_filter->>'status'));
+        'status must be one of pending, running, waiting, succeeded, failed, cancelled; got %L', p_filter->>'status'));
     end if;
     v_status := (p_filter->>'status')::asyncflow.task_status;
   end if;
@@ -185,7 +185,7 @@ $$;
 
 -- bulk_change_tasks: retry_task ('retry') or cancel_task ('cancel') on the tasks that match
 -- p_filter and can take it (retry: failed or cancelled tasks not working for a workflow node;
--- cancel: pending or running ones), at most p_limit (1..1000) of them in (type, id) order, each
+-- cancel: pending, running or waiting ones), at most p_limit (1..1000) of them in (type, id) order, each
 -- as the single-task function does it. With p_dry_run nothing changes: matched is the number of
 -- tasks that would be (counted up to 100,000; more is true past that). Otherwise changed is how
 -- many were, and more whether others still match (call again: the changed ones no longer do).
@@ -204,7 +204,7 @@ begin
   if p_action = 'retry' then
     v_statuses := '{failed,cancelled}';
   elsif p_action = 'cancel' then
-    v_statuses := '{pending,running}';
+    v_statuses := '{pending,running,waiting}';
   else
     perform asyncflow.raise_error('AF006', format('action must be retry or cancel, got %L', p_action));
   end if;

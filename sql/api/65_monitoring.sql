@@ -87,11 +87,13 @@ language sql security definer set search_path = pg_catalog, pg_temp as $$
   with moved as (
     delete from asyncflow.status_deltas d returning d.*
   ), folded as (
-    insert into asyncflow.type_counters as k (task_type, slot, in_pending, in_running, in_succeeded, in_failed, in_cancelled)
+    insert into asyncflow.type_counters as k (task_type, slot, in_pending, in_running, in_succeeded, in_failed, in_cancelled,
+      in_waiting)
     select m.task_type, pg_backend_pid() % 16, sum(m.in_pending), sum(m.in_running), sum(m.in_succeeded),
-      sum(m.in_failed), sum(m.in_cancelled)
+      sum(m.in_failed), sum(m.in_cancelled), sum(m.in_waiting)
     from moved m group by m.task_type
     on conflict (task_type, slot) do update set in_pending = k.in_pending + excluded.in_pending,
+      in_waiting = k.in_waiting + excluded.in_waiting,
       in_running = k.in_running + excluded.in_running, in_succeeded = k.in_succeeded + excluded.in_succeeded,
       in_failed = k.in_failed + excluded.in_failed, in_cancelled = k.in_cancelled + excluded.in_cancelled
   )

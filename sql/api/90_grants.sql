@@ -16,6 +16,8 @@ grant execute on function
   asyncflow.bulk_change_tasks(text, jsonb, boolean, integer, timestamptz),
   asyncflow.cancel_task(text, timestamptz),
   asyncflow.retry_task(text, timestamptz),
+  asyncflow.send_event(text, jsonb, timestamptz),
+  asyncflow.explain_task(text, timestamptz),
   asyncflow.set_queue_limit(text, text, integer),
   asyncflow.queue_keys(text, text, integer),
   asyncflow.put_pipeline(text, jsonb, text),

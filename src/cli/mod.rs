@@ -6,6 +6,7 @@
 //! maintenance services both run ([`maintain::services`]).
 
 pub mod args;
+pub mod event;
 pub mod maintain;
 pub mod pipeline;
 pub mod run;
@@ -120,6 +121,15 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: schedule::ScheduleCommand,
+    },
+    /// Send events that waiting tasks wait for (database, or --server).
+    Event {
+        /// Where to send the command.
+        #[command(flatten)]
+        target: target::Target,
+        /// What to do.
+        #[command(subcommand)]
+        command: event::EventCommand,
     },
     /// Measure throughput against this database's commit-rate ceiling, in one run.
     Bench(crate::bench::BenchArgs),
@@ -250,6 +260,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             | Command::Run { .. }
             | Command::Status { .. }
             | Command::Schedule { .. }
+            | Command::Event { .. }
             | Command::Migrate
     ) {
         quiet_on_closed_output();
@@ -277,6 +288,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         | Command::Pipeline { target, .. }
         | Command::Run { target, .. }
         | Command::Schedule { target, .. }
+        | Command::Event { target, .. }
         | Command::Status { target } => target.server.is_some(),
         _ => false,
     };
@@ -293,6 +305,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             Command::Schedule { target, command } => {
                 schedule::schedule(&admin_client(&target, None).await?, command).await?
             }
+            Command::Event { target, command } => event::event(&admin_client(&target, None).await?, command).await?,
             Command::Status { target } => status::print(&admin_client(&target, None).await?).await?,
             _ => {}
         }
@@ -326,6 +339,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Schedule { target, command } => {
             schedule::schedule(&admin_client(&target, Some(&url)).await?, command).await?
         }
+        Command::Event { target, command } => event::event(&admin_client(&target, Some(&url)).await?, command).await?,
         Command::Serve(args) => {
             let config = crate::http::HttpConfig {
                 listen: args.listen,

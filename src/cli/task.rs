@@ -54,6 +54,11 @@ pub enum TaskCommand {
         /// Task id.
         id: String,
     },
+    /// Why a task is not running: {"reason", ...detail} (see docs/sql-api.md, explain_task).
+    Explain {
+        /// Task id.
+        id: String,
+    },
     /// List tasks, each type's newest first (one page; pass the printed "next" as --after for the
     /// next, with the same --order).
     List {
@@ -137,6 +142,7 @@ pub async fn task(client: &Client, command: TaskCommand) -> Result<()> {
             Some(task) => print(&task),
             None => Err(Error::UnknownTask(format!("unknown task {}", crate::error::echo(&id)))),
         },
+        TaskCommand::Explain { id } => print(&client.explain_task(&id).await?),
         TaskCommand::List { task_type, status, stage, user_id, after, limit, order } => {
             let filter = TaskFilter {
                 task_type,

@@ -52,6 +52,13 @@ pub struct StageCall {
     /// /v1/worker/progress`) sends it with `task_id`, and it is refused once the claim is over.
     #[serde(default)]
     pub claim_seq: i64,
+    /// When a wait led to this stage (a `wait` reply): the event that ended it, `{"key",
+    /// "payload", "sent_at"}`, or null when it timed out. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<Value>,
+    /// When a wait led to this stage: whether it ended by its timeout. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<bool>,
     /// Fired when the call is to stop (not on the wire).
     #[serde(skip)]
     pub cancel: CallCancel,
@@ -143,6 +150,13 @@ impl PartialEq for CallCancel {
 
 impl From<ClaimedTask> for StageCall {
     fn from(t: ClaimedTask) -> Self {
+        // a wake's event is Some(null) when the wait timed out: the call says "event": null
+        let (event, timed_out) = match &t.wake {
+            Some(w) => {
+                (Some(w.get("event").cloned().unwrap_or(Value::Null)), w.get("timed_out").and_then(Value::as_bool))
+            }
+            None => (None, None),
+        };
         StageCall {
             task_id: t.task_id.into_string(),
             task_type: t.task_type,
@@ -155,13 +169,15 @@ impl From<ClaimedTask> for StageCall {
             queue_key: t.queue_key,
             traceparent: t.traceparent,
             claim_seq: t.claim_seq,
+            event,
+            timed_out,
             cancel: CallCancel::default(),
             progress: Progress::default(),
         }
     }
 }
 
-/// A stage's answer: exactly one of four forms.
+/// A stage's answer: exactly one of five forms.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StageReply {
     /// `{"next_stage": "s", "context": {...}}`: go on to the next stage.
@@ -190,6 +206,50 @@ pub enum StageReply {
         /// New context (None keeps the current one).
         context: Option<Value>,
     },
+    /// `{"wait": {"event": KEY, "timeout": SECONDS}, "next_stage": "s", "context": {...}}`: the
+    /// call ends and frees its slot; the task waits for the event `KEY` (`send_event`), or the
+    /// timeout, and then runs `next_stage`, whose call carries `event` and `timed_out`.
+    Wait {
+        /// The event key waited for.
+        event: String,
+        /// Seconds before the wait times out.
+        timeout: f64,
+        /// The stage to run once the wait ends.
+        next_stage: String,
+        /// Context for it (None keeps the current one).
+        context: Option<Value>,
+    },
+}
+
+/// Whether `key` is an event key the server takes: 1 to 200 of `A-Za-z0-9_.:/@#=+-` (as
+/// `send_event` and `report_tasks` check it).
+pub fn is_event_key(key: &str) -> bool {
+    (1..=200).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:/@#=+-".contains(&b))
+}
+
+/// Reads a reply's `"wait"` object: `{"event": KEY, "timeout": SECONDS}`.
+fn read_wait(wait: Value) -> Result<(String, f64), String> {
+    let Value::Object(mut wait) = wait else {
+        return Err("wait must be an object {\"event\": KEY, \"timeout\": SECONDS}".into());
+    };
+    let event = match wait.remove("event") {
+        Some(Value::String(k)) if is_event_key(&k) => k,
+        Some(Value::String(k)) => {
+            return Err(format!(
+                "wait.event must be 1 to 200 of A-Za-z0-9_.:/@#=+- (e.g. order:42/paid), got {}",
+                crate::error::echo(&k)
+            ))
+        }
+        _ => return Err("wait.event must be a string, the event key".into()),
+    };
+    let timeout = wait.remove("timeout").and_then(|v| v.as_f64()).filter(|s| *s > 0.0 && *s <= LATER_MAX_SECS as f64);
+    let Some(timeout) = timeout else {
+        return Err(format!("wait.timeout must be a number of seconds above 0 and at most {LATER_MAX_SECS}"));
+    };
+    if let Some(key) = wait.keys().next() {
+        return Err(format!("unknown field {} in wait", crate::error::echo(key)));
+    }
+    Ok((event, timeout))
 }
 
 /// Longest `later` delay the server takes, in seconds (a year, as `report_tasks` checks it).
@@ -223,9 +283,12 @@ impl StageReply {
             }
         };
         let forms = ["next_stage", "result", "error", "later"].iter().filter(|k| map.contains_key(**k)).count();
-        if forms != 1 {
-            return Err("the reply must have exactly one of next_stage, result, error, later".into());
+        if forms != 1 || (map.contains_key("wait") && !map.contains_key("next_stage")) {
+            return Err("the reply must have exactly one of next_stage, result, error, later \
+                        (a wait goes with next_stage)"
+                .into());
         }
+        let wait = map.remove("wait").map(read_wait).transpose()?;
         let reply = if let Some(stage) = map.remove("next_stage") {
             let Value::String(next_stage) = stage else {
                 return Err("next_stage must be a string".into());
@@ -236,7 +299,10 @@ impl StageReply {
                     crate::error::echo(&next_stage)
                 ));
             }
-            StageReply::Next { next_stage, context: context(&mut map)? }
+            match wait {
+                Some((event, timeout)) => StageReply::Wait { event, timeout, next_stage, context: context(&mut map)? },
+                None => StageReply::Next { next_stage, context: context(&mut map)? },
+            }
         } else if let Some(result) = map.remove("result") {
             StageReply::Succeeded { result }
         } else if let Some(error) = map.remove("error") {
@@ -298,6 +364,14 @@ impl StageReply {
                 Some(c) => serde_json::json!({"later": later, "context": c}),
                 None => serde_json::json!({"later": later}),
             },
+            StageReply::Wait { event, timeout, next_stage, context } => {
+                let mut reply =
+                    serde_json::json!({"wait": {"event": event, "timeout": timeout}, "next_stage": next_stage});
+                if let Some(c) = context {
+                    reply["context"] = c.clone();
+                }
+                reply
+            }
         }
     }
 
@@ -310,6 +384,9 @@ impl StageReply {
             // leave its task running until the lease ends: the error is written without it
             StageReply::Failed { error, retry } => ReportKind::Fail { error: error.replace('\0', "\u{FFFD}"), retry },
             StageReply::Later { later, context } => ReportKind::Later { delay: later, context },
+            StageReply::Wait { event, timeout, next_stage, context } => {
+                ReportKind::Wait { stage: next_stage, event, timeout, context }
+            }
         }
     }
 }

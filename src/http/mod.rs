@@ -16,6 +16,8 @@ mod cancels;
 mod compat;
 mod dashboard;
 mod error;
+mod events;
+mod explain;
 mod health;
 mod hold_wait;
 mod metrics;
@@ -152,6 +154,8 @@ pub fn router_listening(
         .merge(cancels::routes())
         .merge(workflows::routes())
         .merge(schedules::routes())
+        .merge(events::routes())
+        .merge(explain::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())

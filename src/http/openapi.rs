@@ -58,6 +58,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::tasks::list,
         super::tasks::get_one,
         super::tasks::cancel,
+        super::explain::explain,
         super::tasks::retry,
         super::tasks::bulk_retry,
         super::tasks::bulk_cancel,
@@ -111,6 +112,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::schedules::remove,
         super::schedules::pause,
         super::schedules::resume,
+        super::events::send,
     ),
     modifiers(&BearerAuth, &StrictBodies, &PathParameterErrors),
     security(("bearer" = [])),
@@ -123,6 +125,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         (name = "dashboard", description = "The web dashboard's page, assets and figures"),
         (name = "workflows", description = "Versioned DAG pipelines and their runs"),
         (name = "schedules", description = "Periodic (cron) schedules releasing tasks and runs"),
+        (name = "events", description = "Events that waiting tasks wait for"),
     )
 )]
 pub struct ApiDoc;

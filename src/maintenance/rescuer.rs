@@ -7,6 +7,9 @@
 //! because the database could not be reached (a partition). Its reports are queued in this same
 //! process; when the partition heals, a rescue sent before them could overtake them and run
 //! finished calls again. Another process's rescuer still takes them, within the lease.
+//!
+//! It also ends the waits for events past their timeout (`asyncflow.expire_waits`): the task
+//! goes on to the stage it named, its call told `"timed_out": true`.
 
 use std::time::Duration;
 
@@ -66,6 +69,22 @@ impl Service for Rescuer {
                             "lease expired: the task will be tried again");
                     }
                     detail.push(format!("{} -> {:?}", task.task_id, task.status));
+                }
+                if !full {
+                    break;
+                }
+            }
+            loop {
+                let ended = api::expire_waits(&client, now, self.batch).await?;
+                let full = ended.len() as i32 == self.batch;
+                for wait in ended {
+                    let (task_id, event_key) = (&wait.task_id, &wait.event_key);
+                    if wait.timed_out {
+                        tracing::info!(task = %task_id, event_key, outcome = "timed_out", "wait timed out");
+                    } else {
+                        tracing::info!(task = %task_id, event_key, outcome = "event", "wait ended by an event at its timeout");
+                    }
+                    detail.push(format!("{task_id} wait for {event_key} ended (timed out: {})", wait.timed_out));
                 }
                 if !full {
                     break;

@@ -1,5 +1,6 @@
 //! The scheduler: releases the due ticks of every periodic schedule. Also here, the time-based
-//! keys' retention: uniqueness keys whose window ended ([`UniqueKeyRetention`]).
+//! keys' retention: uniqueness keys whose window ended, and events sent longer ago than
+//! `event_retention` ([`UniqueKeyRetention`]).
 //!
 //! ```text
 //!   list_schedules ──> per schedule (not paused):
@@ -114,8 +115,8 @@ impl Service for Scheduler {
     }
 }
 
-/// Removes uniqueness keys whose window has ended (`create_task`'s `unique_for`), a batch at a
-/// time until none is left.
+/// Removes uniqueness keys whose window has ended (`create_task`'s `unique_for`), and events sent
+/// longer ago than `asyncflow.config.event_retention`, a batch at a time until none is left.
 pub struct UniqueKeyRetention {
     pool: DbPool,
     interval: Duration,
@@ -151,7 +152,19 @@ impl Service for UniqueKeyRetention {
                     break;
                 }
             }
-            let detail = if changed > 0 { vec![format!("{changed} expired uniqueness keys")] } else { Vec::new() };
+            let mut detail = if changed > 0 { vec![format!("{changed} expired uniqueness keys")] } else { Vec::new() };
+            let mut events = 0u64;
+            loop {
+                let n = api::drop_expired_events(&client, now, Self::BATCH).await?;
+                events += u64::try_from(n).unwrap_or(0);
+                if n < Self::BATCH {
+                    break;
+                }
+            }
+            if events > 0 {
+                detail.push(format!("{events} events past their retention"));
+            }
+            let changed = changed + events;
             Ok(RunOnceReport { service: self.name(), changed, detail })
         })
     }

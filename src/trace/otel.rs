@@ -185,6 +185,7 @@ fn outcome(kind: &ReportKind) -> &'static str {
         ReportKind::Succeed { .. } => "succeed",
         ReportKind::Fail { .. } => "fail",
         ReportKind::Later { .. } => "later",
+        ReportKind::Wait { .. } => "wait",
         ReportKind::Release => "release",
         ReportKind::Heartbeat => "heartbeat",
     }

@@ -153,6 +153,8 @@ pub struct WorkerStats {
     pub failed: AtomicU64,
     /// "Later" replies.
     pub later: AtomicU64,
+    /// "Wait" replies (the task waits for an event).
+    pub waited: AtomicU64,
     /// Tasks handed back at shutdown.
     pub released: AtomicU64,
     /// Reports refused by the fence (lease lost, cancelled).
@@ -174,6 +176,8 @@ pub struct WorkerSummary {
     pub failed: u64,
     /// "Later" replies.
     pub later: u64,
+    /// "Wait" replies (the task waits for an event).
+    pub waited: u64,
     /// Tasks handed back at shutdown.
     pub released: u64,
     /// Reports refused by the fence.
@@ -192,6 +196,7 @@ impl WorkerStats {
             retried: g(&self.retried),
             failed: g(&self.failed),
             later: g(&self.later),
+            waited: g(&self.waited),
             released: g(&self.released),
             refused: g(&self.refused),
             stopped_by: None,
@@ -617,7 +622,8 @@ impl Worker {
         futures_util::future::join_all(self.functions.values().map(|reg| reg.function.stop())).await;
         let summary = WorkerSummary { stopped_by: Some(reason), ..shared.stats.summary() };
         // one field per count, as the stdout summary names them (not one Debug-formatted struct)
-        let WorkerSummary { claimed, advanced, succeeded, retried, failed, later, released, refused, .. } = summary;
+        let WorkerSummary { claimed, advanced, succeeded, retried, failed, later, waited, released, refused, .. } =
+            summary;
         tracing::info!(
             worker = %self.config.worker_id,
             claimed,
@@ -626,6 +632,7 @@ impl Worker {
             retried,
             failed,
             later,
+            waited,
             released,
             refused,
             stopped_by = ?reason,

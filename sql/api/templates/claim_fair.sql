@@ -260,7 +260,7 @@ begin
           select x.*, row_number() over () as turn from (
             -- the columns the hold hands out come along: it writes nothing, and reads no row twice
             select t.shard, t.id, t.order_time, t.stage, t.context, t.priority, t.attempt, t.claim_seq,
-              t.user_id, t.queue_key, t.traceparent, asyncflow.unreadable('context', t.context) as unreadable
+              t.user_id, t.queue_key, t.traceparent, t.wake, asyncflow.unreadable('context', t.context) as unreadable
             from asyncflow.{{tasks}} t
             where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
               and t.order_time <= v_now
@@ -292,12 +292,12 @@ begin
         where t.shard = picked.shard and t.id = picked.id --@claim
         returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, --@claim
           t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key, --@claim
-          t.traceparent)::asyncflow.claimed_task --@claim
+          t.traceparent, t.wake)::asyncflow.claimed_task --@claim
           as task, picked.k, picked.ord, picked.turn, t.id, picked.unreadable --@claim
         -- locked, not updated: the values the claim will have when the finish writes it --@hold
         select row(asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, --@hold
           p.priority, p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, --@hold
-          p.queue_key, p.traceparent, true)::asyncflow.held_task as task, p.k, p.ord, p.turn, p.id, p.unreadable --@hold
+          p.queue_key, p.traceparent, p.wake, true)::asyncflow.held_task as task, p.k, p.ord, p.turn, p.id, p.unreadable --@hold
         from picked p --@hold
       )
       select array_agg(c.task order by c.turn, c.ord) filter (where c.unreadable is null),

@@ -68,7 +68,7 @@ begin
     where t.shard = picked.shard and t.id = picked.id
     returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
       t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key,
-      t.traceparent, picked.unreadable
+      t.traceparent, t.wake, picked.unreadable
   ), counted as (
     insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
     select v_task_type, pg_backend_pid() % 16, count(*) filter (where c.unreadable is null),
@@ -80,7 +80,7 @@ begin
       in_failed = k.in_failed + excluded.in_failed
   )
   select c.task_id, c.task_type, c.stage, c.context, c.priority, c.attempt, c.claim_seq, c.user_id, c.lease_until,
-    c.claimed_at, c.queue_key, c.traceparent
+    c.claimed_at, c.queue_key, c.traceparent, c.wake
   from claimed c where c.unreadable is null;
   if v_type.rate_limited then
     get diagnostics v_started = row_count;

@@ -137,6 +137,8 @@ begin
       claim_seq = r.claim_seq, claimed_at = v_claimed_at + make_interval(secs => r.p_start / 1000.0::float8),
       lease_until = case when not r.ok then v_lease_until end,
       stage = case when r.ok and r.outcome = 'advance' then r.stage else coalesce(r.p_stage, t.stage) end,
+      -- what ended a wait is for the stage it woke (sql/api/45_events.sql), until that stage is done
+      wake = case when r.ok or r.p_stage is not null then null else t.wake end,
       context = case when r.ok and r.outcome = 'advance' then coalesce(r.context, r.p_context, t.context)
         else coalesce(r.p_context, t.context) end,
       order_time = case when r.ok and r.outcome = 'advance'

@@ -46,7 +46,7 @@ begin
     -- the columns the answer needs, not t.*: the CTE is kept in memory, and the wide ones
     -- (the schedule log, the result) made each row several times the copy
     select t.shard, t.id, t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.queue_key,
-      t.traceparent, t.order_time, asyncflow.unreadable('context', t.context) as unreadable
+      t.traceparent, t.wake, t.order_time, asyncflow.unreadable('context', t.context) as unreadable
     from asyncflow.{{tasks}} t
     where t.shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
       and t.status = 'pending' and t.order_time <= v_now
@@ -70,7 +70,7 @@ begin
       in_pending = k.in_pending + excluded.in_pending, in_failed = k.in_failed + excluded.in_failed
   )
   select asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, p.priority,
-    p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, p.traceparent, true
+    p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, p.traceparent, p.wake, true
   from picked p where p.unreadable is null
   order by p.order_time;
 end

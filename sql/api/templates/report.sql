@@ -4,7 +4,9 @@
 -- running under the same owner and claim_seq (the fence); anything else is answered as refused
 -- and changes nothing. Outcomes: succeed, advance (next stage, context), fail (retried with
 -- backoff while tries are left and retry is true), later (pending again in `delay` seconds, the
--- try given back), release (handed back, the try given back), heartbeat (lease extended). With
+-- try given back), wait (waiting at the next stage for the event named in `errors`, at most
+-- `delay` seconds: a row in asyncflow.waits, then asyncflow.match_waits takes an event already
+-- sent), release (handed back, the try given back), heartbeat (lease extended). With
 -- any outcome, a progress (not null) becomes the task's: a heartbeat's, or the call's last one
 -- written with its reply, so a value reported just before the reply is kept.
 -- Counters and the stage-time histogram are written in the same statement.
@@ -22,9 +24,10 @@ declare
 begin
   perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
     p_errors, p_retries, p_delays, p_progress);
-  if p_outcomes && array['succeed', 'advance', 'later'] then
+  if p_outcomes && array['succeed', 'advance', 'later', 'wait'] then
     -- the next stage (or the caller waiting on the result, or the next call of a stage that
-    -- replied "later" with a new context) starts only from a durable completion
+    -- replied "later" with a new context, or the stage after a wait) starts only from a
+    -- durable completion
     perform asyncflow.commit_durably();
   end if;
   if p_outcomes <@ array['succeed'] then
@@ -102,16 +105,19 @@ begin
         when r.outcome = 'succeed' then 'succeeded'
         when r.outcome = 'heartbeat' then 'running'
         when r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num) then 'failed'
+        when r.outcome = 'wait' then 'waiting'
         else 'pending' end::asyncflow.task_status,
-      stage = case when r.outcome = 'advance' then r.stage else t.stage end,
-      context = case when r.outcome in ('advance', 'later') then coalesce(r.context, t.context) else t.context end,
+      stage = case when r.outcome in ('advance', 'wait') then r.stage else t.stage end,
+      context = case when r.outcome in ('advance', 'later', 'wait') then coalesce(r.context, t.context) else t.context end,
+      -- what ended a wait is for the stage it woke, until that stage is done
+      wake = case when r.outcome in ('advance', 'wait', 'succeed') then null else t.wake end,
       progress = coalesce(r.progress, t.progress),
       result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
       -- the last outcome's: a stage done clears a failed try's error (the schedule log keeps it)
       last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed')
-        when r.outcome in ('succeed', 'advance') then null else t.last_error end,
+        when r.outcome in ('succeed', 'advance', 'wait') then null else t.last_error end,
       attempt = case
-        when r.outcome = 'advance' then 0
+        when r.outcome in ('advance', 'wait') then 0
         when r.outcome in ('later', 'release') then greatest(t.attempt - 1, 0)
         else t.attempt end,
       retry_count = case when r.outcome = 'fail' then t.retry_count + 1 else t.retry_count end,
@@ -146,18 +152,27 @@ begin
       -- in (the planner would walk every running task for each report)
       and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
     returning r.n, t.status, t.lease_until, t.task_type, r.outcome,
-      case when r.outcome <> 'succeed' then t.schedule_log -> -1 end as entry, t.stage, t.claimed_at
+      case when r.outcome <> 'succeed' then t.schedule_log -> -1 end as entry, t.stage, t.claimed_at,
+      t.shard, t.id, case when r.outcome = 'wait' then r.error end as event_key, r.delay
+  ), waited as (
+    -- since: the claim of the call that asked to wait, so an event sent while it ran counts
+    insert into asyncflow.waits (task_type, shard, id, event_key, since, until)
+    select v_task_type, c.shard, c.id, c.event_key, c.claimed_at, v_now + make_interval(secs => c.delay)
+    from changed c where c.outcome = 'wait'
+    on conflict (task_type, shard, id) do update set event_key = excluded.event_key, since = excluded.since,
+      until = excluded.until
   ), counted as (
     -- every changed task was running; all but heartbeats leave it
     insert into asyncflow.type_counters as k (task_type, slot, succeeded, failed, retried,
-      in_pending, in_running, in_succeeded, in_failed)
+      in_pending, in_running, in_succeeded, in_failed, in_waiting)
     select c.task_type, pg_backend_pid() % 16, count(*) filter (where c.status = 'succeeded'),
       count(*) filter (where c.status = 'failed'), count(*) filter (where c.outcome = 'fail' and c.status = 'pending'),
       count(*) filter (where c.status = 'pending'), -count(*), count(*) filter (where c.status = 'succeeded'),
-      count(*) filter (where c.status = 'failed')
+      count(*) filter (where c.status = 'failed'), count(*) filter (where c.status = 'waiting')
     from changed c where c.outcome <> 'heartbeat' group by c.task_type
     on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
       failed = k.failed + excluded.failed, retried = k.retried + excluded.retried,
+      in_waiting = k.in_waiting + excluded.in_waiting,
       in_pending = k.in_pending + excluded.in_pending, in_running = k.in_running + excluded.in_running,
       in_succeeded = k.in_succeeded + excluded.in_succeeded, in_failed = k.in_failed + excluded.in_failed
   ), durations as (
@@ -193,6 +208,12 @@ begin
         from r
         left join changed c on c.n = r.n
         order by r.n;
+
+  -- A wait just begun takes the event of its key sent while its call ran, if there was one (a
+  -- statement of its own, after the key's lock: see sql/api/45_events.sql).
+  if 'wait' = any (p_outcomes) then
+    perform asyncflow.match_waits(v_task_type, p_task_ids, v_now);
+  end if;
 
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY).
   if exists (select 1 from unnest(p_task_ids, p_outcomes) u(task_id, outcome)

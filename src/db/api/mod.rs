@@ -8,6 +8,8 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 mod bench;
+mod events;
+mod explain;
 mod migration;
 mod presence;
 mod progress;
@@ -18,6 +20,8 @@ mod task_search;
 mod workflow;
 
 pub use bench::*;
+pub use events::*;
+pub use explain::*;
 pub use migration::*;
 pub use presence::*;
 pub use progress::*;
@@ -229,6 +233,7 @@ fn claimed_task(r: &Row) -> Result<ClaimedTask> {
         claimed_at: get(r, "claimed_at")?,
         queue_key: get(r, "queue_key")?,
         traceparent: get(r, "traceparent")?,
+        wake: get(r, "wake")?,
     })
 }
 
@@ -346,6 +351,10 @@ pub async fn report_tasks<C: GenericClient>(
             ReportKind::Succeed { result } => ("succeed", None, None, Some(result), None, None, None),
             ReportKind::Fail { error, retry } => ("fail", None, None, None, Some(error.as_str()), Some(*retry), None),
             ReportKind::Later { delay, context } => ("later", None, context.as_ref(), None, None, None, Some(*delay)),
+            // a wait's event key and timeout travel in the error and delay arrays
+            ReportKind::Wait { stage, event, timeout, context } => {
+                ("wait", Some(stage.as_str()), context.as_ref(), None, Some(event.as_str()), None, Some(*timeout))
+            }
             ReportKind::Release => ("release", None, None, None, None, None, None),
             ReportKind::Heartbeat => ("heartbeat", None, None, None, None, None, None),
         };
