@@ -101,7 +101,7 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
     let maintainer = Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows));
     if args.once {
         db::migrate::check_current(url).await?;
-        check_may_maintain(url).await?;
+        check_may_maintain(&pool).await?;
         maintain_once(url, &maintainer).await?;
     } else {
         let shutdown = shutdown_on_signal();
@@ -109,7 +109,7 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
             return Ok(());
         }
         db::migrate::check_current(url).await?;
-        check_may_maintain(url).await?;
+        check_may_maintain(&pool).await?;
         maintainer.run(shutdown).await;
     }
     Ok(())
@@ -118,20 +118,13 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
 /// `maintain` exists to lead: a role that may not run every service (`asyncflow.can_maintain`)
 /// is refused at start, naming what it may not run, instead of waiting for a lead it could never
 /// exercise.
-async fn check_may_maintain(url: &str) -> Result<()> {
-    let (client, driver) = db::connect(url).await?;
+async fn check_may_maintain(pool: &DbPool) -> Result<()> {
+    let client = pool.get().await?;
     let (ok, denied) = db::api::can_maintain(&client).await?;
-    let me: String = client
-        .query_one("select current_user::text as me", &[])
-        .await
-        .map_err(crate::error::Error::from_db)?
-        .try_get("me")
-        .map_err(crate::error::Error::from_db)?;
-    drop(client);
-    let _ = driver.await;
     if ok {
         return Ok(());
     }
+    let me = db::api::current_role(&client).await?;
     Err(crate::error::Error::Config(format!(
         "the database role {me} may not run maintenance (it may not call {}): run asyncflow maintain as the \
          schema's owner, the role that ran asyncflow migrate (docs/operations.md, Roles and grants)",
