@@ -809,11 +809,11 @@ CREATE FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_now ti
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 22 lines, sha256 b61057bbe309f5e3
 
-CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint)
+CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint, waiting bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 12 lines, sha256 7ad60a2c10930288
+    AS -- body: 12 lines, sha256 39de8f8e99b4b118
 
 CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -833,11 +833,11 @@ CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
     AS -- body: 5 lines, sha256 49a2a31e9f2b758e
 
-CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, created bigint, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint, oldest_running_age double precision)
+CREATE FUNCTION asyncflow.task_type_figures() RETURNS TABLE(task_type text, created bigint, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint, oldest_running_age double precision, waiting bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 10 lines, sha256 e5f46353b1f62e76
+    AS -- body: 11 lines, sha256 33f468236b1513b7
 
 CREATE FUNCTION asyncflow.task_type_json(p asyncflow.task_types) RETURNS jsonb
     LANGUAGE sql STABLE

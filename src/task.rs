@@ -29,6 +29,21 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
+    /// Every status, in the order of a task's life.
+    pub const ALL: [TaskStatus; 6] = [
+        TaskStatus::Pending,
+        TaskStatus::Running,
+        TaskStatus::Waiting,
+        TaskStatus::Succeeded,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+
+    /// The statuses' names, for an error that lists them ("pending, running, ...").
+    pub fn names() -> String {
+        Self::ALL.map(TaskStatus::as_str).join(", ")
+    }
+
     /// Parses the SQL enum's text.
     pub fn parse(text: &str) -> Option<Self> {
         Some(match text {

@@ -25,6 +25,7 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     let run = Command::new(env!("CARGO_BIN_EXE_asyncflow"))
         .args(["bench", "--seconds", "0.3", "--tasks", "300", "--aged-rows", "2000", "--drop-rows", "1000"])
         .args(["--wake-rate", "40", "--dropin-tasks", "200", "--fork-tasks", "5", "--dashboard-tasks", "2000"])
+        .args(["--waiting-tasks", "20000"])
         .args(["--json", "--out"])
         .arg(&out.0)
         .env("DATABASE_URL", &server_url)
@@ -62,6 +63,11 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         "fair_1",
         "fair_100",
         "fair_300",
+        "events_waits",
+        "events_burn_empty",
+        "events_burn_beside",
+        "events_create",
+        "events_send",
         "commit_p50",
         "paced_insert_p50",
         "wake_p50",
@@ -109,6 +115,10 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     for key in ["fair_1", "fair_100", "fair_300", "burndown3", "chained3"] {
         assert_eq!(figure(key)["ratio_to"], "1-stage burn-down", "{key}");
     }
+    // tasks waiting for events: the burn-down beside them against the one in an empty type,
+    // send_event against create_task, both of the same phase
+    assert_eq!(figure("events_burn_beside")["ratio_to"], "the burn-down in an empty type");
+    assert_eq!(figure("events_send")["ratio_to"], "create_task");
     // create_task's parts are compared with the INSERT its bar is measured against
     for key in ["parts_floor", "parts_row", "parts_function"] {
         assert_eq!(figure(key)["ratio_to"], "INSERT", "{key}");

@@ -131,9 +131,9 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
 
     // The type's row.
     let row = &seen["row"];
-    let cols = ["type", "ready", "delayed", "running", "succeeded", "failed", "cancelled"];
+    let cols = ["type", "ready", "delayed", "running", "waiting", "succeeded", "failed", "cancelled"];
     let got: Vec<String> = cols.iter().map(|c| s(&row[*c])).collect();
-    assert_eq!(got, [TYPE, "1", "1", "1", "1", "1", "0"], "{row}");
+    assert_eq!(got, [TYPE, "1", "1", "1", "0", "1", "1", "0"], "{row}");
     let lag = s(&row["lag"]);
     assert!(lag.ends_with('s') && lag.chars().any(|c| c.is_ascii_digit()), "lag: {lag:?}");
     assert_eq!(
@@ -160,6 +160,8 @@ async fn the_dashboard_shows_a_type_finds_a_failed_task_and_retries_it_in_a_brow
     assert_eq!(s(&seen["hash"]), format!("#task={failed_id}"));
     let detail = &seen["detail"];
     assert_eq!(s(&detail["status"]), "failed", "{detail}");
+    // why it is where it is, from GET /v1/tasks/{id}/explain
+    assert!(s(&detail["explain"]).starts_with("ended (status failed, finished_at "), "{detail}");
     assert_eq!(s(&detail["stage"]), "start");
     assert_eq!(s(&detail["type"]), TYPE);
     assert_eq!(s(&detail["attempt"]), "1");

@@ -57,6 +57,7 @@ mod sql_api;
 mod sql_worker_api;
 mod task_search;
 mod traces;
+mod waiting_figures;
 mod warm_functions;
 mod worker;
 mod worker_process;

@@ -64,18 +64,19 @@ $$;
 -- keeps on every transition (type_counters' in_* columns summed over slots, plus the deltas not
 -- yet folded): a few rows per type whatever the number of tasks.
 create or replace function asyncflow.status_counts()
-returns table (task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint)
+returns table (task_type text, pending bigint, running bigint, succeeded bigint, failed bigint, cancelled bigint,
+  waiting bigint)
 language sql stable security definer set search_path = pg_catalog, pg_temp set jit = off as $$
   with c as (
-    select k.task_type, k.in_pending, k.in_running, k.in_succeeded, k.in_failed, k.in_cancelled
+    select k.task_type, k.in_pending, k.in_running, k.in_succeeded, k.in_failed, k.in_cancelled, k.in_waiting
     from asyncflow.type_counters k
     union all
-    select d.task_type, d.in_pending, d.in_running, d.in_succeeded, d.in_failed, d.in_cancelled
+    select d.task_type, d.in_pending, d.in_running, d.in_succeeded, d.in_failed, d.in_cancelled, d.in_waiting
     from asyncflow.status_deltas d
   )
   select y.task_type, coalesce(sum(c.in_pending), 0)::bigint, coalesce(sum(c.in_running), 0)::bigint,
     coalesce(sum(c.in_succeeded), 0)::bigint, coalesce(sum(c.in_failed), 0)::bigint,
-    coalesce(sum(c.in_cancelled), 0)::bigint
+    coalesce(sum(c.in_cancelled), 0)::bigint, coalesce(sum(c.in_waiting), 0)::bigint
   from asyncflow.task_types y left join c on c.task_type = y.task_type
   group by y.task_type order by y.task_type
 $$;
@@ -105,12 +106,13 @@ $$;
 -- from the running tasks only), for GET /metrics and the dashboard.
 create or replace function asyncflow.task_type_figures()
 returns table (task_type text, created bigint, pending bigint, running bigint, succeeded bigint,
-  failed bigint, cancelled bigint, oldest_running_age double precision)
+  failed bigint, cancelled bigint, oldest_running_age double precision, waiting bigint)
 language sql stable security definer set search_path = pg_catalog, pg_temp set jit = off as $$
   select y.task_type, coalesce(s.last_value, 0),
     n.pending, n.running, n.succeeded, n.failed, n.cancelled,
     coalesce(extract(epoch from (now() - (select min(t.claimed_at) from asyncflow.tasks t
-      where t.task_type = y.task_type and t.status = 'running'))), 0)::double precision
+      where t.task_type = y.task_type and t.status = 'running'))), 0)::double precision,
+    n.waiting
   from asyncflow.task_types y
   join asyncflow.status_counts() n on n.task_type = y.task_type
   join pg_catalog.pg_class q on q.oid = y.id_seq

@@ -30,7 +30,7 @@ pub(super) struct Timed {
 }
 
 /// Runs `op` in a loop on `connections` connections for `duration`.
-async fn timed<F>(pool: &DbPool, connections: usize, duration: Duration, op: F) -> Result<Timed>
+pub(super) async fn timed<F>(pool: &DbPool, connections: usize, duration: Duration, op: F) -> Result<Timed>
 where
     F: Fn(deadpool_postgres::Object, i32) -> OpFuture + Send + Sync + Clone + 'static,
 {
@@ -158,7 +158,7 @@ pub(super) async fn register(pool: &DbPool, name: &str, interval: Option<f64>) -
     api::register_task_type(&pool.get().await?, &TypeName::new(name)?, &settings).await.map(|_| ())
 }
 
-fn settings(interval: Option<f64>) -> TaskTypeUpdate {
+pub(super) fn settings(interval: Option<f64>) -> TaskTypeUpdate {
     TaskTypeUpdate { schedule_limit: Some(1000), schedule_interval: interval, ..Default::default() }
 }
 
@@ -179,7 +179,7 @@ pub(super) async fn queue_keyed(pool: &DbPool, name: &str, tasks: usize, keys: u
 
 /// Inserts `tasks` tasks of the registered type `name` on one connection, 1,000 per call, the
 /// n-th as `task(n)` makes it.
-async fn fill(pool: &DbPool, name: &str, tasks: usize, task: impl Fn(usize) -> NewTask) -> Result<()> {
+pub(super) async fn fill(pool: &DbPool, name: &str, tasks: usize, task: impl Fn(usize) -> NewTask) -> Result<()> {
     let c = pool.get().await?;
     let mut made = 0;
     while made < tasks {
@@ -225,21 +225,35 @@ async fn burn(
     concurrency: usize,
     type_settings: TaskTypeUpdate,
 ) -> Result<Timed> {
+    let noop = move |call: StageCall| async move {
+        let n: u32 = call.stage.strip_prefix('s').and_then(|s| s.parse().ok()).unwrap_or(1);
+        if n < stages {
+            StageReply::Next { next_stage: format!("s{}", n + 1), context: None }
+        } else {
+            StageReply::Succeeded { result: json!(null) }
+        }
+    };
+    let (summary, timed) = work(pool, url, name, tasks, concurrency, type_settings, noop).await?;
+    if summary.succeeded != tasks as u64 {
+        return Err(Error::Config(format!("burn-down {name} finished {} of {tasks} tasks", summary.succeeded)));
+    }
+    Ok(timed)
+}
+
+/// Runs a worker with `function` on the queued tasks of `name` until it is idle, timed as
+/// `tasks` operations: what the worker did, and the rate.
+pub(super) async fn work(
+    pool: &DbPool,
+    url: &str,
+    name: &str,
+    tasks: usize,
+    concurrency: usize,
+    type_settings: TaskTypeUpdate,
+    function: impl crate::function::Function,
+) -> Result<(crate::worker::WorkerSummary, Timed)> {
     let config =
         WorkerConfig { worker_id: WorkerId::generate(), concurrency, exit_when_idle: true, ..WorkerConfig::default() };
-    let worker = Worker::new(pool.clone(), url, config).register(
-        TypeName::new(name)?,
-        move |call: StageCall| async move {
-            let n: u32 = call.stage.strip_prefix('s').and_then(|s| s.parse().ok()).unwrap_or(1);
-            if n < stages {
-                StageReply::Next { next_stage: format!("s{}", n + 1), context: None }
-            } else {
-                StageReply::Succeeded { result: json!(null) }
-            }
-        },
-        None,
-        type_settings,
-    );
+    let worker = Worker::new(pool.clone(), url, config).register(TypeName::new(name)?, function, None, type_settings);
     // every burn-down starts right after a checkpoint, so none pays for the WAL of the phase
     // before it (the aged one would otherwise pay for the 10 M-row fill)
     api::bench_checkpoint(&pool.get().await?).await?;
@@ -248,10 +262,7 @@ async fn burn(
     let summary = worker.run(CancellationToken::new()).await?;
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = meter.per_op(tasks as u64);
-    if summary.succeeded != tasks as u64 {
-        return Err(Error::Config(format!("burn-down {name} finished {} of {tasks} tasks", summary.succeeded)));
-    }
-    Ok(Timed { rate: tasks as f64 / elapsed, cpu })
+    Ok((summary, Timed { rate: tasks as f64 / elapsed, cpu }))
 }
 
 /// p50 / p95 / p99 in milliseconds.

@@ -18,6 +18,9 @@
 //!                    the 1-stage figure is the median of three runs
 //!   fair             the 1-stage burn-down in a type with fair_queues, its tasks spread over
 //!                    --queue-keys keys: what claims by turns of key cost beside plain claims
+//!   events           1 M tasks waiting for events (one key each): a burn-down in their type
+//!                    beside them against one in an empty type; send_event waking one of them
+//!                    against create_task (see events.rs)
 //!   wake             an idle worker, tasks inserted one at a time at 50/s: insert call -> start;
 //!                    beside it, in turn task by task, an idle `worker --server` on an
 //!                    in-process `serve`
@@ -46,6 +49,7 @@ mod aging;
 mod cpu;
 mod dashboard;
 mod dropin;
+mod events;
 mod load;
 mod output;
 
@@ -104,11 +108,14 @@ pub struct BenchArgs {
     /// `--concurrency` of the drop-in worker (default: --concurrency, as its reference).
     #[arg(long)]
     pub dropin_concurrency: Option<usize>,
+    /// Tasks waiting for events in the events phase (each for a key of its own).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub waiting_tasks: usize,
     /// Tasks filled before the dashboard phase's second timing (90 % finished, 10 % pending).
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, chained3, fair, wake, aging, drop, dashboard, dropin, dropin3).
+    /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, dropin, dropin3).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -123,7 +130,7 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 15] = [
+pub const PHASES: [&str; 16] = [
     "update",
     "insert",
     "enqueue",
@@ -133,6 +140,7 @@ pub const PHASES: [&str; 15] = [
     "burndown3",
     "chained3",
     "fair",
+    "events",
     "wake",
     "aging",
     "drop",
@@ -271,6 +279,9 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
     }
     if !(10..=1_000_000_000).contains(&args.dashboard_tasks) {
         return Err(Error::Config("--dashboard-tasks must be 10..=1000000000".into()));
+    }
+    if !(1..=100_000_000).contains(&args.waiting_tasks) {
+        return Err(Error::Config("--waiting-tasks must be 1..=100000000".into()));
     }
     let name = format!("asyncflow_bench_{}", std::process::id());
     let bench_url = db::with_database(url, &name)?;
@@ -461,6 +472,12 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             );
             figures.push(beside_burn1(fig, burn1, update, 0.5).cpu(timed.cpu));
         }
+    }
+    if wants(args, "events") {
+        progress.phase("events: tasks waiting for events beside a burn-down; send_event");
+        let e = events::run(pool, url, args.waiting_tasks, args.tasks, args.concurrency, args.connections, seconds)
+            .await?;
+        figures.extend(events::figures(&e, args.waiting_tasks, update));
     }
     if wants(args, "wake") {
         progress.phase("wake latency");

@@ -50,11 +50,12 @@ pub async fn print(client: &Client) -> Result<()> {
 
 fn print_lines(lines: &[TypeSummary]) {
     crate::outln!(
-        "{:<24} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}  shards (begin..end, live)",
+        "{:<24} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>12}  shards (begin..end, live)",
         "type",
         "ready",
         "delayed",
         "running",
+        "waiting",
         "succeeded",
         "failed",
         "cancelled",
@@ -66,11 +67,12 @@ fn print_lines(lines: &[TypeSummary]) {
             _ => String::new(),
         };
         crate::outln!(
-            "{:<24} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>11.1}s  {}{}",
+            "{:<24} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10} {:>11.1}s  {}{}",
             l.task_type,
             l.counts.ready,
             l.counts.delayed,
             l.counts.running,
+            l.counts.waiting,
             l.counts.succeeded,
             l.counts.failed,
             l.counts.cancelled,

@@ -100,7 +100,8 @@ fn status_arg(text: Option<String>) -> Result<Option<TaskStatus>> {
     text.map(|s| {
         TaskStatus::parse(&s).ok_or_else(|| {
             Error::InvalidArgument(format!(
-                "--status must be one of pending, running, succeeded, failed, cancelled; got {}",
+                "--status must be one of {}; got {}",
+                TaskStatus::names(),
                 crate::error::echo(&s)
             ))
         })

@@ -56,6 +56,7 @@ async fn overview(pool: &DbPool) -> Result<Overview> {
                     delayed: d.delayed,
                     held_tasks,
                     running: d.running,
+                    waiting: f.as_ref().map_or(0, |f| f.waiting),
                     succeeded: f.as_ref().map_or(0, |f| f.succeeded),
                     failed: f.as_ref().map_or(0, |f| f.failed),
                     cancelled: f.as_ref().map_or(0, |f| f.cancelled),

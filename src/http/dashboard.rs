@@ -30,7 +30,8 @@
 //! # What the figures are
 //! - ready, delayed, running, lag (age of the oldest ready task), paused: the
 //!   `asyncflow.queue_depth` view, as `GET /v1/queue-depth` gives them.
-//! - ready, delayed, running, succeeded, failed, cancelled: the type's stored tasks per status,
+//! - ready, delayed, running, waiting, succeeded, failed, cancelled: the type's stored tasks per
+//!   status (waiting: for an event or for children),
 //!   from the counters the SQL API keeps on every transition (`asyncflow.status_counts`; ready
 //!   and delayed split pending by counting the delayed ones through their index), so finished
 //!   tasks leave the counts when retention drops their shard and an answer costs the same at

@@ -14,8 +14,8 @@
 //! - `asyncflow_database_up` (gauge): 1 when the database answered this scrape, else 0 (and the
 //!   per-type families below have no samples).
 //! - `asyncflow_tasks{type, status}` (gauge): stored tasks per status (pending, running,
-//!   succeeded, failed, cancelled). A full count of the tasks table. Finished tasks leave when
-//!   retention drops their shard, so these fall then; they are gauges, not counters, for that
+//!   waiting, succeeded, failed, cancelled), from the counters every transition keeps. Finished
+//!   tasks leave when retention drops their shard, so these fall then; they are gauges, not counters, for that
 //!   reason (a counter that falls reads as a reset and `rate()` would invent a burst).
 //! - `asyncflow_tasks_created_total{type}` (counter): ids handed out by the type's id sequence,
 //!   which never goes back: tasks created, plus creations rolled back. 0 when the server's role
@@ -291,6 +291,7 @@ fn database_families(out: &mut Exposition, figures: &[api::TaskTypeFigures], dep
         for (status, n) in [
             ("pending", f.pending),
             ("running", f.running),
+            ("waiting", f.waiting),
             ("succeeded", f.succeeded),
             ("failed", f.failed),
             ("cancelled", f.cancelled),

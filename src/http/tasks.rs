@@ -183,7 +183,8 @@ fn task_filter(q: TaskQuery) -> ApiResult<TaskFilter> {
         None => None,
         Some(s) => Some(crate::task::TaskStatus::parse(s).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "status must be one of pending, running, succeeded, failed, cancelled; got {}",
+                "status must be one of {}; got {}",
+                crate::task::TaskStatus::names(),
                 echo(s)
             ))
         })?),

@@ -31,6 +31,9 @@ pub struct Counts {
     pub held_tasks: i64,
     /// Held by workers.
     pub running: i64,
+    /// Waiting for an event or for their children to end: held by no worker, claimed by none
+    /// until the wait ends.
+    pub waiting: i64,
     /// Stored tasks that succeeded (from the counters; retention drops finished tasks).
     pub succeeded: i64,
     /// Stored tasks that failed.
@@ -53,6 +56,7 @@ impl Counts {
             delayed: self.delayed + o.delayed,
             held_tasks: self.held_tasks + o.held_tasks,
             running: self.running + o.running,
+            waiting: self.waiting + o.waiting,
             succeeded: self.succeeded + o.succeeded,
             failed: self.failed + o.failed,
             cancelled: self.cancelled + o.cancelled,

@@ -119,7 +119,7 @@ pub struct TaskQuery {
     /// Only this type.
     #[serde(rename = "type", alias = "task_type", skip_serializing_if = "Option::is_none")]
     pub task_type: Option<String>,
-    /// Only this status: pending, running, succeeded, failed or cancelled.
+    /// Only this status: pending, running, waiting, succeeded, failed or cancelled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     /// Only this stage.

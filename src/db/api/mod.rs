@@ -667,6 +667,8 @@ pub struct TaskTypeFigures {
     pub cancelled: i64,
     /// Seconds since the longest-held running task was claimed (0 when none runs).
     pub oldest_running_age: f64,
+    /// See `pending`: tasks waiting for an event or for their children.
+    pub waiting: i64,
 }
 
 /// Figures of every registered type, by name. The counts per status come from the counters the
@@ -674,7 +676,7 @@ pub struct TaskTypeFigures {
 pub async fn task_type_figures<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeFigures>> {
     let rows = query(
         c,
-        "select task_type, created, pending, running, succeeded, failed, cancelled, oldest_running_age \
+        "select task_type, created, pending, running, succeeded, failed, cancelled, oldest_running_age, waiting \
          from asyncflow.task_type_figures()",
         &[],
     )
@@ -690,6 +692,7 @@ pub async fn task_type_figures<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeFi
                 failed: get(r, "failed")?,
                 cancelled: get(r, "cancelled")?,
                 oldest_running_age: get(r, "oldest_running_age")?,
+                waiting: get(r, "waiting")?,
             })
         })
         .collect()

@@ -7,7 +7,7 @@
   const { $, el, api, fmtInt, fmtAge } = window.AF;
   // Throughput is averaged over the polls of about the last minute.
   const WINDOW_MS = 60_000;
-  const COUNTS = ['ready', 'delayed', 'running', 'succeeded', 'failed', 'cancelled'];
+  const COUNTS = ['ready', 'delayed', 'running', 'waiting', 'succeeded', 'failed', 'cancelled'];
   const view = {
     // task type -> [{t: ms (performance.now), finished: succeeded + failed}]
     samples: new Map(),
@@ -57,6 +57,7 @@
       count('ready', t.ready, 'pending'),
       count('delayed', t.delayed, 'pending'),
       count('running', t.running, 'running'),
+      count('waiting', t.waiting || 0, 'waiting'),
       count('succeeded', t.succeeded, 'succeeded'),
       count('failed', t.failed, 'failed'),
       count('cancelled', t.cancelled, 'cancelled'),

@@ -162,12 +162,23 @@
     }));
   }
 
-  function renderTask(task) {
+  /** explain_task's answer as one line: its reason, then its details (times as local times). */
+  function fmtExplain(why) {
+    if (!why || typeof why !== 'object' || typeof why.reason !== 'string') return null;
+    const times = new Set(['since', 'until', 'next_start_at', 'lease_until', 'finished_at']);
+    const details = Object.entries(why).filter(([k, v]) => k !== 'reason' && v !== null && v !== undefined)
+      .map(([k, v]) => `${k} ${times.has(k) ? fmtTime(v) : (typeof v === 'object' ? JSON.stringify(v) : v)}`);
+    return el('span', { 'data-reason': why.reason }, el('strong', {}, why.reason.replace(/_/g, ' ')),
+      details.length ? ` (${details.join(', ')})` : '');
+  }
+
+  function renderTask(task, why) {
     $('#detail-title').textContent = `Task ${task.id}`;
     const dl = el('dl', { id: 'fields' });
     field(dl, 'Id', 'id', task.id);
     field(dl, 'Type', 'type', task.type);
     field(dl, 'Status', 'status', statusBadge(task.status));
+    field(dl, 'Why', 'explain', fmtExplain(why));
     field(dl, 'Stage', 'stage', task.stage);
     field(dl, 'Attempt (this stage)', 'attempt', task.attempt);
     field(dl, 'Failed tries (in all)', 'retry_count', task.retry_count);
@@ -203,13 +214,15 @@
     $('#no-log').hidden = rows.length > 0;
 
     $('#retry').disabled = !(task.status === 'failed' || task.status === 'cancelled');
-    $('#cancel').disabled = !(task.status === 'pending' || task.status === 'running');
+    $('#cancel').disabled = !['pending', 'running', 'waiting'].includes(task.status);
     $('#detail').hidden = false;
   }
 
   async function showTask(id) {
     view.taskId = id;
     let task;
+    // why it is where it is (GET /v1/tasks/{id}/explain); a server without the route shows none
+    const why = api('GET', `/v1/tasks/${encodeURIComponent(id)}/explain`).catch(() => null);
     try {
       task = await api('GET', `/v1/tasks/${encodeURIComponent(id)}`);
     } catch (e) {
@@ -223,7 +236,7 @@
       }
       throw e;
     }
-    if (view.taskId === id) renderTask(task);
+    if (view.taskId === id) renderTask(task, await why);
   }
 
   async function act(kind) {
