@@ -103,6 +103,7 @@ fn report_fields(outcome: &str) -> &'static [&'static str] {
         "fail" => &["error", "retry"],
         "later" => &["delay", "context"],
         "wait" => &["stage", "event", "timeout", "context"],
+        "spawn" => &["stage", "spawn", "context"],
         _ => &[],
     }
 }

@@ -16,6 +16,7 @@ mod admin_cli;
 mod bad_data;
 mod bad_rows;
 mod bench_smoke;
+mod children;
 mod cli_options;
 mod compat_http;
 mod dashboard;
