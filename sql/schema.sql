@@ -859,6 +859,11 @@ CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending 
     SET jit TO 'off'
     AS -- body: 12 lines, sha256 7ad60a2c10930288
 
+CREATE FUNCTION asyncflow.task_children(task_id text, p_limit integer DEFAULT 100) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 19 lines, sha256 76e6f70a5e61ffc9
+
 CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1539,6 +1544,8 @@ CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
 
+CREATE INDEX tasks_parent_id ON ONLY asyncflow.tasks USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
 CREATE INDEX unique_keys_expires ON asyncflow.unique_keys USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
 CREATE INDEX waits_event_key ON asyncflow.waits USING btree (event_key);
@@ -1923,6 +1930,9 @@ GRANT ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_
 
 REVOKE ALL ON FUNCTION asyncflow.status_counts() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.status_counts() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.task_children(task_id text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.task_children(task_id text, p_limit integer) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_counter_totals() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.task_counter_totals() TO asyncflow_client;

@@ -15,6 +15,7 @@
 //! for fields its outcome does not take. Optional answer fields are written as null, never left
 //! out.
 
+pub mod children;
 pub mod dashboard;
 pub mod health;
 pub mod pipelines;

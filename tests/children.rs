@@ -490,3 +490,41 @@ async fn a_waiting_parent_keeps_its_shard_live() {
     let begin: i32 = c.query_one("select asyncflow.advance_begin_pos('roll')", &[]).await.unwrap().get(0);
     assert_eq!(begin, 1, "the waiting parent's shard is still live");
 }
+
+#[tokio::test]
+async fn get_v1_tasks_children_lists_a_parents_children_for_its_dashboard_page() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "fan", json!({})).await;
+    register(&**c, "leaf", json!({})).await;
+    let id = api::create_task(&c, "fan", &Default::default()).await.unwrap();
+    let w = worker("w");
+    let call = claim(&c, "fan", &w, 1, t0()).await.remove(0);
+    let list: Vec<Value> = (0..3).map(|i| json!({"type": "leaf", "context": {"i": i}})).collect();
+    assert!(report(&c, &w, &call, spawn(Value::Array(list), "join"), t0()).await);
+    let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&["tok"], 1 << 20));
+    let get = |path: String| {
+        let app = app.clone();
+        async move {
+            let (status, _, bytes) = common::request(&app, "GET", &path, None, None, Some("tok")).await;
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let (status, answer) = get(format!("/v1/tasks/{id}/children?limit=2")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["total"], json!(3));
+    let shown: Vec<Value> = answer["children"].as_array().unwrap().iter().map(|k| k["id"].clone()).collect();
+    assert_eq!(shown, vec![json!("leaf-1-1"), json!("leaf-1-2")]);
+    assert_eq!(answer["children"][0]["status"], json!("pending"));
+    let (_, none) = get("/v1/tasks/leaf-1-1/children".into()).await;
+    assert_eq!(none, json!({"total": 0, "children": []}));
+    assert_eq!(get(format!("/v1/tasks/{id}/children?limit=0")).await.0, 400);
+    assert_eq!(get(format!("/v1/tasks/{id}/children?limt=2")).await.0, 400);
+    assert_eq!(get("/v1/tasks/fan-1-999/children".into()).await.0, 404);
+    // the task page asks for them, and shows a child's parent
+    let page =
+        [include_str!("../src/http/dashboard/tasks.js"), include_str!("../src/http/dashboard/index.html")].concat();
+    for hook in ["/children?limit=", "id=\"children-list\"", "'parent_id'"] {
+        assert!(page.contains(hook), "{hook}");
+    }
+}

@@ -23,6 +23,7 @@ mod dashboard;
 mod dashboard_actions;
 mod dashboard_data;
 mod deploy;
+mod docs_waiting_page;
 mod docs_warm_page;
 mod durability;
 mod enqueue_first;

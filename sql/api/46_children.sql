@@ -227,3 +227,30 @@ language sql security definer set search_path = pg_catalog, pg_temp as $$
   where j.task_type = split_part(p_parent_id, '-', 1) and j.shard = split_part(p_parent_id, '-', 2)::integer
     and j.id = split_part(p_parent_id, '-', 3)::bigint and j.children is not null and j.ended > 0
 $$;
+
+-- task_children: the tasks a task spawned, as {"total", "children": [{"id", "type", "status"}]},
+-- at most p_limit (1..1000) of them, oldest first (spawn order within a spawn and a type), through
+-- the partial index on parent_id. Null when there is no such task. For the dashboard's task page
+-- and GET /v1/tasks/{id}/children.
+create or replace function asyncflow.task_children(task_id text, p_limit integer default 100) returns jsonb
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  p_task_id alias for $1;
+  v_key record;
+begin
+  select * into v_key from asyncflow.parse_task_id(p_task_id);
+  if v_key.task_type is null or not exists (select 1 from asyncflow.tasks t
+      where t.task_type = v_key.task_type and t.shard = v_key.shard and t.id = v_key.id) then
+    return null;
+  end if;
+  if p_limit is null or p_limit not between 1 and 1000 then
+    perform asyncflow.raise_error('AF006', format('limit must be between 1 and 1000, got %s', coalesce(p_limit::text, 'null')));
+  end if;
+  return jsonb_build_object(
+    'total', (select count(*) from asyncflow.tasks t where t.parent_id = p_task_id),
+    'children', coalesce((select jsonb_agg(jsonb_build_object('id', asyncflow.format_task_id(c.task_type, c.shard, c.id),
+        'type', c.task_type, 'status', c.status) order by c.created_at, c.task_type, c.shard, c.id)
+      from (select t.task_type, t.shard, t.id, t.status, t.created_at from asyncflow.tasks t
+        where t.parent_id = p_task_id order by t.created_at, t.task_type, t.shard, t.id limit p_limit) c), '[]'::jsonb));
+end
+$$;

@@ -22,3 +22,6 @@ create table if not exists asyncflow.joins (
   since timestamptz not null,
   primary key (task_type, shard, id)
 );
+
+-- A parent's children, for the dashboard and task_children: only children are in it.
+create index if not exists tasks_parent_id on asyncflow.tasks (parent_id) where parent_id is not null;

@@ -286,17 +286,29 @@ pub async fn bench_burn_span<C: GenericClient>(c: &C, task_type: &str) -> Result
     Ok((get(&row, "n")?, get(&row, "secs")?))
 }
 
-/// Seconds from the last of a parent's children ending to the claim of its join's call (the
-/// children phase), or None while it has not joined.
-pub async fn bench_join_latency<C: GenericClient>(c: &C, parent_id: &str, child_type: &str) -> Result<Option<f64>> {
+/// Seconds to the claim of a parent's join call (the children phase) from the last of its
+/// children ending: from that end's write (the "children ended" entry of the parent's log, made
+/// in the transaction that ended the last child, just before its commit), and from the end of
+/// that child's call (its finished_at, before its hold's finish or its report); None while it
+/// has not joined.
+pub async fn bench_join_latency<C: GenericClient>(
+    c: &C,
+    parent_id: &str,
+    child_type: &str,
+) -> Result<Option<(f64, f64)>> {
     let row = query_one(
         c,
-        "select (select date_part('epoch', p.claimed_at - (select max(k.finished_at) from asyncflow.tasks k \
-           where k.task_type = $2 and k.parent_id = $1))::float8 \
-         from asyncflow.tasks p, asyncflow.parse_task_id($1) x \
-         where p.task_type = x.task_type and p.shard = x.shard and p.id = x.id and p.status = 'succeeded') as secs",
+        "select date_part('epoch', p.claimed_at - (select max((e ->> 'at')::timestamptz) \
+           from jsonb_array_elements(p.schedule_log) e where e ->> 'event' = 'children ended'))::float8 as written, \
+         date_part('epoch', p.claimed_at - (select max(k.finished_at) from asyncflow.tasks k \
+           where k.task_type = $2 and k.parent_id = $1))::float8 as ended \
+         from asyncflow.parse_task_id($1) x \
+         left join asyncflow.tasks p on p.task_type = x.task_type and p.shard = x.shard and p.id = x.id \
+           and p.status = 'succeeded'",
         &[&parent_id, &child_type],
     )
     .await?;
-    get(&row, "secs")
+    let written: Option<f64> = get(&row, "written")?;
+    let ended: Option<f64> = get(&row, "ended")?;
+    Ok(written.zip(ended))
 }
