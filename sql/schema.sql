@@ -124,7 +124,7 @@ CREATE FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) RETURN
 CREATE FUNCTION asyncflow.cancel_children(p_task_type text, p_shard integer, p_id bigint, p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 14 lines, sha256 1ecd53808411aab8
+    AS -- body: 18 lines, sha256 5eced089e1ab9405
 
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -134,7 +134,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 43 lines, sha256 2586f38427d5c9f1
+    AS -- body: 47 lines, sha256 f1b6e6fdf087a863
 
 CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE

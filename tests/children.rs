@@ -528,3 +528,38 @@ async fn get_v1_tasks_children_lists_a_parents_children_for_its_dashboard_page()
         assert!(page.contains(hook), "{hook}");
     }
 }
+
+#[tokio::test]
+async fn cancelling_a_parent_does_not_wait_for_a_child_a_worker_is_writing() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "fan", json!({})).await;
+    register(&**c, "leaf", json!({})).await;
+    let id = api::create_task(&c, "fan", &Default::default()).await.unwrap();
+    let w = worker("w");
+    let call = claim(&c, "fan", &w, 1, t0()).await.remove(0);
+    assert!(report(&c, &w, &call, spawn(json!([{"type": "leaf"}, {"type": "leaf"}]), "join"), t0()).await);
+    // a held claim's transaction holds leaf-1-1, as a hold does while its calls run
+    let mut holder = db.conn().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("select 1 from asyncflow.tasks where task_type = 'leaf' and shard = 1 and id = 1 for update", &[])
+        .await
+        .unwrap();
+    let cancelled = tokio::time::timeout(std::time::Duration::from_secs(10), api::cancel_task(&c, id.as_str()))
+        .await
+        .expect("the cancel does not wait for the held child")
+        .unwrap();
+    assert!(cancelled);
+    // the hold's finish then writes its child, which counts on no join any more
+    hold.execute(
+        "update asyncflow.tasks set status = 'succeeded', finished_at = now() \
+         where task_type = 'leaf' and shard = 1 and id = 1",
+        &[],
+    )
+    .await
+    .unwrap();
+    hold.commit().await.unwrap();
+    assert_eq!(task(&**c, "leaf-1-1").await["status"], json!("succeeded"));
+    assert_eq!(task(&**c, "leaf-1-2").await["status"], json!("cancelled"));
+    assert_eq!(task(&**c, id.as_str()).await["status"], json!("cancelled"));
+}

@@ -19,6 +19,10 @@ begin
   if v_key.task_type is null then
     perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
   end if;
+  -- a parent's join first, as a child's end takes it (its count) before the parent's row (the
+  -- join): never the other way round (46_children.sql)
+  perform 1 from asyncflow.joins j where j.task_type = v_key.task_type and j.shard = v_key.shard and j.id = v_key.id
+  for update;
   select status, claim_seq, parent_id into v_was, v_claim_seq, v_parent_id from asyncflow.tasks
   where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id
     and status in ('pending', 'running', 'waiting')

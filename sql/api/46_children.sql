@@ -199,7 +199,10 @@ end
 $$;
 
 -- cancel_children: a parent waiting for its children is cancelled: the join is dropped and its
--- unfinished children are cancelled (theirs too, through cancel_task). Returns how many.
+-- unfinished children are cancelled (theirs too, through cancel_task). A child a worker is
+-- writing at that moment (its report, or a held claim's finish, holds its row) is not waited
+-- for: that worker's statement waits for this join's row, which this transaction holds, so
+-- waiting for it would be a deadlock; it ends as that worker writes it. Returns how many.
 create or replace function asyncflow.cancel_children(p_task_type text, p_shard integer, p_id bigint, p_now timestamptz)
 returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -211,7 +214,11 @@ begin
   delete from asyncflow.joins j where j.task_type = p_task_type and j.shard = p_shard and j.id = p_id
   returning j.children into v_children;
   foreach v_child in array coalesce(v_children, '{}') loop
-    if asyncflow.cancel_task(v_child, p_now) then
+    perform 1 from asyncflow.tasks t where t.task_type = split_part(v_child, '-', 1)
+      and t.shard = split_part(v_child, '-', 2)::integer and t.id = split_part(v_child, '-', 3)::bigint
+      and t.status in ('pending', 'running', 'waiting')
+    for update skip locked;
+    if found and asyncflow.cancel_task(v_child, p_now) then
       v_n := v_n + 1;
     end if;
   end loop;
