@@ -54,6 +54,18 @@ async fn wake(c: &deadpool_postgres::Object, id: &str) -> Value {
     .get(0)
 }
 
+/// A "fan" task that has spawned `children` of type "leaf" (both types registered), waiting at
+/// stage "join": its id.
+async fn fanned_out(c: &deadpool_postgres::Object, children: Value) -> String {
+    register(&***c, "fan", json!({})).await;
+    register(&***c, "leaf", json!({})).await;
+    let id = api::create_task(c, "fan", &Default::default()).await.unwrap();
+    let w = worker("w");
+    let call = claim(c, "fan", &w, 1, t0()).await.remove(0);
+    assert!(report(c, &w, &call, spawn(children, "join"), t0()).await);
+    id.to_string()
+}
+
 #[tokio::test]
 async fn a_worker_spawns_children_and_its_join_gets_their_outcomes_in_spawn_order() {
     use asyncflow::worker::{Worker, WorkerConfig};
@@ -495,13 +507,8 @@ async fn a_waiting_parent_keeps_its_shard_live() {
 async fn get_v1_tasks_children_lists_a_parents_children_for_its_dashboard_page() {
     let db = TestDb::new().await;
     let c = db.conn().await;
-    register(&**c, "fan", json!({})).await;
-    register(&**c, "leaf", json!({})).await;
-    let id = api::create_task(&c, "fan", &Default::default()).await.unwrap();
-    let w = worker("w");
-    let call = claim(&c, "fan", &w, 1, t0()).await.remove(0);
     let list: Vec<Value> = (0..3).map(|i| json!({"type": "leaf", "context": {"i": i}})).collect();
-    assert!(report(&c, &w, &call, spawn(Value::Array(list), "join"), t0()).await);
+    let id = fanned_out(&c, Value::Array(list)).await;
     let app = asyncflow::http::router(db.pool.clone(), &common::http_config(&["tok"], 1 << 20));
     let get = |path: String| {
         let app = app.clone();
@@ -533,19 +540,14 @@ async fn get_v1_tasks_children_lists_a_parents_children_for_its_dashboard_page()
 async fn cancelling_a_parent_does_not_wait_for_a_child_a_worker_is_writing() {
     let db = TestDb::new().await;
     let c = db.conn().await;
-    register(&**c, "fan", json!({})).await;
-    register(&**c, "leaf", json!({})).await;
-    let id = api::create_task(&c, "fan", &Default::default()).await.unwrap();
-    let w = worker("w");
-    let call = claim(&c, "fan", &w, 1, t0()).await.remove(0);
-    assert!(report(&c, &w, &call, spawn(json!([{"type": "leaf"}, {"type": "leaf"}]), "join"), t0()).await);
+    let id = fanned_out(&c, json!([{"type": "leaf"}, {"type": "leaf"}])).await;
     // a held claim's transaction holds leaf-1-1, as a hold does while its calls run
     let mut holder = db.conn().await;
     let hold = holder.transaction().await.unwrap();
     hold.execute("select 1 from asyncflow.tasks where task_type = 'leaf' and shard = 1 and id = 1 for update", &[])
         .await
         .unwrap();
-    let cancelled = tokio::time::timeout(std::time::Duration::from_secs(10), api::cancel_task(&c, id.as_str()))
+    let cancelled = tokio::time::timeout(std::time::Duration::from_secs(10), api::cancel_task(&c, &id))
         .await
         .expect("the cancel does not wait for the held child")
         .unwrap();
@@ -561,5 +563,5 @@ async fn cancelling_a_parent_does_not_wait_for_a_child_a_worker_is_writing() {
     hold.commit().await.unwrap();
     assert_eq!(task(&**c, "leaf-1-1").await["status"], json!("succeeded"));
     assert_eq!(task(&**c, "leaf-1-2").await["status"], json!("cancelled"));
-    assert_eq!(task(&**c, id.as_str()).await["status"], json!("cancelled"));
+    assert_eq!(task(&**c, &id).await["status"], json!("cancelled"));
 }
