@@ -121,6 +121,11 @@ CREATE FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) RETURN
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 9 lines, sha256 0b38af81572995f6
 
+CREATE FUNCTION asyncflow.cancel_children(p_task_type text, p_shard integer, p_id bigint, p_now timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 18 lines, sha256 5eced089e1ab9405
+
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -129,7 +134,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 36 lines, sha256 f21081f28a95a483
+    AS -- body: 47 lines, sha256 f1b6e6fdf087a863
 
 CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -145,7 +150,7 @@ CREATE FUNCTION asyncflow.check_now(p_now timestamp with time zone) RETURNS time
 
 CREATE FUNCTION asyncflow.check_report_arrays(p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[], p_contexts jsonb[], p_results jsonb[], p_errors text[], p_retries boolean[], p_delays double precision[], p_progress jsonb[]) RETURNS void
     LANGUAGE plpgsql STABLE
-    AS -- body: 66 lines, sha256 5f0114d194ac9d0d
+    AS -- body: 70 lines, sha256 dd31fb80dad5a2ba
 
 CREATE FUNCTION asyncflow.check_runs(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 500) RETURNS TABLE(action text, id text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -163,6 +168,14 @@ CREATE FUNCTION asyncflow.check_task_exists(p_task_type text, p_shard integer, p
 CREATE FUNCTION asyncflow.check_type_name(p_task_type text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS -- body: 6 lines, sha256 430475baf1cdd71b
+
+CREATE FUNCTION asyncflow.child_result_max_bytes() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select 4096 $$;
+
+CREATE FUNCTION asyncflow.children_results_max_bytes() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select 1048576 $$;
 
 CREATE FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer DEFAULT 60, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(callback_id text, run_id text, kind text, url text, payload jsonb, attempt integer)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -191,6 +204,11 @@ CREATE FUNCTION asyncflow.count_by_status(p_task_type text) RETURNS TABLE(status
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 1 lines, sha256 b97ef3fe5a6fb64d
+
+CREATE FUNCTION asyncflow.count_child_ends(p_parent_ids text[]) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 3 lines, sha256 b9bbff61cb3a8402
 
 CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -239,6 +257,12 @@ CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zon
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 13 lines, sha256 cc48b80d4c87e218
 
+CREATE FUNCTION asyncflow.end_join(p_task_type text, p_shard integer, p_id bigint, p_now timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS -- body: 35 lines, sha256 caa5ed9a72912714
+
 CREATE FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[], p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -271,7 +295,7 @@ CREATE FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time z
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 118 lines, sha256 bc2a6aa50ea5dff3
+    AS -- body: 125 lines, sha256 689bda1676827877
 
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
@@ -304,7 +328,8 @@ CREATE TABLE asyncflow.tasks (
     tick timestamp with time zone,
     progress jsonb,
     traceparent text,
-    wake jsonb
+    wake jsonb,
+    parent_id text
 )
 PARTITION BY LIST (task_type);
 
@@ -381,6 +406,10 @@ CREATE FUNCTION asyncflow.is_jsonpath(p_text text) RETURNS boolean
 CREATE FUNCTION asyncflow.is_timestamptz(p_text text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     AS -- body: 5 lines, sha256 604aae6c9b878a54
+
+CREATE FUNCTION asyncflow.join_counts(p_parent_ids text[]) RETURNS TABLE(task_type text, shard integer, id bigint, n bigint)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS -- body: 2 lines, sha256 9273718f543ad5ba
 
 CREATE FUNCTION asyncflow.json_ok(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -614,12 +643,12 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
-    AS -- body: 57 lines, sha256 8715aa728db17f19
+    AS -- body: 58 lines, sha256 69eec949a09944c1
 
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000, p_skip_owners text[] DEFAULT NULL::text[]) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 51 lines, sha256 c35cf8d7188eaec1
+    AS -- body: 56 lines, sha256 6f75b36608851db3
 
 CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -638,7 +667,7 @@ CREATE FUNCTION asyncflow.retry_run(run_id text, p_now timestamp with time zone 
 CREATE FUNCTION asyncflow.retry_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 43 lines, sha256 dd618070da3e03ed
+    AS -- body: 48 lines, sha256 d3542db37dae4235
 
 CREATE FUNCTION asyncflow.retry_wait(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql PARALLEL SAFE
@@ -775,7 +804,7 @@ CREATE FUNCTION asyncflow.set_schedule(name text, cron text, spec jsonb, p_now t
 
 CREATE FUNCTION asyncflow.shard_is_live(p_task_type text, p_shard integer) RETURNS boolean
     LANGUAGE sql STABLE
-    AS -- body: 3 lines, sha256 469ddfbfe35f8e93
+    AS -- body: 4 lines, sha256 28195781aeb245be
 
 CREATE FUNCTION asyncflow.shard_positions(p_task_type text DEFAULT NULL::text) RETURNS TABLE(task_type text, begin_pos integer, end_pos integer, shards bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -785,6 +814,21 @@ CREATE FUNCTION asyncflow.shard_positions(p_task_type text DEFAULT NULL::text) R
 CREATE FUNCTION asyncflow.shorten(p_text text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 2 lines, sha256 4eec34340cb56e3a
+
+CREATE FUNCTION asyncflow.spawn_children(p_task_type text, p_task_ids text[], p_now timestamp with time zone) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET jit TO 'off'
+    AS -- body: 47 lines, sha256 74e2f4ba63fa29d1
+
+CREATE FUNCTION asyncflow.spawn_max_children() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select 100000 $$;
+
+CREATE FUNCTION asyncflow.spawn_problem(p_spawn jsonb) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 30 lines, sha256 56934a49bb463880
 
 CREATE FUNCTION asyncflow.stage_ok(p_stage text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -815,6 +859,11 @@ CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending 
     SET jit TO 'off'
     AS -- body: 12 lines, sha256 39de8f8e99b4b118
 
+CREATE FUNCTION asyncflow.task_children(task_id text, p_limit integer DEFAULT 100) RETURNS jsonb
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 19 lines, sha256 76e6f70a5e61ffc9
+
 CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -827,7 +876,7 @@ CREATE FUNCTION asyncflow.task_created_here(p_task_id text) RETURNS boolean
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
-    AS -- body: 11 lines, sha256 2b0779b38f2fb2d8
+    AS -- body: 11 lines, sha256 928358d34dc31425
 
 CREATE FUNCTION asyncflow.task_log(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE PARALLEL SAFE
@@ -848,6 +897,11 @@ CREATE FUNCTION asyncflow.tg_enqueue_info() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 12 lines, sha256 e96e393d8a660697
 
+CREATE FUNCTION asyncflow.tg_joins__ended() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 4 lines, sha256 66edbcb695415ee4
+
 CREATE FUNCTION asyncflow.tg_task_types__functions() RETURNS trigger
     LANGUAGE plpgsql
     AS -- body: 4 lines, sha256 b9f1f1bfd6bed5cc
@@ -865,6 +919,11 @@ CREATE FUNCTION asyncflow.tg_tasks__workflow() RETURNS trigger
 CREATE FUNCTION asyncflow.traceparent_ok(p_traceparent text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 3 lines, sha256 f93a05cfc2f2664e
+
+CREATE FUNCTION asyncflow.uncount_child_end(p_parent_id text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 3 lines, sha256 a12e14334bdc8472
 
 CREATE FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -1091,6 +1150,17 @@ CREATE TABLE asyncflow.idempotency_keys (
     shard integer NOT NULL,
     id bigint NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE asyncflow.joins (
+    task_type text NOT NULL,
+    shard integer NOT NULL,
+    id bigint NOT NULL,
+    total integer DEFAULT 0 NOT NULL,
+    ended integer DEFAULT 0 NOT NULL,
+    children text[],
+    spawn jsonb,
+    since timestamp with time zone NOT NULL
 );
 
 CREATE TABLE asyncflow.maintenance_leader (
@@ -1360,6 +1430,9 @@ ALTER TABLE ONLY asyncflow.function_templates
 ALTER TABLE ONLY asyncflow.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (task_type, idempotency_key);
 
+ALTER TABLE ONLY asyncflow.joins
+    ADD CONSTRAINT joins_pkey PRIMARY KEY (task_type, shard, id);
+
 ALTER TABLE ONLY asyncflow.maintenance_leader
     ADD CONSTRAINT maintenance_leader_pkey PRIMARY KEY (one);
 
@@ -1471,6 +1544,8 @@ CREATE INDEX runs_pipeline ON ONLY asyncflow.runs USING btree (pipeline, created
 
 CREATE INDEX runs_scheduled ON ONLY asyncflow.runs USING btree (run_at) WHERE (status = 'scheduled'::asyncflow.run_status);
 
+CREATE INDEX tasks_parent_id ON ONLY asyncflow.tasks USING btree (parent_id) WHERE (parent_id IS NOT NULL);
+
 CREATE INDEX unique_keys_expires ON asyncflow.unique_keys USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
 CREATE INDEX waits_event_key ON asyncflow.waits USING btree (event_key);
@@ -1478,6 +1553,8 @@ CREATE INDEX waits_event_key ON asyncflow.waits USING btree (event_key);
 CREATE INDEX waits_until ON asyncflow.waits USING btree (until);
 
 CREATE TRIGGER tg_config__enqueue_info AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON asyncflow.config FOR EACH STATEMENT EXECUTE FUNCTION asyncflow.tg_enqueue_info();
+
+CREATE TRIGGER tg_joins__ended AFTER UPDATE OF ended ON asyncflow.joins FOR EACH ROW WHEN (((new.children IS NOT NULL) AND (new.ended >= new.total) AND (old.ended < old.total))) EXECUTE FUNCTION asyncflow.tg_joins__ended();
 
 CREATE TRIGGER tg_positions__enqueue_info AFTER INSERT OR UPDATE OF end_pos ON asyncflow.positions FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_enqueue_info();
 
@@ -1538,6 +1615,8 @@ REVOKE ALL ON FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks r
 REVOKE ALL ON FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.cancel_children(p_task_type text, p_shard integer, p_id bigint, p_now timestamp with time zone) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone) TO asyncflow_client;
 
@@ -1560,6 +1639,10 @@ REVOKE ALL ON FUNCTION asyncflow.check_task_exists(p_task_type text, p_shard int
 
 REVOKE ALL ON FUNCTION asyncflow.check_type_name(p_task_type text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.child_result_max_bytes() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.children_results_max_bytes() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.claim_callbacks(p_owner text, p_limit integer, p_lease integer, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.claim_tasks(p_task_type text, p_owner text, p_limit integer, p_now timestamp with time zone) FROM PUBLIC;
@@ -1574,6 +1657,8 @@ GRANT ALL ON FUNCTION asyncflow.complete_node(run_id text, node text, result jso
 
 REVOKE ALL ON FUNCTION asyncflow.count_by_status(p_task_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.count_by_status(p_task_type text) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.count_child_ends(p_parent_ids text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
@@ -1597,6 +1682,8 @@ REVOKE ALL ON FUNCTION asyncflow.drop_expired_runs(p_now timestamp with time zon
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.end_join(p_task_type text, p_shard integer, p_id bigint, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[], p_now timestamp with time zone) FROM PUBLIC;
 
@@ -1650,6 +1737,8 @@ REVOKE ALL ON FUNCTION asyncflow.is_integral(p_value jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.is_jsonpath(p_text text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.is_timestamptz(p_text text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.join_counts(p_parent_ids text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.json_ok(p_value jsonb) FROM PUBLIC;
 
@@ -1820,6 +1909,12 @@ GRANT ALL ON FUNCTION asyncflow.shard_positions(p_task_type text) TO asyncflow_c
 
 REVOKE ALL ON FUNCTION asyncflow.shorten(p_text text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.spawn_children(p_task_type text, p_task_ids text[], p_now timestamp with time zone) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.spawn_max_children() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.spawn_problem(p_spawn jsonb) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.stage_ok(p_stage text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.stage_time_bounds() FROM PUBLIC;
@@ -1835,6 +1930,9 @@ GRANT ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_
 
 REVOKE ALL ON FUNCTION asyncflow.status_counts() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.status_counts() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.task_children(task_id text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.task_children(task_id text, p_limit integer) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.task_counter_totals() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.task_counter_totals() TO asyncflow_client;
@@ -1853,6 +1951,8 @@ REVOKE ALL ON FUNCTION asyncflow.task_type_json(p asyncflow.task_types) FROM PUB
 
 REVOKE ALL ON FUNCTION asyncflow.tg_enqueue_info() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.tg_joins__ended() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__functions() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.tg_task_types__resumed() FROM PUBLIC;
@@ -1860,6 +1960,8 @@ REVOKE ALL ON FUNCTION asyncflow.tg_task_types__resumed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.tg_tasks__workflow() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.traceparent_ok(p_traceparent text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.uncount_child_end(p_parent_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) FROM PUBLIC;
 

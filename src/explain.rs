@@ -5,7 +5,7 @@
 //! One reason, the first that applies, in this order:
 //!
 //! ```text
-//!   ended · running · waiting_event · paused · backing_off · delayed · key_held · concurrency
+//!   ended · running · waiting_children · waiting_event · paused · backing_off · delayed · key_held · concurrency
 //!   · rate_limited · ready
 //! ```
 
@@ -25,7 +25,7 @@ pub enum ExplainReason {
     Running,
     /// It waits for an event (`key`, `since`, `until`, `next_stage`).
     WaitingEvent,
-    /// It waits for the child tasks it spawned (not made yet: no task gives it).
+    /// It waits for the child tasks it spawned (`ended` of `total`, `since`, `next_stage`).
     WaitingChildren,
     /// Its type is paused.
     Paused,
@@ -67,13 +67,20 @@ pub struct Explanation {
     /// waiting_event: the event key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// waiting_event: since when an event counts (the claim of the call that asked to wait).
+    /// waiting_event: since when an event counts (the claim of the call that asked to wait);
+    /// waiting_children: when it spawned them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<DateTime<Utc>>,
     /// waiting_event: its timeout; delayed, backing_off: when it is due.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<DateTime<Utc>>,
-    /// waiting_event: the stage it runs once the wait ends.
+    /// waiting_children: its children that have ended so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<i64>,
+    /// waiting_children: the children it spawned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    /// waiting_event, waiting_children: the stage it runs once the wait ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_stage: Option<String>,
     /// backing_off: the tries of its stage so far.

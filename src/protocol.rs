@@ -15,6 +15,7 @@
 //! for fields its outcome does not take. Optional answer fields are written as null, never left
 //! out.
 
+pub mod children;
 pub mod dashboard;
 pub mod health;
 pub mod pipelines;
@@ -103,6 +104,7 @@ fn report_fields(outcome: &str) -> &'static [&'static str] {
         "fail" => &["error", "retry"],
         "later" => &["delay", "context"],
         "wait" => &["stage", "event", "timeout", "context"],
+        "spawn" => &["stage", "spawn", "context"],
         _ => &[],
     }
 }

@@ -181,6 +181,9 @@ pub struct Task {
     /// given one: workers continue that trace.
     #[serde(default)]
     pub traceparent: Option<String>,
+    /// The task whose `spawn` reply created it, if one did.
+    #[serde(default)]
+    pub parent_id: Option<String>,
 }
 
 /// For `#[serde(deserialize_with = "nullable")]` on an `Option<T>` that must be there: `null`
@@ -281,7 +284,8 @@ pub struct ClaimedTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
     /// What ended the wait that led to this stage, when one did: `{"event": {"key", "payload",
-    /// "sent_at"} or null, "timed_out": bool}` (the call carries its two fields).
+    /// "sent_at"} or null, "timed_out": bool}` after a wait for an event, `{"children": [...]}`
+    /// after a spawn's join (the call carries these fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
     pub wake: Option<Value>,
@@ -353,6 +357,21 @@ pub enum ReportKind {
         #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
         context: Option<Value>,
     },
+    /// Create the child tasks `spawn` (in this report's transaction), then go on to `stage` with
+    /// `context` once every child has ended; the task is `waiting` meanwhile and holds no worker,
+    /// and the call of `stage` carries the children's outcomes (`children`).
+    Spawn {
+        /// The stage to run once every child has ended (the join).
+        stage: String,
+        /// The children, in order: each `{"type", "context", ...}` with the fields of a
+        /// `create_tasks` element but `idempotency_key`.
+        #[cfg_attr(feature = "server", schema(value_type = Vec<Object>))]
+        spawn: Vec<Value>,
+        /// Context for the next stage, a JSON object (None keeps the current one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "server", schema(value_type = Option<Object>))]
+        context: Option<Value>,
+    },
     /// Handed back unfinished (shutdown): ready again at once, the try given back.
     Release,
     /// Still working: extend the lease (and set the task's progress when the report has one).
@@ -370,6 +389,7 @@ impl ReportKind {
                 | ReportKind::Succeed { .. }
                 | ReportKind::Later { .. }
                 | ReportKind::Wait { .. }
+                | ReportKind::Spawn { .. }
         )
     }
 }

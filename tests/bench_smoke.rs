@@ -78,6 +78,9 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     ] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
+    for key in ["children_plain", "children_burndown", "children_join"] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
     for key in ["dropin_rust", "dropin_warm", "dropin_http", "dropin_fork", "dropin_warm_over_fork", "dropin3_warm"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }

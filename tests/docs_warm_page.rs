@@ -4,58 +4,13 @@
 //! The page cannot drift from what the product does.
 use crate::common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
+use common::docs::{block, open_page, sh, write_named};
 use common::TestDb;
 use serde_json::Value;
-
-/// The fenced blocks of a Markdown page: (language, text).
-fn blocks(page: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut open: Option<(String, String)> = None;
-    for line in page.lines() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(lang)) => open = Some((lang.trim().to_string(), String::new())),
-            (Some(_), Some(_)) => out.extend(open.take()),
-            (Some((_, text)), None) => {
-                text.push_str(line);
-                text.push('\n');
-            }
-            (None, None) => {}
-        }
-    }
-    out
-}
-
-/// The one block of `lang` that contains `needle`.
-fn block<'a>(all: &'a [(String, String)], lang: &str, needle: &str) -> &'a str {
-    let found: Vec<&str> =
-        all.iter().filter(|(l, t)| l == lang && t.contains(needle)).map(|(_, t)| t.as_str()).collect();
-    assert_eq!(found.len(), 1, "one {lang} block with {needle:?} in the page");
-    found[0]
-}
-
-/// The path a block names in its first line (`# myfunctions/thumbnail/run`).
-fn named_path(text: &str) -> &str {
-    let line = text.lines().find(|l| l.contains("# myfunctions/")).expect("the block names its file");
-    line.trim().trim_start_matches('#').trim()
-}
-
-/// `sh -c` in `dir`, with `asyncflow` the binary under test on the database at `url`.
-fn sh(dir: &Path, url: &str, script: &str) -> Command {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("asyncflow() {{ exec \"$AF_BIN\" \"$@\"; }}\n{script}"))
-        .current_dir(dir)
-        .env("AF_BIN", env!("CARGO_BIN_EXE_asyncflow"))
-        .env("DATABASE_URL", url)
-        .env_remove("ASYNCFLOW_SERVER")
-        .env_remove("ASYNCFLOW_TOKEN")
-        .stdin(Stdio::null());
-    cmd
-}
 
 /// Runs a shell block and checks its stdout, as JSON lines, against the `# {...}` lines the
 /// page shows under the command.
@@ -78,21 +33,11 @@ fn run_and_compare(dir: &Path, url: &str, text: &str) {
 #[tokio::test]
 async fn the_warm_functions_page_runs_as_written() {
     let db = TestDb::new().await;
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let page = std::fs::read_to_string(root.join("docs/warm-functions.md")).unwrap();
-    let all = blocks(&page);
-    let dir = std::env::temp_dir().join(format!("af-docs-warm-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
     // the page's `cp functions/sdk/...` is run from a checkout: the same path here
-    std::os::unix::fs::symlink(root.join("functions"), dir.join("functions")).unwrap();
+    let (all, dir) = open_page("warm-functions.md");
 
     // 1. the function: its function.toml and program where the page names them
-    for (lang, needle) in [("toml", "mode = \"warm\""), ("python", "asyncflow_function.run(handle)")] {
-        let text = block(&all, lang, needle);
-        let path = dir.join(named_path(text));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, text).unwrap();
-    }
+    write_named(&all, &dir, &[("toml", "mode = \"warm\""), ("python", "asyncflow_function.run(handle)")]);
     let setup = block(&all, "sh", "chmod +x");
     let out = sh(&dir, &db.url, setup).output().unwrap();
     assert!(out.status.success(), "{setup}: {}", String::from_utf8_lossy(&out.stderr));

@@ -25,6 +25,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         claim_seq: 1_764_045_612_345_678,
         event: None,
         timed_out: None,
+        children: None,
         cancel: Default::default(),
         progress: Default::default(),
     }

@@ -345,6 +345,7 @@ async fn the_stage_call_carries_the_tasks_queue_key() {
         claim_seq: 1,
         event: None,
         timed_out: None,
+        children: None,
         cancel: Default::default(),
         progress: Default::default(),
     };

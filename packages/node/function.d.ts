@@ -15,16 +15,27 @@ export interface StageCall {
   event?: { key: string; payload: any; sent_at: string } | null;
   /** After a wait: whether it ended by its timeout. */
   timed_out?: boolean;
+  /** After a spawn's join: the children's outcomes in spawn order (a result past 4096 bytes is
+   * null with result_left_out: read it with get_task). */
+  children?: {
+    id: string;
+    type: string;
+    status: 'succeeded' | 'failed' | 'cancelled';
+    result: any;
+    error: string | null;
+    result_left_out?: boolean;
+  }[];
   [field: string]: unknown;
 }
 
-/** One reply: go on, succeed, fail, call again later, or wait for an event. */
+/** One reply: go on, succeed, fail, call again later, wait for an event, or spawn children. */
 export type StageReply =
   | { next_stage: string; context?: any }
   | { result: any }
   | { error: string; retry?: boolean }
   | { later: number; context?: any }
-  | { wait: { event: string; timeout: number }; next_stage: string; context?: any };
+  | { wait: { event: string; timeout: number }; next_stage: string; context?: any }
+  | { spawn: ({ type: string; context?: any } & Record<string, unknown>)[]; next_stage: string; context?: any };
 
 /** `signal` is aborted when the worker cancels the call (timeout, task cancelled). */
 export type Handler = (call: StageCall, options: { signal: AbortSignal }) => StageReply | Promise<StageReply>;

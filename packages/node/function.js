@@ -5,9 +5,12 @@
 //   run(async (call, { signal }) => ({ result: call.context }));
 //
 // handle(call, { signal }) takes the stage call (task_id, type, stage, context, attempt,
-// priority, user_id, deadline, queue_key when the task has one, and event and timed_out after a
-// wait) and returns (or resolves to) one reply object: {next_stage, context}, {result},
-// {error, retry}, {later, context} or {wait: {event, timeout}, next_stage, context}. A throw or
+// priority, user_id, deadline, queue_key when the task has one, event and timed_out after a
+// wait, and children after a spawn's join) and returns (or resolves to) one reply object:
+// {next_stage, context}, {result}, {error, retry}, {later, context},
+// {wait: {event, timeout}, next_stage, context} or {spawn: [{type, context}, ...], next_stage,
+// context} (the children run; next_stage gets children: [{id, type, status, result, error}]
+// once all have ended). A throw or
 // a rejection becomes {error: "...", retry: true} (the stack goes to stderr, the worker's log).
 //
 // run serves both modes of function.toml:

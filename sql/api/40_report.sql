@@ -1,7 +1,8 @@
 -- Reports (fenced by claim_seq), cancel and retry.
 -- The current text of each function: edit here, `asyncflow migrate` applies it.
 
--- cancel_task: a pending, running or waiting task becomes cancelled (a waiting task's wait ends). A running task's worker is told on
+-- cancel_task: a pending, running or waiting task becomes cancelled (a waiting task's wait ends;
+-- a task waiting for its children cancels the unfinished ones). A running task's worker is told on
 -- the channel asyncflow_cancel ('<task id> <claim_seq>') and stops the call; its report, if one
 -- still comes, is refused. Returns true when cancelled, false when the task had already ended.
 create or replace function asyncflow.cancel_task(task_id text, p_now timestamptz default null) returns boolean
@@ -12,12 +13,17 @@ declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_was asyncflow.task_status;
   v_claim_seq bigint;
+  v_parent_id text;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
   if v_key.task_type is null then
     perform asyncflow.raise_error('AF007', format('unknown task %L', p_task_id));
   end if;
-  select status, claim_seq into v_was, v_claim_seq from asyncflow.tasks
+  -- a parent's join first, as a child's end takes it (its count) before the parent's row (the
+  -- join): never the other way round (46_children.sql)
+  perform 1 from asyncflow.joins j where j.task_type = v_key.task_type and j.shard = v_key.shard and j.id = v_key.id
+  for update;
+  select status, claim_seq, parent_id into v_was, v_claim_seq, v_parent_id from asyncflow.tasks
   where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id
     and status in ('pending', 'running', 'waiting')
   for update;
@@ -31,6 +37,12 @@ begin
       -(v_was = 'waiting')::integer, 1);
     if v_was = 'waiting' then
       delete from asyncflow.waits where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
+      -- a parent waiting for its children: they are cancelled too (46_children.sql)
+      perform asyncflow.cancel_children(v_key.task_type, v_key.shard, v_key.id, v_now);
+    end if;
+    -- a child's end counts on its parent's join
+    if v_parent_id is not null then
+      perform asyncflow.count_child_ends(array[v_parent_id]);
     end if;
     -- a running call stops at once: its worker listens on asyncflow_cancel (at commit)
     if v_was = 'running' then
@@ -70,6 +82,7 @@ declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_ref text;
   v_was asyncflow.task_status;
+  v_parent_id text;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
   if v_key.task_type is null then
@@ -79,7 +92,7 @@ begin
   -- one for the pass, and whichever runs second sees what the first did
   perform 1 from asyncflow.positions where task_type = v_key.task_type for key share;
   -- locked here, so the status counted below is the one the update changes
-  select run_ref, status into v_ref, v_was from asyncflow.tasks
+  select run_ref, status, parent_id into v_ref, v_was, v_parent_id from asyncflow.tasks
   where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id
   for update;
   if v_ref is not null then
@@ -98,6 +111,10 @@ begin
   end if;
   insert into asyncflow.status_deltas (task_type, in_pending, in_failed, in_cancelled)
   values (v_key.task_type, 1, -(v_was = 'failed')::integer, -(v_was = 'cancelled')::integer);
+  -- a child live again no longer counts as ended on its parent's join (46_children.sql)
+  if v_parent_id is not null then
+    perform asyncflow.uncount_child_end(v_parent_id);
+  end if;
   update asyncflow.positions set begin_pos = v_key.shard, updated_at = v_now
   where task_type = v_key.task_type and begin_pos > v_key.shard;
   -- its own shard reopens; the shards between it and begin_pos stay as they are (each is
@@ -135,7 +152,7 @@ begin
       when jsonb_typeof(e -> 'claim_seq') is distinct from 'number' or (e ->> 'claim_seq') !~ '^-?[0-9]{1,18}$'
         then format('claim_seq must be an integer, got %s', e -> 'claim_seq')
       when jsonb_typeof(e -> 'outcome') is distinct from 'string'
-        then format('outcome must be one of advance, succeed, fail, later, wait, release, heartbeat, got %s', e -> 'outcome')
+        then format('outcome must be one of advance, succeed, fail, later, wait, spawn, release, heartbeat, got %s', e -> 'outcome')
       when jsonb_typeof(e -> 'delay') not in ('number', 'null') then 'delay must be a number of seconds'
       -- in numeric, which holds any JSON number: the double precision cast below cannot
       when (e ->> 'delay')::numeric not between 0 and 31536000
@@ -158,7 +175,8 @@ begin
   select array_agg(x.task_id) as task_ids, array_agg(x.claim_seq) as claim_seqs,
     array_agg(x.outcome) as outcomes, array_agg(x.stage) as stages,
     array_agg(case when x.outcome = 'heartbeat' then null else x.context end) as contexts,
-    array_agg(x.result) as results,
+    -- a spawn's list travels in the results array
+    array_agg(case when x.outcome = 'spawn' then x.spawn else x.result end) as results,
     -- a wait's event key and timeout travel in the error and delay arrays
     array_agg(case when x.outcome = 'wait' then x.event else x.error end) as errors, array_agg(x.retry) as retries,
     array_agg(round(case when x.outcome = 'wait' then x.timeout else x.delay end, 6)::double precision) as delays,
@@ -168,9 +186,9 @@ begin
   into v
   from rows from (jsonb_to_recordset(p_reports) as (task_id text, claim_seq bigint, outcome text, stage text,
     context jsonb, result jsonb, error text, retry boolean, delay numeric, progress jsonb, event text,
-    timeout numeric))
+    timeout numeric, spawn jsonb))
     with ordinality as x(task_id, claim_seq, outcome, stage, context, result, error, retry, delay, progress, event,
-      timeout, n);
+      timeout, spawn, n);
   return query select * from asyncflow.report_task_arrays(p_owner, coalesce(v.task_ids, '{}'),
     coalesce(v.claim_seqs, '{}'), coalesce(v.outcomes, '{}'), v.stages, v.contexts, v.results, v.errors, v.retries,
     v.delays, p_now, v.progress);
@@ -183,7 +201,9 @@ $$;
 -- without it keep their meaning, is each report's progress, with any outcome). A wait (outcome
 -- 'wait', the reply {"wait": {"event", "timeout"}, "next_stage"}) carries its next stage in
 -- p_stages, its event key in p_errors and its timeout in seconds in p_delays; in report_tasks it
--- is {"outcome": "wait", "stage", "event", "timeout", "context"}. Each type's report function applies that
+-- is {"outcome": "wait", "stage", "event", "timeout", "context"}. A spawn (outcome 'spawn', the
+-- reply {"spawn": [...], "next_stage"}) carries its next stage in p_stages and its list of
+-- children in p_results; in report_tasks it is {"outcome": "spawn", "stage", "spawn", "context"}. Each type's report function applies that
 -- type's reports; the answers of reports of no known type are named columns, also when no type's
 -- function is called.
 create or replace function asyncflow.report_task_arrays(
@@ -277,18 +297,22 @@ begin
         or length(split_part(x.task_id, '-', 3)) > 18
         then format('task_id must be a task id (<type>-<shard>-<n>), got %s', coalesce(to_jsonb(x.task_id), 'null'))
       when x.claim_seq is null then 'claim_seq must be an integer, got null'
-      when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'wait', 'release', 'heartbeat')
-        then format('outcome must be one of advance, succeed, fail, later, wait, release, heartbeat, got %s',
+      when x.outcome is null or x.outcome not in ('advance', 'succeed', 'fail', 'later', 'wait', 'spawn', 'release', 'heartbeat')
+        then format('outcome must be one of advance, succeed, fail, later, wait, spawn, release, heartbeat, got %s',
           coalesce(to_jsonb(x.outcome), 'null'))
-      when x.outcome in ('advance', 'wait') and not asyncflow.stage_ok(x.stage)
+      when x.outcome in ('advance', 'wait', 'spawn') and not asyncflow.stage_ok(x.stage)
         then format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', coalesce(to_jsonb(x.stage), 'null'))
       when x.outcome = 'wait' and asyncflow.event_key_problem(x.error) is not null
         then asyncflow.event_key_problem(x.error)
       when x.outcome = 'wait' and (x.delay is null or x.delay = 'NaN' or not (x.delay > 0 and x.delay <= 31536000))
         then format('timeout must be a number of seconds above 0 and at most 31536000, got %s',
           coalesce(x.delay::text, 'null'))
-      when x.outcome in ('advance', 'later', 'wait') and jsonb_typeof(x.context) not in ('object', 'null')
+      when x.outcome in ('advance', 'later', 'wait', 'spawn') and jsonb_typeof(x.context) not in ('object', 'null')
         then 'context must be a JSON object'
+      -- a spawn's list travels in the results array (46_children.sql)
+      when x.outcome = 'spawn' and pg_column_size(x.result) > v_max_bytes
+        then format('spawn is too large: %s bytes, the limit is %s', pg_column_size(x.result), v_max_bytes)
+      when x.outcome = 'spawn' and asyncflow.spawn_problem(x.result) is not null then asyncflow.spawn_problem(x.result)
       when asyncflow.progress_too_large(x.progress) is not null then asyncflow.progress_too_large(x.progress)
       when pg_column_size(x.context) > v_max_bytes
         then format('context is too large: %s bytes, the limit is %s', pg_column_size(x.context), v_max_bytes)

@@ -24,6 +24,7 @@ declare
   v_stages text[];
   v_attempts integer[];
   v_errors text[];
+  v_parents text[];
 begin
   with expired as (
     select task_type, shard, id from asyncflow.tasks
@@ -47,12 +48,16 @@ begin
     from expired e
     where t.task_type = e.task_type and t.shard = e.shard and t.id = e.id
     returning asyncflow.format_task_id(t.task_type, t.shard, t.id) as task_id, t.task_type, t.status,
-      t.stage, t.attempt, t.last_error
+      t.stage, t.attempt, t.last_error, t.parent_id
   )
   select array_agg(c.task_id), array_agg(c.task_type), array_agg(c.status), array_agg(c.stage),
-    array_agg(c.attempt), array_agg(c.last_error)
-  into v_ids, v_types, v_statuses, v_stages, v_attempts, v_errors
+    array_agg(c.attempt), array_agg(c.last_error), array_agg(c.parent_id) filter (where c.status = 'failed')
+  into v_ids, v_types, v_statuses, v_stages, v_attempts, v_errors, v_parents
   from changed c;
+  -- children that failed for good count on their parents' joins (46_children.sql)
+  if v_parents is not null then
+    perform asyncflow.count_child_ends(v_parents);
+  end if;
 
   insert into asyncflow.type_counters as k (task_type, slot, rescued, failed, in_running, in_pending, in_failed)
   select u.type_name, pg_backend_pid() % 16, count(*), count(*) filter (where u.st = 'failed'), -count(*),
@@ -106,12 +111,13 @@ end
 $$;
 
 -- Whether a shard holds a pending, running or waiting task (each test uses one index: the two
--- partial indexes, and the waits' primary key, which names every waiting task).
+-- partial indexes, and the primary keys of the waits and the joins, which name every waiting task).
 create or replace function asyncflow.shard_is_live(p_task_type text, p_shard integer) returns boolean
 language sql stable as $$
   select exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'pending')
       or exists (select 1 from asyncflow.tasks where task_type = p_task_type and shard = p_shard and status = 'running')
       or exists (select 1 from asyncflow.waits where task_type = p_task_type and shard = p_shard)
+      or exists (select 1 from asyncflow.joins where task_type = p_task_type and shard = p_shard)
 $$;
 
 create or replace function asyncflow.advance_begin_pos(p_task_type text, p_now timestamp with time zone default null::timestamp with time zone) returns integer

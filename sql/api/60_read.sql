@@ -29,7 +29,7 @@ language sql stable as $$
     'idempotency_key', t.idempotency_key, 'context', t.context, 'result', t.result, 'error', t.last_error,
     'schedule_log', asyncflow.task_log(t), 'created_at', t.created_at, 'updated_at', t.updated_at,
     'finished_at', t.finished_at, 'schedule', t.schedule, 'tick', t.tick, 'progress', t.progress,
-    'traceparent', t.traceparent),
+    'traceparent', t.traceparent, 'parent_id', t.parent_id),
     '{context,result,schedule_log,progress}')
 $$;
 

@@ -5,7 +5,9 @@
 -- applies of:
 --   ended           {"status", "finished_at"}                    succeeded, failed or cancelled
 --   running         {"worker", "lease_until", "stage"}
---   waiting_event   {"key", "since", "until"}                    a wait reply (45_events.sql)
+--   waiting_children {"ended", "total", "since", "next_stage"}   a spawn reply: n of m children ended
+--                                                                (46_children.sql)
+--   waiting_event   {"key", "since", "until", "next_stage"}      a wait reply (45_events.sql)
 --   paused          {}                                           its type is paused
 --   backing_off     {"until", "attempt", "error"}                a failed try's back-off
 --   delayed         {"until"}                                    run_at, a "later", priority aside
@@ -15,7 +17,7 @@
 --   ready           {"ahead", "capped"}                          the ready tasks of its type with an
 --                                                                earlier order_time, counted up to
 --                                                                10,000 (capped: there are more)
--- Reads only: the task, its type, its wait, the running tasks' index up to the limit, the
+-- Reads only: the task, its type, its wait or join, the running tasks' index up to the limit, the
 -- buckets as they would be refilled at p_now (nothing is refilled), and the ready index up to the
 -- cap. Null when there is no such task (as get_task). A task in an open hold reads as pending
 -- (ready); it runs once the hold ends.
@@ -28,6 +30,7 @@ declare
   v_task asyncflow.tasks;
   v_type asyncflow.task_types;
   v_wait asyncflow.waits;
+  v_join asyncflow.joins;
   v_key_text text;
   v_limit integer;
   v_running bigint;
@@ -51,6 +54,12 @@ begin
     return jsonb_build_object('reason', 'running', 'worker', v_task.owner, 'lease_until', v_task.lease_until,
       'stage', v_task.stage);
   elsif v_task.status = 'waiting' then
+    select * into v_join from asyncflow.joins j
+    where j.task_type = v_task.task_type and j.shard = v_task.shard and j.id = v_task.id;
+    if found then
+      return jsonb_build_object('reason', 'waiting_children', 'ended', v_join.ended, 'total', v_join.total,
+        'since', v_join.since, 'next_stage', v_task.stage);
+    end if;
     select * into v_wait from asyncflow.waits w
     where w.task_type = v_task.task_type and w.shard = v_task.shard and w.id = v_task.id;
     return jsonb_build_object('reason', 'waiting_event', 'key', v_wait.event_key, 'since', v_wait.since,

@@ -23,6 +23,11 @@ create or replace trigger tg_config__enqueue_info after insert or update or dele
 create or replace trigger tg_task_types__resumed after update of paused on asyncflow.task_types
   for each row when (old.paused and not new.paused) execute function asyncflow.tg_task_types__resumed();
 
+-- A join's count that reaches its total starts the join (46_children.sql).
+create or replace trigger tg_joins__ended after update of ended on asyncflow.joins
+  for each row when (new.children is not null and new.ended >= new.total and old.ended < old.total)
+  execute function asyncflow.tg_joins__ended();
+
 -- Per type: ready (due now), delayed, running, the oldest ready task's age (seconds since it
 -- became ready: the later of its order_time and its last change, so that priority, which moves
 -- order_time back, does not count as waiting), paused, and

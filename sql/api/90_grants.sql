@@ -18,6 +18,7 @@ grant execute on function
   asyncflow.retry_task(text, timestamptz),
   asyncflow.send_event(text, jsonb, timestamptz),
   asyncflow.explain_task(text, timestamptz),
+  asyncflow.task_children(text, integer),
   asyncflow.set_queue_limit(text, text, integer),
   asyncflow.queue_keys(text, text, integer),
   asyncflow.put_pipeline(text, jsonb, text),

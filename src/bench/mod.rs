@@ -31,6 +31,8 @@
 //!   dashboard        GET /v1/dashboard, GET /metrics and the first page of GET /v1/tasks
 //!                    (no filter, and status=failed) through the real router, before and after a set-based fill of 10 M tasks
 //!                    (the figures before are the baseline)
+//!   children         a parent spawning 10,000 children and joining them, beside a plain
+//!                    burn-down of as many tasks; the join's latency (see children.rs)
 //!   dropin(3)        the drop-in worker (`asyncflow worker --functions`, a process of its own)
 //!                    burning down no-op tasks through a warm Python function, an HTTP function
 //!                    on a local server and a Python function forked per call, in stage calls/s
@@ -46,6 +48,7 @@
 //! `<out>/chart.svg`.
 
 mod aging;
+mod children;
 mod cpu;
 mod dashboard;
 mod dropin;
@@ -115,7 +118,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, dropin, dropin3).
+    /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, children, dropin, dropin3).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -130,7 +133,7 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 16] = [
+pub const PHASES: [&str; 17] = [
     "update",
     "insert",
     "enqueue",
@@ -145,6 +148,7 @@ pub const PHASES: [&str; 16] = [
     "aging",
     "drop",
     "dashboard",
+    "children",
     "dropin",
     "dropin3",
 ];
@@ -630,6 +634,10 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
                 .ratio(Some(before.max_ms), "before the fill, max"),
             );
         }
+    }
+    if wants(args, "children") {
+        progress.phase("children: a parent spawns and joins 10,000 children, beside a plain burn-down");
+        children::run(pool, url, args, &mut figures, &mut progress).await?;
     }
     for (phase, stages, what) in [("dropin", 1, "1-stage"), ("dropin3", 3, "3-stage")] {
         if wants(args, phase) {

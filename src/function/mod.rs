@@ -59,6 +59,12 @@ pub struct StageCall {
     /// When a wait led to this stage: whether it ended by its timeout. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_out: Option<bool>,
+    /// When a spawn's join led to this stage: the children's outcomes in spawn order, each
+    /// `{"id", "type", "status", "result", "error"}` (a result past 4096 bytes of JSON, or past
+    /// 1 MiB for all of them, is null with `"result_left_out": true`: read it with `get_task`).
+    /// Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<Value>,
     /// Fired when the call is to stop (not on the wire).
     #[serde(skip)]
     pub cancel: CallCancel,
@@ -150,12 +156,14 @@ impl PartialEq for CallCancel {
 
 impl From<ClaimedTask> for StageCall {
     fn from(t: ClaimedTask) -> Self {
-        // a wake's event is Some(null) when the wait timed out: the call says "event": null
+        // a wake's event is Some(null) when the wait timed out: the call says "event": null; a
+        // join's wake has only its children
+        let children = t.wake.as_ref().and_then(|w| w.get("children")).cloned();
         let (event, timed_out) = match &t.wake {
-            Some(w) => {
+            Some(w) if children.is_none() => {
                 (Some(w.get("event").cloned().unwrap_or(Value::Null)), w.get("timed_out").and_then(Value::as_bool))
             }
-            None => (None, None),
+            _ => (None, None),
         };
         StageCall {
             task_id: t.task_id.into_string(),
@@ -171,6 +179,7 @@ impl From<ClaimedTask> for StageCall {
             claim_seq: t.claim_seq,
             event,
             timed_out,
+            children,
             cancel: CallCancel::default(),
             progress: Progress::default(),
         }
@@ -219,6 +228,37 @@ pub enum StageReply {
         /// Context for it (None keeps the current one).
         context: Option<Value>,
     },
+    /// `{"spawn": [{"type", "context", ...}, ...], "next_stage": "s", "context": {...}}`: the
+    /// children are created with the reply (in its transaction, once), the call ends and frees
+    /// its slot; the task waits until every child has ended, and then runs `next_stage`, whose
+    /// call carries `children`. An empty list goes on to `next_stage` at once.
+    Spawn {
+        /// The children, in order: each `{"type", ...}` with the fields of a `create_tasks`
+        /// element but `idempotency_key`.
+        spawn: Vec<Value>,
+        /// The stage to run once every child has ended.
+        next_stage: String,
+        /// Context for it (None keeps the current one).
+        context: Option<Value>,
+    },
+}
+
+/// Reads a reply's `"spawn"` list: an array of objects, each with a `"type"` naming a task type.
+fn read_spawn(spawn: Value) -> Result<Vec<Value>, String> {
+    let Value::Array(children) = spawn else {
+        return Err("spawn must be an array of objects, each with a \"type\"".into());
+    };
+    for (i, child) in children.iter().enumerate() {
+        match child.get("type") {
+            Some(Value::String(t)) if crate::ids::TypeName::new(t).is_ok() => {}
+            _ if !child.is_object() => return Err(format!("spawn[{i}] must be an object")),
+            _ => return Err(format!("spawn[{i}].type must be a task type name")),
+        }
+        if !matches!(child.get("context"), None | Some(Value::Null) | Some(Value::Object(_))) {
+            return Err(format!("spawn[{i}].context must be a JSON object"));
+        }
+    }
+    Ok(children)
 }
 
 /// Whether `key` is an event key the server takes: 1 to 200 of `A-Za-z0-9_.:/@#=+-` (as
@@ -283,12 +323,14 @@ impl StageReply {
             }
         };
         let forms = ["next_stage", "result", "error", "later"].iter().filter(|k| map.contains_key(**k)).count();
-        if forms != 1 || (map.contains_key("wait") && !map.contains_key("next_stage")) {
+        let waits = ["wait", "spawn"].iter().filter(|k| map.contains_key(**k)).count();
+        if forms != 1 || waits > 1 || (waits == 1 && !map.contains_key("next_stage")) {
             return Err("the reply must have exactly one of next_stage, result, error, later \
-                        (a wait goes with next_stage)"
+                        (a wait or a spawn goes with next_stage)"
                 .into());
         }
         let wait = map.remove("wait").map(read_wait).transpose()?;
+        let spawn = map.remove("spawn").map(read_spawn).transpose()?;
         let reply = if let Some(stage) = map.remove("next_stage") {
             let Value::String(next_stage) = stage else {
                 return Err("next_stage must be a string".into());
@@ -299,9 +341,12 @@ impl StageReply {
                     crate::error::echo(&next_stage)
                 ));
             }
-            match wait {
-                Some((event, timeout)) => StageReply::Wait { event, timeout, next_stage, context: context(&mut map)? },
-                None => StageReply::Next { next_stage, context: context(&mut map)? },
+            match (wait, spawn) {
+                (Some((event, timeout)), _) => {
+                    StageReply::Wait { event, timeout, next_stage, context: context(&mut map)? }
+                }
+                (None, Some(spawn)) => StageReply::Spawn { spawn, next_stage, context: context(&mut map)? },
+                (None, None) => StageReply::Next { next_stage, context: context(&mut map)? },
             }
         } else if let Some(result) = map.remove("result") {
             StageReply::Succeeded { result }
@@ -372,6 +417,13 @@ impl StageReply {
                 }
                 reply
             }
+            StageReply::Spawn { spawn, next_stage, context } => {
+                let mut reply = serde_json::json!({"spawn": spawn, "next_stage": next_stage});
+                if let Some(c) = context {
+                    reply["context"] = c.clone();
+                }
+                reply
+            }
         }
     }
 
@@ -387,6 +439,7 @@ impl StageReply {
             StageReply::Wait { event, timeout, next_stage, context } => {
                 ReportKind::Wait { stage: next_stage, event, timeout, context }
             }
+            StageReply::Spawn { spawn, next_stage, context } => ReportKind::Spawn { stage: next_stage, spawn, context },
         }
     }
 }
@@ -464,6 +517,12 @@ mod tests {
             StageReply::Succeeded { result: json!([1, 2]) },
             StageReply::Failed { error: "no".into(), retry: false },
             StageReply::Later { later: 1.5, context: None },
+            StageReply::Spawn {
+                spawn: vec![json!({"type": "page", "context": {"url": "a"}}), json!({"type": "page", "priority": 3})],
+                next_stage: "join".into(),
+                context: Some(json!({"x": 1})),
+            },
+            StageReply::Spawn { spawn: vec![], next_stage: "join".into(), context: None },
         ] {
             assert_eq!(StageReply::from_json(reply.to_json()), Ok(reply));
         }
@@ -484,6 +543,12 @@ mod tests {
             json!({"next_stage": "two words"}),
             json!({"next_stage": "x".repeat(65)}),
             json!({"later": 4e7}),
+            json!({"spawn": [{"type": "page"}]}),
+            json!({"spawn": {"type": "page"}, "next_stage": "join"}),
+            json!({"spawn": [{"type": "no such"}], "next_stage": "join"}),
+            json!({"spawn": [[]], "next_stage": "join"}),
+            json!({"spawn": [{"type": "page", "context": 1}], "next_stage": "join"}),
+            json!({"spawn": [], "wait": {"event": "k", "timeout": 1}, "next_stage": "join"}),
         ] {
             assert!(StageReply::from_json(bad.clone()).is_err(), "{bad}");
         }

@@ -13,6 +13,7 @@
 //! ```
 
 mod cancels;
+mod children;
 mod compat;
 mod dashboard;
 mod error;
@@ -156,6 +157,7 @@ pub fn router_listening(
         .merge(schedules::routes())
         .merge(events::routes())
         .merge(explain::routes())
+        .merge(children::routes())
         .merge(compat::routes())
         .merge(metrics::routes())
         .merge(dashboard::api_routes())

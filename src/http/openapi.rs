@@ -59,6 +59,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::tasks::get_one,
         super::tasks::cancel,
         super::explain::explain,
+        super::children::children,
         super::tasks::retry,
         super::tasks::bulk_retry,
         super::tasks::bulk_cancel,

@@ -186,6 +186,7 @@ fn outcome(kind: &ReportKind) -> &'static str {
         ReportKind::Fail { .. } => "fail",
         ReportKind::Later { .. } => "later",
         ReportKind::Wait { .. } => "wait",
+        ReportKind::Spawn { .. } => "spawn",
         ReportKind::Release => "release",
         ReportKind::Heartbeat => "heartbeat",
     }

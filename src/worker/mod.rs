@@ -153,7 +153,7 @@ pub struct WorkerStats {
     pub failed: AtomicU64,
     /// "Later" replies.
     pub later: AtomicU64,
-    /// "Wait" replies (the task waits for an event).
+    /// "Wait" and "spawn" replies (the task waits for an event, or for its children).
     pub waited: AtomicU64,
     /// Tasks handed back at shutdown.
     pub released: AtomicU64,
@@ -176,7 +176,7 @@ pub struct WorkerSummary {
     pub failed: u64,
     /// "Later" replies.
     pub later: u64,
-    /// "Wait" replies (the task waits for an event).
+    /// "Wait" and "spawn" replies (the task waits for an event, or for its children).
     pub waited: u64,
     /// Tasks handed back at shutdown.
     pub released: u64,

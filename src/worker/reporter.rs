@@ -297,7 +297,7 @@ pub(super) async fn report_reply(
         ReportKind::Succeed { .. } => &shared.stats.succeeded,
         ReportKind::Later { .. } => &shared.stats.later,
         ReportKind::Release => &shared.stats.released,
-        ReportKind::Wait { .. } => &shared.stats.waited,
+        ReportKind::Wait { .. } | ReportKind::Spawn { .. } => &shared.stats.waited,
         ReportKind::Fail { .. } | ReportKind::Heartbeat => &shared.stats.retried,
     };
     // what an operator wants to see in the log at INFO: a call that failed, and what became of it

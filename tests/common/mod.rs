@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod cli;
 pub mod crash;
+pub mod docs;
 pub mod process;
 pub mod proxy;
 pub mod sql;

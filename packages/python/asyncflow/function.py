@@ -8,10 +8,13 @@
     run(handle)
 
 `handle(call)` takes the stage call (a dict: task_id, type, stage, context, attempt, priority,
-user_id, deadline, queue_key when the task has one, and event and timed_out after a wait) and
-returns one reply dict: {"next_stage": ..., "context": ...}, {"result": ...},
-{"error": ..., "retry": ...}, {"later": seconds, "context": ...} or
-{"wait": {"event": key, "timeout": seconds}, "next_stage": ..., "context": ...}. An exception it raises becomes {"error": "...", "retry": true}
+user_id, deadline, queue_key when the task has one, event and timed_out after a wait, and
+children after a spawn's join) and returns one reply dict: {"next_stage": ..., "context": ...},
+{"result": ...}, {"error": ..., "retry": ...}, {"later": seconds, "context": ...},
+{"wait": {"event": key, "timeout": seconds}, "next_stage": ..., "context": ...} or
+{"spawn": [{"type": ..., "context": ...}, ...], "next_stage": ..., "context": ...} (the children
+run, and next_stage gets "children": [{"id", "type", "status", "result", "error"}, ...] once all
+have ended). An exception it raises becomes {"error": "...", "retry": true}
 (the traceback goes to stderr, the worker's log).
 
 `run` serves both modes of function.toml:

@@ -171,7 +171,13 @@ begin
       and r.pass_ok
     -- the stage the call ran: an advance's is in the entry just written
     returning r.n, t.status, t.lease_until, r.ok, (r.ms - r.p_start) / 1000.0::float8 as secs, r.passed,
-      case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage
+      case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage,
+      t.parent_id
+  ), child_ends as (
+    -- a child that ended counts on its parent's join: one row update per parent (46_children.sql)
+    update asyncflow.joins j set ended = j.ended + x.n
+    from asyncflow.join_counts(array(select c.parent_id from changed c where c.status in ('succeeded', 'failed'))) x
+    where j.task_type = x.task_type and j.shard = x.shard and j.id = x.id
   ), counted as (
     -- held tasks were pending: an advance stays pending, the others leave it
     insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded, in_pending, in_running, in_succeeded)

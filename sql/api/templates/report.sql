@@ -6,7 +6,9 @@
 -- backoff while tries are left and retry is true), later (pending again in `delay` seconds, the
 -- try given back), wait (waiting at the next stage for the event named in `errors`, at most
 -- `delay` seconds: a row in asyncflow.waits, then asyncflow.match_waits takes an event already
--- sent), release (handed back, the try given back), heartbeat (lease extended). With
+-- sent), spawn (waiting at the next stage for the children listed in `results`: a row in
+-- asyncflow.joins, then asyncflow.spawn_children creates them), release (handed back, the try
+-- given back), heartbeat (lease extended). A child that ends adds one to its parent's join. With
 -- any outcome, a progress (not null) becomes the task's: a heartbeat's, or the call's last one
 -- written with its reply, so a value reported just before the reply is kept.
 -- Counters and the stage-time histogram are written in the same statement.
@@ -24,7 +26,7 @@ declare
 begin
   perform asyncflow.check_report_arrays(p_task_ids, p_claim_seqs, p_outcomes, p_stages, p_contexts, p_results,
     p_errors, p_retries, p_delays, p_progress);
-  if p_outcomes && array['succeed', 'advance', 'later', 'wait'] then
+  if p_outcomes && array['succeed', 'advance', 'later', 'wait', 'spawn'] then
     -- the next stage (or the caller waiting on the result, or the next call of a stage that
     -- replied "later" with a new context, or the stage after a wait) starts only from a
     -- durable completion
@@ -49,7 +51,12 @@ begin
       from (select distinct on (shard, id) * from r order by shard, id, n desc) r
       where t.shard = r.shard and t.id = r.id
         and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
-      returning r.n, t.status, t.stage, t.claimed_at
+      returning r.n, t.status, t.stage, t.claimed_at, t.parent_id
+  ), child_ends as (
+    -- a child that ended counts on its parent's join: one row update per parent (46_children.sql)
+    update asyncflow.joins j set ended = j.ended + x.n
+    from asyncflow.join_counts(array(select c.parent_id from changed c where c.status in ('succeeded', 'failed'))) x
+    where j.task_type = x.task_type and j.shard = x.shard and j.id = x.id
     ), counted as (
       insert into asyncflow.type_counters as k (task_type, slot, succeeded, in_running, in_succeeded)
       select v_task_type, pg_backend_pid() % 16, count(*), -count(*), count(*) from changed having count(*) > 0
@@ -105,19 +112,19 @@ begin
         when r.outcome = 'succeed' then 'succeeded'
         when r.outcome = 'heartbeat' then 'running'
         when r.outcome = 'fail' and (not r.retry or t.attempt > t.max_retry_num) then 'failed'
-        when r.outcome = 'wait' then 'waiting'
+        when r.outcome in ('wait', 'spawn') then 'waiting'
         else 'pending' end::asyncflow.task_status,
-      stage = case when r.outcome in ('advance', 'wait') then r.stage else t.stage end,
-      context = case when r.outcome in ('advance', 'later', 'wait') then coalesce(r.context, t.context) else t.context end,
+      stage = case when r.outcome in ('advance', 'wait', 'spawn') then r.stage else t.stage end,
+      context = case when r.outcome in ('advance', 'later', 'wait', 'spawn') then coalesce(r.context, t.context) else t.context end,
       -- what ended a wait is for the stage it woke, until that stage is done
-      wake = case when r.outcome in ('advance', 'wait', 'succeed') then null else t.wake end,
+      wake = case when r.outcome in ('advance', 'wait', 'spawn', 'succeed') then null else t.wake end,
       progress = coalesce(r.progress, t.progress),
       result = case when r.outcome = 'succeed' then coalesce(r.result, '{}'::jsonb) else t.result end,
       -- the last outcome's: a stage done clears a failed try's error (the schedule log keeps it)
       last_error = case when r.outcome = 'fail' then coalesce(r.error, 'failed')
-        when r.outcome in ('succeed', 'advance', 'wait') then null else t.last_error end,
+        when r.outcome in ('succeed', 'advance', 'wait', 'spawn') then null else t.last_error end,
       attempt = case
-        when r.outcome in ('advance', 'wait') then 0
+        when r.outcome in ('advance', 'wait', 'spawn') then 0
         when r.outcome in ('later', 'release') then greatest(t.attempt - 1, 0)
         else t.attempt end,
       retry_count = case when r.outcome = 'fail' then t.retry_count + 1 else t.retry_count end,
@@ -153,7 +160,19 @@ begin
       and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
     returning r.n, t.status, t.lease_until, t.task_type, r.outcome,
       case when r.outcome <> 'succeed' then t.schedule_log -> -1 end as entry, t.stage, t.claimed_at,
-      t.shard, t.id, case when r.outcome = 'wait' then r.error end as event_key, r.delay
+      t.shard, t.id, case when r.outcome = 'wait' then r.error end as event_key, r.delay, t.parent_id,
+      case when r.outcome = 'spawn' then r.result end as spawn
+  ), spawned as (
+    -- a spawn's list, until spawn_children creates its children below
+    insert into asyncflow.joins (task_type, shard, id, spawn, since)
+    select v_task_type, c.shard, c.id, c.spawn, v_now from changed c where c.outcome = 'spawn'
+    on conflict (task_type, shard, id) do update set spawn = excluded.spawn, since = excluded.since,
+      children = null, total = 0, ended = 0
+  ), child_ends as (
+    -- a child that ended counts on its parent's join: one row update per parent (46_children.sql)
+    update asyncflow.joins j set ended = j.ended + x.n
+    from asyncflow.join_counts(array(select c.parent_id from changed c where c.status in ('succeeded', 'failed'))) x
+    where j.task_type = x.task_type and j.shard = x.shard and j.id = x.id
   ), waited as (
     -- since: the claim of the call that asked to wait, so an event sent while it ran counts
     insert into asyncflow.waits (task_type, shard, id, event_key, since, until)
@@ -213,6 +232,10 @@ begin
   -- statement of its own, after the key's lock: see sql/api/45_events.sql).
   if 'wait' = any (p_outcomes) then
     perform asyncflow.match_waits(v_task_type, p_task_ids, v_now);
+  end if;
+  -- A spawn just accepted creates its children (46_children.sql).
+  if 'spawn' = any (p_outcomes) then
+    perform asyncflow.spawn_children(v_task_type, p_task_ids, v_now);
   end if;
 
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY).

@@ -270,3 +270,45 @@ pub async fn bench_checkpoint<C: GenericClient>(c: &C) -> Result<bool> {
         Err(e) => Err(Error::from_db(e)),
     }
 }
+
+/// The span of a type's burn-down, as the database recorded it: tasks succeeded, and seconds from
+/// the first claim to the last end (the children phase, where the worker's own start and exit
+/// would blur a burn-down of 10,000 tasks).
+pub async fn bench_burn_span<C: GenericClient>(c: &C, task_type: &str) -> Result<(i64, f64)> {
+    let row = query_one(
+        c,
+        "select count(*) filter (where status = 'succeeded') as n, \
+         coalesce(date_part('epoch', max(finished_at) - min(claimed_at)), 0)::float8 as secs \
+         from asyncflow.tasks where task_type = $1",
+        &[&task_type],
+    )
+    .await?;
+    Ok((get(&row, "n")?, get(&row, "secs")?))
+}
+
+/// Seconds to the claim of a parent's join call (the children phase) from the last of its
+/// children ending: from that end's write (the "children ended" entry of the parent's log, made
+/// in the transaction that ended the last child, just before its commit), and from the end of
+/// that child's call (its finished_at, before its hold's finish or its report); None while it
+/// has not joined.
+pub async fn bench_join_latency<C: GenericClient>(
+    c: &C,
+    parent_id: &str,
+    child_type: &str,
+) -> Result<Option<(f64, f64)>> {
+    let row = query_one(
+        c,
+        "select date_part('epoch', p.claimed_at - (select max((e ->> 'at')::timestamptz) \
+           from jsonb_array_elements(p.schedule_log) e where e ->> 'event' = 'children ended'))::float8 as written, \
+         date_part('epoch', p.claimed_at - (select max(k.finished_at) from asyncflow.tasks k \
+           where k.task_type = $2 and k.parent_id = $1))::float8 as ended \
+         from asyncflow.parse_task_id($1) x \
+         left join asyncflow.tasks p on p.task_type = x.task_type and p.shard = x.shard and p.id = x.id \
+           and p.status = 'succeeded'",
+        &[&parent_id, &child_type],
+    )
+    .await?;
+    let written: Option<f64> = get(&row, "written")?;
+    let ended: Option<f64> = get(&row, "ended")?;
+    Ok(written.zip(ended))
+}

@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 mod bench;
+mod children;
 mod events;
 mod explain;
 mod migration;
@@ -20,6 +21,7 @@ mod task_search;
 mod workflow;
 
 pub use bench::*;
+pub use children::*;
 pub use events::*;
 pub use explain::*;
 pub use migration::*;
@@ -341,7 +343,15 @@ pub async fn report_tasks<C: GenericClient>(
     let mut retries: Vec<Option<bool>> = Vec::with_capacity(n);
     let mut delays: Vec<Option<f64>> = Vec::with_capacity(n);
     let mut progress: Vec<Option<&Value>> = Vec::with_capacity(n);
-    for r in reports {
+    // a spawn's children travel in the results array, as one JSON array
+    let spawns: Vec<Option<Value>> = reports
+        .iter()
+        .map(|r| match &r.kind {
+            ReportKind::Spawn { spawn, .. } => Some(Value::Array(spawn.clone())),
+            _ => None,
+        })
+        .collect();
+    for (r, spawn) in reports.iter().zip(&spawns) {
         task_ids.push(r.task_id.as_str());
         claim_seqs.push(r.claim_seq);
         let (outcome, stage, context, result, error, retry, delay) = match &r.kind {
@@ -354,6 +364,9 @@ pub async fn report_tasks<C: GenericClient>(
             // a wait's event key and timeout travel in the error and delay arrays
             ReportKind::Wait { stage, event, timeout, context } => {
                 ("wait", Some(stage.as_str()), context.as_ref(), None, Some(event.as_str()), None, Some(*timeout))
+            }
+            ReportKind::Spawn { stage, context, .. } => {
+                ("spawn", Some(stage.as_str()), context.as_ref(), spawn.as_ref(), None, None, None)
             }
             ReportKind::Release => ("release", None, None, None, None, None, None),
             ReportKind::Heartbeat => ("heartbeat", None, None, None, None, None, None),

@@ -2,7 +2,7 @@
 // state in the URL: #/tasks?type=&status=&...), bulk retry and cancel of what the filter selects
 // (POST /v1/tasks/bulk-retry|bulk-cancel: a dry run shows the count, the operator confirms, then
 // calls go until none remain), and one task (#task=<id>): fields, progress, a timeline of its
-// schedule log, context, result, Retry and Cancel.
+// schedule log, context, result, its parent and children (tasks that spawn), Retry and Cancel.
 'use strict';
 
 (() => {
@@ -193,6 +193,8 @@
     field(dl, 'Updated', 'updated_at', fmtTime(task.updated_at));
     field(dl, 'Finished', 'finished_at', task.finished_at ? fmtTime(task.finished_at) : null);
     field(dl, 'Error', 'error', task.error ? el('span', { class: 'error-text' }, task.error) : null);
+    // a child names the task whose spawn created it
+    field(dl, 'Parent', 'parent_id', task.parent_id ? taskLink(task.parent_id) : null);
     $('#fields').replaceWith(dl);
     $('#detail [data-field="context"]').textContent = fmtJson(task.context);
     $('#detail [data-field="result"]').textContent = fmtJson(task.result);
@@ -237,6 +239,21 @@
       throw e;
     }
     if (view.taskId === id) renderTask(task, await why);
+    const children = await api('GET', `/v1/tasks/${encodeURIComponent(id)}/children?limit=${CHILDREN_SHOWN}`);
+    if (view.taskId === id) renderChildren(children);
+  }
+
+  // Most children a task's page lists (GET /v1/tasks/{id}/children gives the total too).
+  const CHILDREN_SHOWN = 50;
+
+  /** The tasks this one spawned: a link and a status each, and how many there are in all. */
+  function renderChildren(answer) {
+    const list = Array.isArray(answer && answer.children) ? answer.children : [];
+    const total = (answer && answer.total) || 0;
+    $('#children').hidden = total === 0;
+    $('#children-count').textContent = total > list.length ? `the first ${list.length} of ${total}` : `${total}`;
+    $('#children-list').replaceChildren(...list.map((c) => el('li', { 'data-child': c.id },
+      taskLink(c.id), ' ', statusBadge(c.status))));
   }
 
   async function act(kind) {
