@@ -27,6 +27,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         timed_out: None,
         cancel: Default::default(),
         progress: Default::default(),
+        checkpoints: Default::default(),
     }
 }
 
