@@ -134,19 +134,25 @@ async fn bad_checkpoints_are_refused_with_a_reason_and_change_nothing() {
     assert_eq!(task(&**c, id).await["context"], json!({"saved": true}));
 }
 
-/// Runs a worker on the database with `handler` for `ty` until the task `id` has ended (its
-/// retries back off a second or more, so the worker may go idle between them).
-async fn work_until_ended<F: Function + Clone>(db: &TestDb, ty: &str, id: &str, handler: F) -> asyncflow::task::Task {
-    use asyncflow::worker::{Worker, WorkerConfig};
+/// Runs a worker with `handler` for `ty` until the task `id` has ended (its retries back off a
+/// second or more, so the worker may go idle between them): on the database, or on the server at
+/// `server` (the HTTP worker protocol).
+async fn work_until_ended<F: Function + Clone>(
+    db: &TestDb,
+    server: Option<&str>,
+    ty: &str,
+    id: &str,
+    handler: F,
+) -> asyncflow::task::Task {
+    use asyncflow::worker::{RemoteClient, Worker, WorkerConfig};
     let ty = asyncflow::TypeName::new(ty).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let worker = Worker::new(db.pool.clone(), db.url.clone(), WorkerConfig::default()).register(
-            ty.clone(),
-            handler.clone(),
-            None,
-            Default::default(),
-        );
+        let worker = match server {
+            None => Worker::new(db.pool.clone(), db.url.clone(), WorkerConfig::default()),
+            Some(base) => Worker::remote(RemoteClient::new(base, None).unwrap(), WorkerConfig::default()),
+        };
+        let worker = worker.register(ty.clone(), handler.clone(), None, Default::default());
         asyncflow::testing::work_until_idle(worker).await.unwrap();
         let task = api::get_task(&db.conn().await, id).await.unwrap().unwrap();
         if task.status.is_final() {
@@ -160,6 +166,25 @@ async fn work_until_ended<F: Function + Clone>(db: &TestDb, ty: &str, id: &str, 
 #[tokio::test]
 async fn a_rust_handler_checkpoints_through_its_call_and_the_retry_starts_from_it() {
     let db = TestDb::new().await;
+    a_rust_handler_checkpoints(&db, None).await;
+}
+
+#[tokio::test]
+async fn a_rust_handler_on_a_server_worker_checkpoints_through_the_worker_protocol() {
+    let db = TestDb::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (pool, url, stopped) = (db.pool.clone(), db.url.clone(), stop.clone());
+    let config = common::http_config(&[], 1 << 20);
+    let server = tokio::spawn(async move { asyncflow::http::serve_on(listener, pool, &url, config, stopped).await });
+    a_rust_handler_checkpoints(&db, Some(&base)).await;
+    stop.cancel();
+    let _ = server.await;
+}
+
+/// A handler that checkpoints, then fails its first try: the second starts from the checkpoint.
+async fn a_rust_handler_checkpoints(db: &TestDb, server: Option<&str>) {
     let c = db.conn().await;
     register(&**c, "agent", json!({})).await;
     let id = api::create_task(&c, "agent", &asyncflow::task::NewTask::with_context(json!({"n": 0}))).await.unwrap();
@@ -181,7 +206,7 @@ async fn a_rust_handler_checkpoints_through_its_call_and_the_retry_starts_from_i
             }
         }
     };
-    let task = work_until_ended(&db, "agent", id.as_str(), handler).await;
+    let task = work_until_ended(db, server, "agent", id.as_str(), handler).await;
     assert_eq!(task.status, TaskStatus::Succeeded);
     assert_eq!(task.result, Some(json!({"n": 1, "_steps": {"expensive": 42}})));
     let seen = seen.lock().unwrap().clone();
