@@ -38,9 +38,8 @@ async fn a_checkpoint_is_the_context_a_retry_starts_from_and_a_stale_one_changes
     let db = TestDb::new().await;
     let c = db.conn().await;
     register(&**c, "agent", json!({})).await;
-    let id = api::create_task(&c, "agent", &asyncflow::task::NewTask::with_context(json!({"prompt": "p"})))
-        .await
-        .unwrap();
+    let id =
+        api::create_task(&c, "agent", &asyncflow::task::NewTask::with_context(json!({"prompt": "p"}))).await.unwrap();
     let id = id.as_str();
     let w = worker("w");
     let first = claim_one(&c, "agent", &w, t0()).await;
@@ -197,7 +196,7 @@ async fn a_rust_handler_checkpoints(db: &TestDb, server: Option<&str>) {
                 seen.lock().unwrap().push((call.attempt, call.context.clone()));
                 if call.attempt == 1 {
                     let saved = call.checkpoint(json!({"n": 1, "_steps": {"expensive": 42}})).await;
-                    assert_eq!(saved.unwrap(), true);
+                    assert!(saved.unwrap(), "the checkpoint is written");
                     // a context the database refuses is an error for the handler, not a write
                     assert!(call.checkpoint(json!([1])).await.is_err());
                     return StageReply::Failed { error: "crashed after the expensive step".into(), retry: true };
@@ -266,6 +265,14 @@ fn warm_python(dir: &std::path::Path, concurrency: usize) -> asyncflow::function
     WarmFunction::new("steps", vec!["sh".into(), "-c".into(), script], dir.to_path_buf(), vec![], options)
 }
 
+/// How many times the fixture's step ran its fn (its marks in `dir`).
+fn charges(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().map(|e| e.file_name().to_string_lossy().starts_with("charge-")).unwrap_or(false))
+        .count()
+}
+
 /// A call whose checkpoints land in `saved` (refused when the context has "bad").
 fn recorded_call(attempt: i32, context: Value, saved: &Arc<Mutex<Vec<Value>>>) -> StageCall {
     let mut call: StageCall = serde_json::from_value(json!({
@@ -302,10 +309,7 @@ async fn a_warm_instances_checkpoint_line_is_written_before_its_reply_and_step_r
         let reply = f.call(recorded_call(2, checkpointed[0].clone(), &saved)).await;
         let StageReply::Succeeded { result } = reply else { panic!("{reply:?}") };
         assert_eq!(result["receipt"], json!({"receipt": "r-1"}));
-        let charges = std::fs::read_dir(&dir).unwrap().filter(|e| {
-            e.as_ref().map(|e| e.file_name().to_string_lossy().starts_with("charge-")).unwrap_or(false)
-        });
-        assert_eq!(charges.count(), 1, "concurrency {concurrency}: the step ran once across the retry");
+        assert_eq!(charges(&dir), 1, "concurrency {concurrency}: the step ran once across the retry");
         // a checkpoint the worker cannot write fails the call, with retry; the instance serves on
         let reply = f.call(recorded_call(1, json!({"bad": true}), &saved)).await;
         assert!(
@@ -318,4 +322,23 @@ async fn a_warm_instances_checkpoint_line_is_written_before_its_reply_and_step_r
         f.stop().await;
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+#[tokio::test]
+async fn a_warm_python_step_survives_a_failure_through_a_real_worker_on_the_database() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "steps", json!({})).await;
+    let dir = std::env::temp_dir().join(format!("af-checkpoints-worker-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let id = api::create_task(&c, "steps", &asyncflow::task::NewTask::with_context(json!({"order": 7}))).await.unwrap();
+    let task = work_until_ended(&db, None, "steps", id.as_str(), warm_python(&dir, 4)).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{task:?}");
+    let result = task.result.unwrap();
+    assert_eq!(result["receipt"], json!({"receipt": "r-1"}));
+    assert_eq!(result["context"], json!({"order": 7, "_steps": {"charge": {"receipt": "r-1"}}}));
+    assert_eq!(task.attempt, 2, "the first try failed after its checkpoint");
+    assert_eq!(charges(&dir), 1, "the step ran once across the retry");
+    let _ = std::fs::remove_dir_all(&dir);
 }

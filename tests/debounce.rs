@@ -112,9 +112,8 @@ async fn once_the_task_has_started_a_debounced_create_makes_a_new_task() {
     let running = api::claim_tasks(&c, "index", &w, 1, Some(t0() + secs(30.0))).await.unwrap();
     assert_eq!(running[0].task_id.as_str(), second);
     let fail = asyncflow::task::ReportKind::Fail { error: "flaky".into(), retry: true };
-    let r = api::report_tasks(&c, &w, &[rep(&second, running[0].claim_seq, fail)], Some(t0() + secs(31.0)))
-        .await
-        .unwrap();
+    let r =
+        api::report_tasks(&c, &w, &[rep(&second, running[0].claim_seq, fail)], Some(t0() + secs(31.0))).await.unwrap();
     assert!(r[0].accepted);
     assert_eq!(task(&**c, &second).await["status"], json!("pending"));
     let fourth = debounce(&**c, "index", "k", 10.0, json!({"v": 4}), t0() + secs(32.0)).await.unwrap();

@@ -95,7 +95,9 @@ type CheckpointWriter = dyn Fn(Value) -> BoxFuture<'static, crate::error::Result
 
 impl Checkpoints {
     /// Checkpoints written by `write`.
-    pub fn new(write: impl Fn(Value) -> BoxFuture<'static, crate::error::Result<bool>> + Send + Sync + 'static) -> Self {
+    pub fn new(
+        write: impl Fn(Value) -> BoxFuture<'static, crate::error::Result<bool>> + Send + Sync + 'static,
+    ) -> Self {
         Checkpoints(Some(std::sync::Arc::new(write)))
     }
 

@@ -45,9 +45,9 @@ use super::{hold_wait, parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::ids::{TypeName, WorkerId};
 use crate::protocol::{
-    CheckpointAccepted, CheckpointRequest, GoneRequest, Held, HeldRequest, HeldTasks, HoldRequest, NextDue, PresenceAnswer, PresenceRequest, ProgressAccepted,
-    ProgressRequest, ReportAccepted, ReportBatchRequest, ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX,
-    HOLD_WAIT_MAX, REPORTS_PER_CALL_MAX,
+    CheckpointAccepted, CheckpointRequest, GoneRequest, Held, HeldRequest, HeldTasks, HoldRequest, NextDue,
+    PresenceAnswer, PresenceRequest, ProgressAccepted, ProgressRequest, ReportAccepted, ReportBatchRequest,
+    ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX, HOLD_WAIT_MAX, REPORTS_PER_CALL_MAX,
 };
 use crate::task::{Report, ReportKind};
 
