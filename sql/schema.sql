@@ -136,9 +136,19 @@ CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zo
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 47 lines, sha256 f1b6e6fdf087a863
 
+CREATE FUNCTION asyncflow.check_context(p_context jsonb) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 12 lines, sha256 9fd724034a3a3742
+
 CREATE FUNCTION asyncflow.check_json(p_value jsonb, p_field text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS -- body: 5 lines, sha256 4968d8e151209da9
+
+CREATE FUNCTION asyncflow.check_new_task(p_context jsonb, p_priority integer, p_run_at timestamp with time zone, p_stage text, p_user_id text, p_queue_key text, p_traceparent text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 25 lines, sha256 72bb5af4ee8cffb8
 
 CREATE FUNCTION asyncflow.check_new_type_name(p_task_type text) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -168,6 +178,11 @@ CREATE FUNCTION asyncflow.check_task_exists(p_task_type text, p_shard integer, p
 CREATE FUNCTION asyncflow.check_type_name(p_task_type text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS -- body: 6 lines, sha256 430475baf1cdd71b
+
+CREATE FUNCTION asyncflow.checkpoint_task(task_id text, claim_seq bigint, context jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 32 lines, sha256 c4eea1fa98813c58
 
 CREATE FUNCTION asyncflow.child_result_max_bytes() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -214,14 +229,19 @@ CREATE FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now 
     LANGUAGE plpgsql
     AS -- body: 16 lines, sha256 9f86fc72b7da4a03
 
-CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION asyncflow.create_task(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text, debounce_key text DEFAULT NULL::text, debounce_for interval DEFAULT NULL::interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
-    AS -- body: 68 lines, sha256 f8d0c03fbdbbc022
+    AS -- body: 68 lines, sha256 a9855efa991ed5ef
 
-CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION asyncflow.create_task_debounced(p_task_type text, p_context jsonb, p_priority integer, p_run_at timestamp with time zone, p_stage text, p_user_id text, p_now timestamp with time zone, p_queue_key text, p_traceparent text, p_debounce_key text, p_debounce_for interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 96 lines, sha256 9873b8640aad0897
+    AS -- body: 51 lines, sha256 d558aa49442ad879
+
+CREATE FUNCTION asyncflow.create_task_general(task_type text, context jsonb DEFAULT '{}'::jsonb, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, stage text DEFAULT NULL::text, idempotency_key text DEFAULT NULL::text, user_id text DEFAULT NULL::text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, queue_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, unique_for integer DEFAULT NULL::integer, traceparent text DEFAULT NULL::text, debounce_key text DEFAULT NULL::text, debounce_for interval DEFAULT NULL::interval) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 74 lines, sha256 cd89b904f69b6b6b
 
 CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -255,7 +275,7 @@ CREATE FUNCTION asyncflow.drop_expired_shards(p_task_type text, p_now timestamp 
 CREATE FUNCTION asyncflow.drop_expired_unique_keys(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 10000) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 13 lines, sha256 cc48b80d4c87e218
+    AS -- body: 24 lines, sha256 79dea8353d17b29b
 
 CREATE FUNCTION asyncflow.end_join(p_task_type text, p_shard integer, p_id bigint, p_now timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -393,7 +413,7 @@ CREATE FUNCTION asyncflow.hold_timeout() RETURNS void
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
-    AS -- body: 172 lines, sha256 281b1ba974ddfedb
+    AS -- body: 207 lines, sha256 930e175a09805f8a
 
 CREATE FUNCTION asyncflow.is_integral(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -775,8 +795,7 @@ CREATE FUNCTION asyncflow.set_pipeline_status(name text, version integer, status
 CREATE FUNCTION asyncflow.set_progress(p_task_id text, p_claim_seq bigint, p_progress jsonb) RETURNS TABLE(accepted boolean, status asyncflow.task_status)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET lock_timeout TO '5s'
-    AS -- body: 52 lines, sha256 41ee8f895652e262
+    AS -- body: 40 lines, sha256 ca5d59bc92e28e78
 
 CREATE FUNCTION asyncflow.set_queue_indexes(p_task_type text, p_on boolean) RETURNS void
     LANGUAGE plpgsql
@@ -872,7 +891,7 @@ CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, cl
 CREATE FUNCTION asyncflow.task_created_here(p_task_id text) RETURNS boolean
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 12 lines, sha256 268c0782d486b617
+    AS -- body: 12 lines, sha256 d52664f29d4df929
 
 CREATE FUNCTION asyncflow.task_json(t asyncflow.tasks) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -928,6 +947,12 @@ CREATE FUNCTION asyncflow.uncount_child_end(p_parent_id text) RETURNS void
 CREATE FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 2 lines, sha256 67126753e4031f20
+
+CREATE FUNCTION asyncflow.wait_for_hold(p_task_type text, p_shard integer, p_id bigint, p_claim_seq bigint) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
+    AS -- body: 8 lines, sha256 99217792e9eea51a
 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE plpgsql
@@ -1111,6 +1136,15 @@ CREATE TABLE asyncflow.config (
     CONSTRAINT config_max_context_bytes_check CHECK (((max_context_bytes >= 1024) AND (max_context_bytes <= 268435456))),
     CONSTRAINT config_run_retention_check CHECK (((run_retention >= 60) AND (run_retention <= 315360000))),
     CONSTRAINT config_singleton_check CHECK (singleton)
+);
+
+CREATE TABLE asyncflow.debounce_keys (
+    task_type text NOT NULL,
+    debounce_key text NOT NULL,
+    shard integer NOT NULL,
+    id bigint NOT NULL,
+    start_at timestamp with time zone NOT NULL,
+    CONSTRAINT debounce_keys_debounce_key_check CHECK (((length(debounce_key) >= 1) AND (length(debounce_key) <= 255)))
 );
 
 CREATE TABLE asyncflow.enqueue_info (
@@ -1418,6 +1452,9 @@ ALTER TABLE ONLY asyncflow.callbacks
 ALTER TABLE ONLY asyncflow.config
     ADD CONSTRAINT config_pkey PRIMARY KEY (singleton);
 
+ALTER TABLE ONLY asyncflow.debounce_keys
+    ADD CONSTRAINT debounce_keys_pkey PRIMARY KEY (task_type, debounce_key);
+
 ALTER TABLE ONLY asyncflow.enqueue_info
     ADD CONSTRAINT enqueue_info_pkey PRIMARY KEY (task_type);
 
@@ -1518,6 +1555,8 @@ CREATE INDEX callbacks_due ON ONLY asyncflow.callbacks USING btree (next_attempt
 
 CREATE INDEX callbacks_run ON ONLY asyncflow.callbacks USING btree (run_id);
 
+CREATE INDEX debounce_keys_start_at ON asyncflow.debounce_keys USING btree (start_at);
+
 CREATE INDEX events_key_sent_at ON asyncflow.events USING btree (event_key, sent_at);
 
 CREATE INDEX idempotency_keys_shard ON asyncflow.idempotency_keys USING btree (task_type, shard);
@@ -1567,6 +1606,9 @@ CREATE TRIGGER tg_task_types__fair_queues AFTER UPDATE OF fair_queues ON asyncfl
 CREATE TRIGGER tg_task_types__functions AFTER INSERT ON asyncflow.task_types FOR EACH ROW EXECUTE FUNCTION asyncflow.tg_task_types__functions();
 
 CREATE TRIGGER tg_task_types__resumed AFTER UPDATE OF paused ON asyncflow.task_types FOR EACH ROW WHEN ((old.paused AND (NOT new.paused))) EXECUTE FUNCTION asyncflow.tg_task_types__resumed();
+
+ALTER TABLE ONLY asyncflow.debounce_keys
+    ADD CONSTRAINT debounce_keys_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
 
 ALTER TABLE ONLY asyncflow.enqueue_info
     ADD CONSTRAINT enqueue_info_task_type_fkey FOREIGN KEY (task_type) REFERENCES asyncflow.task_types(task_type) ON DELETE CASCADE;
@@ -1623,7 +1665,11 @@ GRANT ALL ON FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with tim
 REVOKE ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
 
+REVOKE ALL ON FUNCTION asyncflow.check_context(p_context jsonb) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.check_json(p_value jsonb, p_field text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.check_new_task(p_context jsonb, p_priority integer, p_run_at timestamp with time zone, p_stage text, p_user_id text, p_queue_key text, p_traceparent text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_new_type_name(p_task_type text) FROM PUBLIC;
 
@@ -1638,6 +1684,9 @@ REVOKE ALL ON FUNCTION asyncflow.check_settings(p_settings jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.check_task_exists(p_task_type text, p_shard integer, p_id bigint, p_task_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.check_type_name(p_task_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.checkpoint_task(task_id text, claim_seq bigint, context jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.checkpoint_task(task_id text, claim_seq bigint, context jsonb) TO asyncflow_worker;
 
 REVOKE ALL ON FUNCTION asyncflow.child_result_max_bytes() FROM PUBLIC;
 
@@ -1662,10 +1711,12 @@ REVOKE ALL ON FUNCTION asyncflow.count_child_ends(p_parent_ids text[]) FROM PUBL
 
 REVOKE ALL ON FUNCTION asyncflow.create_shard(p_task_type text, p_shard integer, p_now timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text) FROM PUBLIC;
-GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text) TO asyncflow_client;
+REVOKE ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text, debounce_key text, debounce_for interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.create_task(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text, debounce_key text, debounce_for interval) TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION asyncflow.create_task_debounced(p_task_type text, p_context jsonb, p_priority integer, p_run_at timestamp with time zone, p_stage text, p_user_id text, p_now timestamp with time zone, p_queue_key text, p_traceparent text, p_debounce_key text, p_debounce_for interval) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.create_task_general(task_type text, context jsonb, priority integer, run_at timestamp with time zone, stage text, idempotency_key text, user_id text, p_now timestamp with time zone, queue_key text, unique_key text, unique_for integer, traceparent text, debounce_key text, debounce_for interval) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timestamp with time zone) TO asyncflow_client;
@@ -1964,6 +2015,8 @@ REVOKE ALL ON FUNCTION asyncflow.traceparent_ok(p_traceparent text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION asyncflow.uncount_child_end(p_parent_id text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.wait_for_hold(p_task_type text, p_shard integer, p_id bigint, p_claim_seq bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wake(p_task_type text) FROM PUBLIC;
 

@@ -228,6 +228,31 @@ pub struct ProgressRequest {
     pub progress: Value,
 }
 
+/// `POST /v1/worker/checkpoint`: a running call saves its context without ending, posted by the
+/// call itself (an HTTP function), fenced by the claim's token from its stage call. A retry of
+/// the stage starts from the last context saved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRequest {
+    /// The task (the stage call's `task_id`).
+    pub task_id: String,
+    /// The claim's fencing token (the stage call's `claim_seq`).
+    pub claim_seq: i64,
+    /// The task's whole context from now on, a JSON object (at most the database's
+    /// `max_context_bytes`).
+    #[cfg_attr(feature = "server", schema(value_type = Object))]
+    pub context: Value,
+}
+
+/// A checkpoint written: the task's context is the one posted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
+pub struct CheckpointAccepted {
+    /// Task id.
+    pub task_id: String,
+}
+
 /// A worker says it is alive (`POST /v1/worker/presence`): the row `GET /v1/workers` lists, as a
 /// database worker writes its own every few seconds (`asyncflow.heartbeat_worker`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

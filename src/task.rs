@@ -242,6 +242,17 @@ pub struct NewTask {
     /// `traceparent` header's value): the worker's spans continue its trace, and functions get it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// Debounce by key within the type (1 to 255 characters), with `debounce_for`: the task
+    /// starts no earlier than `debounce_for` from now; while it is pending and has not started, a
+    /// create with the same key replaces its context, moves its start to `debounce_for` from then
+    /// and answers its id (`created`: false). Not with `idempotency_key`, `unique_key` or a
+    /// priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce_key: Option<String>,
+    /// With `debounce_key`: seconds (more than 0, at most 31,536,000, fractions allowed) from
+    /// the create to the task's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce_for: Option<f64>,
 }
 
 impl NewTask {

@@ -28,6 +28,7 @@ fn call(stage: &str, context: Value) -> StageCall {
         children: None,
         cancel: Default::default(),
         progress: Default::default(),
+        checkpoints: Default::default(),
     }
 }
 

@@ -348,6 +348,7 @@ async fn the_stage_call_carries_the_tasks_queue_key() {
         children: None,
         cancel: Default::default(),
         progress: Default::default(),
+        checkpoints: Default::default(),
     };
     assert_eq!(serde_json::to_value(&call).unwrap()["queue_key"], "site-a");
 }

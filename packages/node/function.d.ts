@@ -49,3 +49,15 @@ export function callHandle(handle: Handler, call: StageCall, signal?: AbortSigna
 /** Reports the running call's progress (a JSON value of at most 4096 bytes). */
 export function progress(value: unknown): void;
 export const PROGRESS_BYTES_MAX: number;
+/**
+ * Saves the running call's context without ending the call: the task's whole context becomes
+ * `context`, and a retry of the stage starts from it. Resolves once the line is written (warm mode).
+ */
+export function checkpoint(context: Record<string, any>): Promise<void>;
+/**
+ * Runs `fn` once per task: its result is kept in the context (under `STEPS_KEY`) and
+ * checkpointed; a retry resolves to the kept result without calling `fn` again.
+ */
+export function step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+/** Where `step` keeps its results in the context: "_steps". */
+export const STEPS_KEY: string;

@@ -27,12 +27,23 @@
 // bytes), e.g. progress({ percent: 40, message: 'encoding' }), shown by get_task as `progress`
 // while the call runs. The worker keeps the task's lease alive while the call runs, so there is
 // no heartbeat to send.
+//
+// checkpoint(context) saves the running call's context without ending it: the task's whole
+// context becomes `context` (an object), and a retry of the stage (after a failure, a crash, a
+// lost lease) starts from it. In warm mode it is one line on stdout, {"id", "checkpoint": {...}},
+// which the worker writes to the database before it reads the call's reply; the promise resolves
+// once the line is written. step(name, fn) runs fn() once per task: its result is kept in the
+// context under "_steps" and checkpointed, so a retry gets the kept result instead of running fn
+// again. In the one-process-per-call mode nothing reaches the worker before the reply, so a
+// checkpoint only changes call.context (the reply's context, when the reply keeps it).
 
 const readline = require('readline');
 const { AsyncLocalStorage } = require('async_hooks');
 
 // Largest progress value, as JSON text (the worker refuses larger ones).
 const PROGRESS_BYTES_MAX = 4096;
+// Where step() keeps the results of the steps done, in the task's context.
+const STEPS_KEY = '_steps';
 
 // The call whose code runs now: its id in warm mode (a progress line names it, so that a line the
 // worker reads late is never taken for another call's) and its last progress, which goes again
@@ -62,11 +73,52 @@ function progress(value) {
   process.stderr.write('asyncflow:progress' + (callId === undefined ? '' : ':' + callId) + ' ' + text + '\n');
 }
 
+// Saves the running call's context (see the top of this file); resolves once written.
+function checkpoint(context) {
+  if (context === null || typeof context !== 'object' || Array.isArray(context)) {
+    return Promise.reject(new TypeError("a checkpoint's context is a plain object, not " + (Array.isArray(context) ? 'an array' : typeof context)));
+  }
+  const store = current.getStore();
+  if (store === undefined || store.call === undefined) {
+    return Promise.reject(new Error('checkpoint() is for the call being served (inside the handler)'));
+  }
+  try {
+    JSON.stringify(context); // a context JSON cannot hold (a cycle, a BigInt) throws here, before any change
+  } catch (e) {
+    return Promise.reject(e);
+  }
+  store.call.context = context;
+  if (store.id === undefined || store.write === undefined) {
+    return Promise.resolve(); // one process per call: nothing reaches the worker before the reply
+  }
+  return store.write({ id: store.id, checkpoint: context });
+}
+
+// Runs fn() once per task, keeping its result in the context (see the top of this file):
+// resolves to the kept result on a retry, without calling fn again.
+async function step(name, fn) {
+  const store = current.getStore();
+  if (store === undefined || store.call === undefined) {
+    throw new Error('step() is for the call being served (inside the handler)');
+  }
+  const context = store.call.context && typeof store.call.context === 'object' ? store.call.context : {};
+  const done = context[STEPS_KEY] && typeof context[STEPS_KEY] === 'object' ? context[STEPS_KEY] : {};
+  if (Object.prototype.hasOwnProperty.call(done, name)) {
+    return done[name];
+  }
+  const value = await fn();
+  const now = store.call.context && typeof store.call.context === 'object' ? store.call.context : {};
+  const steps = Object.assign({}, now[STEPS_KEY], { [name]: value });
+  await checkpoint(Object.assign({}, now, { [STEPS_KEY]: steps }));
+  return value;
+}
+
 async function callHandle(handle, call, signal) {
   const store = current.getStore();
   if (store === undefined) {
-    return current.run({ id: undefined, reported: false }, () => callHandle(handle, call, signal));
+    return current.run({ id: undefined, reported: false, call }, () => callHandle(handle, call, signal));
   }
+  store.call = call;
   try {
     const reply = await handle(call, { signal: signal || new AbortController().signal });
     if (reply === null || typeof reply !== 'object' || Array.isArray(reply)) {
@@ -107,7 +159,7 @@ function serve(handle, input, write) {
       delete call.id;
       const abort = new AbortController();
       running.set(String(id), abort);
-      const store = { id: String(id), reported: false };
+      const store = { id: String(id), reported: false, write };
       return current.run(store, () => callHandle(handle, call, abort.signal)).then((reply) => {
         if (running.get(String(id)) !== abort) return undefined; // cancelled: answered already
         running.delete(String(id));
@@ -169,4 +221,4 @@ function run(handle) {
   });
 }
 
-module.exports = { run, serve, callHandle, progress, PROGRESS_BYTES_MAX };
+module.exports = { run, serve, callHandle, progress, checkpoint, step, PROGRESS_BYTES_MAX, STEPS_KEY };

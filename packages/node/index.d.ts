@@ -44,6 +44,10 @@ export interface EnqueueOptions {
   uniqueKey?: string;
   uniqueFor?: number;
   traceparent?: string;
+  /** Debounce by key within the type, with `debounceFor`. */
+  debounceKey?: string;
+  /** Seconds from this enqueue to the task's start (more than 0). */
+  debounceFor?: number;
 }
 
 export interface NewTask {
@@ -55,6 +59,8 @@ export interface NewTask {
   userId?: string;
   queueKey?: string;
   traceparent?: string;
+  debounceKey?: string;
+  debounceFor?: number;
 }
 
 export function enqueue(client: Queryable, taskType: string, context?: any, options?: EnqueueOptions): Promise<string>;

@@ -49,8 +49,10 @@ function taskFrom(json) {
   return task;
 }
 
-const OPTIONS = ['priority', 'runAt', 'stage', 'idempotencyKey', 'userId', 'queueKey', 'uniqueKey', 'uniqueFor', 'traceparent'];
-const MANY_FIELDS = new Set(['context', 'priority', 'runAt', 'stage', 'idempotencyKey', 'userId', 'queueKey', 'traceparent']);
+const OPTIONS = ['priority', 'runAt', 'stage', 'idempotencyKey', 'userId', 'queueKey', 'uniqueKey', 'uniqueFor', 'traceparent',
+  'debounceKey', 'debounceFor'];
+const MANY_FIELDS = new Set(['context', 'priority', 'runAt', 'stage', 'idempotencyKey', 'userId', 'queueKey', 'traceparent',
+  'debounceKey', 'debounceFor']);
 
 function checkKeys(given, known, what) {
   for (const k of Object.keys(given || {})) {
@@ -61,23 +63,27 @@ function checkKeys(given, known, what) {
 const time = (v) => (v instanceof Date ? v.toISOString() : v);
 
 // Creates one task of `taskType` in the client's transaction; resolves to its id. With an
-// `idempotencyKey` a task of the type already has, that task's id, and nothing is created.
+// `idempotencyKey` a task of the type already has, that task's id, and nothing is created. With a
+// `debounceKey` and `debounceFor` (seconds), the task starts no earlier than debounceFor from now;
+// while the key's task is pending and has not started, another enqueue with the key replaces its
+// context, moves its start and resolves to its id.
 async function enqueue(client, taskType, context = null, options = {}) {
   checkKeys(options, new Set(OPTIONS), 'option');
   const o = options || {};
   const r = await client.query(
     'select asyncflow.create_task($1, $2::jsonb, priority => $3, run_at => $4, stage => $5, idempotency_key => $6,' +
-      ' user_id => $7, queue_key => $8, unique_key => $9, unique_for => $10, traceparent => $11) as id',
+      ' user_id => $7, queue_key => $8, unique_key => $9, unique_for => $10, traceparent => $11,' +
+      ' debounce_key => $12, debounce_for => make_interval(secs => $13)) as id',
     [taskType, JSON.stringify(context === null || context === undefined ? {} : context), o.priority ?? 0,
       time(o.runAt) ?? null, o.stage ?? null, o.idempotencyKey ?? null, o.userId ?? null, o.queueKey ?? null,
-      o.uniqueKey ?? null, o.uniqueFor ?? null, o.traceparent ?? null],
+      o.uniqueKey ?? null, o.uniqueFor ?? null, o.traceparent ?? null, o.debounceKey ?? null, o.debounceFor ?? null],
   );
   return r.rows[0].id;
 }
 
 // Creates many tasks of one type in one statement; resolves to their ids in order. Each task is
 // an object of the optional fields context, priority, runAt, stage, idempotencyKey, userId,
-// queueKey, traceparent.
+// queueKey, traceparent, debounceKey, debounceFor (seconds).
 async function enqueueMany(client, taskType, tasks) {
   const body = tasks.map((t) => {
     checkKeys(t, MANY_FIELDS, 'task field');

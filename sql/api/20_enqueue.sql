@@ -23,7 +23,7 @@ end
 $$;
 
 -- insert_tasks: the tasks of one type from a JSON array of objects (context, priority, run_at,
--- stage, idempotency_key, user_id, queue_key, traceparent), checked and then inserted in one statement. Returns
+-- stage, idempotency_key, user_id, queue_key, traceparent, debounce_key, debounce_for in seconds), checked and then inserted in one statement. Returns
 -- their ids in input order; an idempotency key already taken gives that key's task id. With
 -- p_single (create_task's one task) an error does not name the element.
 create or replace function asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) returns text[]
@@ -47,6 +47,8 @@ begin
   select max_context_bytes into v_max_bytes from asyncflow.config;
 
   -- Anything that could be wrong? One scan of the elements (an error in it counts as "maybe").
+  -- A debounce always counts as "maybe": its fields go together, which the element-by-element
+  -- check sees.
   if pg_column_size(p_tasks) > v_max_bytes
     or coalesce(jsonb_path_exists(p_tasks, '$[*] ? (@.type() != "object"
           || (@.context.type() != "object" && @.context.type() != "null")
@@ -66,7 +68,9 @@ begin
               || @.traceparent like_regex "^00-0{32}-" || @.traceparent like_regex "^00-.{32}-0{16}-"))
           || exists(@.keyvalue() ? (@.key != "context" && @.key != "priority" && @.key != "run_at"
               && @.key != "stage" && @.key != "idempotency_key" && @.key != "user_id"
-              && @.key != "queue_key" && @.key != "traceparent")))', silent => true), true)
+              && @.key != "queue_key" && @.key != "traceparent" && @.key != "debounce_key"
+              && @.key != "debounce_for"))
+          || exists(@.debounce_key) || exists(@.debounce_for))', silent => true), true)
     -- the JSON rule (asyncflow.json_ok) for every context, in strict mode: lax would unwrap
     -- arrays and count their levels wrong (an element without a context is false here)
     or coalesce(jsonb_path_exists(p_tasks, 'strict $[*] ? (exists(@.context.**{64} ? (@.type() == "object"
@@ -76,10 +80,12 @@ begin
       select n, case
         when jsonb_typeof(e) <> 'object' then 'AF006must be a JSON object'
         when exists (select 1 from jsonb_object_keys(e) k
-                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key', 'traceparent'))
-          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id, queue_key, traceparent)',
+                     where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key', 'traceparent',
+                       'debounce_key', 'debounce_for'))
+          then 'AF006' || format('has unknown field %L (known: context, priority, run_at, stage, idempotency_key, user_id, queue_key, traceparent, debounce_key, debounce_for)',
             (select k from jsonb_object_keys(e) k
-             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key', 'traceparent') limit 1))
+             where k not in ('context', 'priority', 'run_at', 'stage', 'idempotency_key', 'user_id', 'queue_key', 'traceparent',
+               'debounce_key', 'debounce_for') limit 1))
         when jsonb_typeof(e -> 'context') not in ('object', 'null') then 'AF006context must be a JSON object'
         when jsonb_typeof(e -> 'priority') not in ('number', 'null')
           or (jsonb_typeof(e -> 'priority') = 'number'
@@ -106,6 +112,20 @@ begin
         when jsonb_typeof(e -> 'traceparent') not in ('string', 'null') or not asyncflow.traceparent_ok(e ->> 'traceparent')
           then 'AF006' || format('traceparent must be a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros), got %s',
             e -> 'traceparent')
+        when jsonb_typeof(e -> 'debounce_key') not in ('string', 'null') or length(e ->> 'debounce_key') not between 1 and 255
+          then 'AF006' || format('debounce_key must be a string of 1 to 255 characters, got %s', e -> 'debounce_key')
+        when jsonb_typeof(e -> 'debounce_for') not in ('number', 'null')
+          or (jsonb_typeof(e -> 'debounce_for') = 'number'
+              and ((e ->> 'debounce_for')::numeric <= 0 or (e ->> 'debounce_for')::numeric > 31536000))
+          then 'AF006' || format('debounce_for must be a number of seconds more than 0 and at most 31536000, got %s', e -> 'debounce_for')
+        when (e ->> 'debounce_key') is null and (e ->> 'debounce_for') is not null
+          then 'AF006debounce_for needs a debounce_key'
+        when (e ->> 'debounce_key') is not null and (e ->> 'debounce_for') is null
+          then 'AF006debounce_key needs debounce_for (how long to wait for the next create with the key)'
+        when (e ->> 'debounce_key') is not null and (e ->> 'idempotency_key') is not null
+          then 'AF006debounce_key cannot be combined with idempotency_key or unique_key'
+        when (e ->> 'debounce_key') is not null and coalesce((e ->> 'priority')::numeric, 0) <> 0
+          then 'AF006priority cannot be combined with debounce_key: a debounced task starts once its debounce_for has passed'
       end as problem
       from jsonb_array_elements(p_tasks) with ordinality x(e, n)
     ) checked where problem is not null order by n limit 1;
@@ -115,6 +135,21 @@ begin
         when v_bad.why like '.%' then format('tasks[%s]%s', v_bad.n - 1, v_bad.why)
         else format('tasks[%s]: %s', v_bad.n - 1, v_bad.why) end);
     end if;
+  end if;
+
+  -- With a debounce key anywhere: every element on its own, in order, through create_task_debounced
+  -- (or create_task_general), which takes each key's lock.
+  if jsonb_path_exists(p_tasks, '$[*].debounce_key ? (@.type() == "string")') then
+    select array_agg(case when x.e ? 'debounce_key' and jsonb_typeof(x.e -> 'debounce_key') = 'string'
+        then asyncflow.create_task_debounced(p_task_type, x.e -> 'context', null, (x.e ->> 'run_at')::timestamptz,
+          x.e ->> 'stage', x.e ->> 'user_id', p_now, x.e ->> 'queue_key', x.e ->> 'traceparent', x.e ->> 'debounce_key',
+          make_interval(secs => (x.e ->> 'debounce_for')::float8))
+        else asyncflow.create_task_general(p_task_type, x.e -> 'context', (x.e ->> 'priority')::integer,
+          (x.e ->> 'run_at')::timestamptz, x.e ->> 'stage', x.e ->> 'idempotency_key', x.e ->> 'user_id', p_now,
+          x.e ->> 'queue_key', traceparent => x.e ->> 'traceparent') end order by x.n)
+      into v_ids
+    from jsonb_array_elements(p_tasks) with ordinality x(e, n);
+    return coalesce(v_ids, '{}');
   end if;
 
   select end_pos into v_pos from asyncflow.positions where task_type = p_task_type;
@@ -221,7 +256,7 @@ begin
 end
 $_$;
 
-create or replace function asyncflow.create_task(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer, traceparent text default null::text) returns text
+create or replace function asyncflow.create_task(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer, traceparent text default null::text, debounce_key text default null::text, debounce_for interval default null::interval) returns text
     language plpgsql security definer
     as $_$
 declare
@@ -243,7 +278,7 @@ begin
   -- take the collation of the call's arguments, and under a nondeterministic one of the
   -- caller's (CREATE COLLATION needs no privilege) 'a_b' = 'ab', so the lookup would find
   -- another type's row.
-  if idempotency_key is null and unique_key is null then
+  if idempotency_key is null and unique_key is null and debounce_key is null and debounce_for is null then
     -- What the checks and the row need, in one read of enqueue_info (one table, not task_types,
     -- positions and config: each table read costs a transaction about 25,000 instructions); the
     -- checks in one expression, the same as create_task_general's; the wake written out
@@ -290,11 +325,11 @@ begin
   end if;
   -- the explicit collation makes the call's, so every text parameter's, the default one
   return asyncflow.create_task_general(create_task.task_type collate pg_catalog."default", context, priority, run_at, stage,
-    idempotency_key, user_id, p_now, queue_key, unique_key, unique_for, traceparent);
+    idempotency_key, user_id, p_now, queue_key, unique_key, unique_for, traceparent, debounce_key, debounce_for);
 end
 $_$;
 
-create or replace function asyncflow.create_task_general(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer, traceparent text default null::text) returns text
+create or replace function asyncflow.create_task_general(task_type text, context jsonb default '{}'::jsonb, priority integer default 0, run_at timestamp with time zone default null::timestamp with time zone, stage text default null::text, idempotency_key text default null::text, user_id text default null::text, p_now timestamp with time zone default null::timestamp with time zone, queue_key text default null::text, unique_key text default null::text, unique_for integer default null::integer, traceparent text default null::text, debounce_key text default null::text, debounce_for interval default null::interval) returns text
     language plpgsql security definer
     set search_path to 'pg_catalog', 'pg_temp'
     as $_$
@@ -304,11 +339,17 @@ declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_pos integer;
   v_id bigint;
-  v_max_bytes integer;
   v_unique asyncflow.unique_keys;
   v_key record;
   v_task_id text;
 begin
+  if debounce_key is not null or debounce_for is not null then
+    if idempotency_key is not null or unique_key is not null then
+      perform asyncflow.raise_error('AF006', 'debounce_key cannot be combined with idempotency_key or unique_key');
+    end if;
+    return asyncflow.create_task_debounced(create_task_general.task_type, context, priority, run_at, stage, user_id,
+      p_now, queue_key, traceparent, debounce_key, debounce_for);
+  end if;
   -- With a unique key: the key's newest task while it blocks (inside its window, or pending or
   -- running), else a new task that becomes the key's. The key's row is taken first (inserted,
   -- or locked): a concurrent call with the same key waits, then sees the task made here.
@@ -343,35 +384,7 @@ begin
   -- Without an idempotency key: the checks, each with its error, then one INSERT ... VALUES.
   if idempotency_key is null then
     v_type := asyncflow.enqueue_task_type(create_task_general.task_type);
-    select max_context_bytes into v_max_bytes from asyncflow.config;
-    if context is not null and jsonb_typeof(context) not in ('object', 'null') then
-      perform asyncflow.raise_error('AF006', 'context must be a JSON object');
-    elsif priority is not null and priority not between 0 and 31104000 then
-      perform asyncflow.raise_error('AF004',
-        format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', priority));
-    elsif pg_column_size(context) > v_max_bytes then
-      perform asyncflow.raise_error('AF005', format(
-        'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
-        pg_column_size(context), v_max_bytes));
-    elsif not asyncflow.json_ok(context) then
-      perform asyncflow.check_json(context, 'context');
-    elsif run_at is not null and not run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00' then
-      -- years 2 to 9998: the task's times stay years 1 to 9999 in any time zone, which
-      -- JSON readers of RFC 3339 can read (a year before 1 is written "... BC", which they cannot)
-      perform asyncflow.raise_error('AF006', format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', run_at));
-    elsif stage is not null and stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
-      perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(stage)));
-    elsif length(user_id) > 255 then
-      perform asyncflow.raise_error('AF006',
-        format('user_id must be a string of at most 255 characters, got %s', to_jsonb(user_id)));
-    elsif length(queue_key) not between 1 and 255 then
-      perform asyncflow.raise_error('AF006',
-        format('queue_key must be a string of 1 to 255 characters, got %s', to_jsonb(queue_key)));
-    elsif not asyncflow.traceparent_ok(traceparent) then
-      perform asyncflow.raise_error('AF006', format(
-        'traceparent must be a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros), got %s',
-        to_jsonb(traceparent)));
-    end if;
+    perform asyncflow.check_new_task(context, priority, run_at, stage, user_id, queue_key, traceparent);
     select end_pos into v_pos from asyncflow.positions p where p.task_type = create_task_general.task_type;
     v_id := nextval(v_type.id_seq);
     insert into asyncflow.tasks (task_type, shard, id, stage, status, priority, max_retry_num,
@@ -396,9 +409,133 @@ begin
 end
 $_$;
 
+-- check_context: raises what is wrong with a context's size (AF005, over max_context_bytes) or
+-- with the JSON rule (AF006), and returns when nothing is (a null passes). Shared by
+-- check_new_task and checkpoint_task.
+create or replace function asyncflow.check_context(p_context jsonb) returns void
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+declare
+  v_max_bytes integer;
+begin
+  select max_context_bytes into v_max_bytes from asyncflow.config;
+  if pg_column_size(p_context) > v_max_bytes then
+    perform asyncflow.raise_error('AF005', format(
+      'context is too large: %s bytes, the limit is %s (asyncflow.config.max_context_bytes)',
+      pg_column_size(p_context), v_max_bytes));
+  elsif not asyncflow.json_ok(p_context) then
+    perform asyncflow.check_json(p_context, 'context');
+  end if;
+end
+$$;
+
+-- check_new_task: raises the first problem of a new task's fields (the error create_task gives),
+-- and returns when there is none. Shared by create_task_general and create_task_debounced, whose
+-- replace path writes a context without inserting a task.
+create or replace function asyncflow.check_new_task(p_context jsonb, p_priority integer, p_run_at timestamptz,
+  p_stage text, p_user_id text, p_queue_key text, p_traceparent text) returns void
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+begin
+  if p_context is not null and jsonb_typeof(p_context) not in ('object', 'null') then
+    perform asyncflow.raise_error('AF006', 'context must be a JSON object');
+  elsif p_priority is not null and p_priority not between 0 and 31104000 then
+    perform asyncflow.raise_error('AF004',
+      format('priority must be an integer between 0 and 31104000 (seconds ahead), got %s', p_priority));
+  end if;
+  perform asyncflow.check_context(p_context);
+  if p_run_at is not null and not p_run_at between '0002-01-01 00:00:00+00' and '9999-01-01 00:00:00+00' then
+    -- years 2 to 9998: the task's times stay years 1 to 9999 in any time zone, which
+    -- JSON readers of RFC 3339 can read (a year before 1 is written "... BC", which they cannot)
+    perform asyncflow.raise_error('AF006', format('run_at must be a timestamp from 0002-01-01 to 9999-01-01 (UTC), got %s', p_run_at));
+  elsif p_stage is not null and p_stage !~ '^[A-Za-z0-9_.:/-]{1,64}$' then
+    perform asyncflow.raise_error('AF006', format('stage must match ^[A-Za-z0-9_.:/-]{1,64}$, got %s', to_jsonb(p_stage)));
+  elsif length(p_user_id) > 255 then
+    perform asyncflow.raise_error('AF006',
+      format('user_id must be a string of at most 255 characters, got %s', to_jsonb(p_user_id)));
+  elsif length(p_queue_key) not between 1 and 255 then
+    perform asyncflow.raise_error('AF006',
+      format('queue_key must be a string of 1 to 255 characters, got %s', to_jsonb(p_queue_key)));
+  elsif not asyncflow.traceparent_ok(p_traceparent) then
+    perform asyncflow.raise_error('AF006', format(
+      'traceparent must be a W3C trace p_context (00-<32 hex>-<16 hex>-<2 hex>, lowercase, ids not all zeros), got %s',
+      to_jsonb(p_traceparent)));
+  end if;end
+$$;
+
+-- create_task_debounced: create_task with a debounce_key and debounce_for. The task starts no
+-- earlier than now + debounce_for (or run_at, when later). While the key's task is pending and
+-- has never been claimed (claim_seq 0), another create with the key (of the same type) replaces
+-- its context, moves its start to now + debounce_for and returns its id; once it has been
+-- claimed, the create makes a new task, which the key names from then on.
+-- Concurrent creates of one key run one at a time: each takes the key's row first (inserts it,
+-- or waits for its lock), so 8 creators at once leave one task. The key's task is changed by an
+-- UPDATE that waits for a claim holding the row and then looks at the row as that claim left
+-- it, so a task is never both claimed and debounced. A replace is marked for task_created_here
+-- (the transaction-local setting asyncflow.debounced, the task's id): the task row is this
+-- transaction's then, though it did not create it. Errors (AF006): a key without debounce_for,
+-- debounce_for without a key, a key not of 1 to 255 characters, debounce_for not more than 0 and
+-- at most 365 days, a priority (it would start the task before its debounce ends), and the
+-- errors of create_task; nothing changed.
+create or replace function asyncflow.create_task_debounced(p_task_type text, p_context jsonb, p_priority integer,
+  p_run_at timestamptz, p_stage text, p_user_id text, p_now timestamptz, p_queue_key text, p_traceparent text,
+  p_debounce_key text, p_debounce_for interval) returns text
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := asyncflow.check_now(p_now);
+  v_start timestamptz;
+  v_row asyncflow.debounce_keys;
+  v_task_id text;
+  v_key record;
+begin
+  if p_debounce_key is null then
+    perform asyncflow.raise_error('AF006', 'debounce_for needs a debounce_key');
+  elsif length(p_debounce_key) not between 1 and 255 then
+    perform asyncflow.raise_error('AF006',
+      format('debounce_key must be a string of 1 to 255 characters, got %s', to_jsonb(p_debounce_key)));
+  elsif p_debounce_for is null then
+    perform asyncflow.raise_error('AF006', 'debounce_key needs debounce_for (how long to wait for the next create with the key)');
+  elsif p_debounce_for <= interval '0' or p_debounce_for > interval '365 days' then
+    perform asyncflow.raise_error('AF006',
+      format('debounce_for must be more than 0 and at most 365 days, got %s', p_debounce_for));
+  elsif coalesce(p_priority, 0) <> 0 then
+    perform asyncflow.raise_error('AF006',
+      'priority cannot be combined with debounce_key: a debounced task starts once its debounce_for has passed');
+  end if;
+  perform asyncflow.enqueue_task_type(p_task_type);
+  perform asyncflow.check_new_task(p_context, 0, p_run_at, p_stage, p_user_id, p_queue_key, p_traceparent);
+  v_start := greatest(v_now + p_debounce_for, p_run_at);
+  perform set_config('asyncflow.debounced', '', true);
+
+  insert into asyncflow.debounce_keys (task_type, debounce_key, shard, id, start_at)
+  values (p_task_type, p_debounce_key, 0, 0, v_start)
+  on conflict do nothing;
+  if not found then
+    select * into v_row from asyncflow.debounce_keys k
+    where k.task_type = p_task_type and k.debounce_key = p_debounce_key for update;
+    update asyncflow.tasks t set context = coalesce(nullif(p_context, 'null'::jsonb), '{}'::jsonb),
+      order_time = v_start, updated_at = v_now
+    where t.task_type = v_row.task_type and t.shard = v_row.shard and t.id = v_row.id
+      and t.status = 'pending' and t.claim_seq = 0;
+    if found then
+      update asyncflow.debounce_keys k set start_at = v_start
+      where k.task_type = p_task_type and k.debounce_key = p_debounce_key;
+      v_task_id := asyncflow.format_task_id(v_row.task_type, v_row.shard, v_row.id);
+      perform set_config('asyncflow.debounced', v_task_id, true);
+      return v_task_id;
+    end if;
+  end if;
+  v_task_id := asyncflow.create_task_general(p_task_type, p_context, 0, v_start, p_stage, null, p_user_id, p_now,
+    p_queue_key, traceparent => p_traceparent);
+  select * into v_key from asyncflow.parse_task_id(v_task_id);
+  update asyncflow.debounce_keys k set shard = v_key.shard, id = v_key.id, start_at = v_start
+  where k.task_type = p_task_type and k.debounce_key = p_debounce_key;
+  return v_task_id;
+end
+$$;
+
 -- task_created_here: whether the task p_task_id was created by the calling transaction (its row
 -- is this transaction's own): how a create_task with an idempotency key tells a new task from
--- the one its key already named. False for an unknown id.
+-- the one its key already named, or a debounced create from the task it replaced (the row is
+-- this transaction's then too: create_task_debounced marks it). False for an unknown id.
 create or replace function asyncflow.task_created_here(p_task_id text) returns boolean
 language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 declare
@@ -406,7 +543,7 @@ declare
   v_xmin xid;
 begin
   select * into v_key from asyncflow.parse_task_id(p_task_id);
-  if v_key.task_type is null then
+  if v_key.task_type is null or current_setting('asyncflow.debounced', true) = p_task_id then
     return false;
   end if;
   select t.xmin into v_xmin from asyncflow.tasks t

@@ -263,6 +263,8 @@ $$;
 -- drop_expired_unique_keys (maintenance): removes up to p_limit uniqueness keys whose window
 -- has ended (create_task's unique_for): such a key blocks nothing, so its row is dead weight.
 -- Keys held while a task is pending or running (no window) are replaced when next used.
+-- Also removes up to p_limit debounce keys (create_task's debounce_key) whose start passed a day
+-- ago and whose task has been claimed or is gone: such a key names a task no create replaces.
 -- Returns how many went.
 create or replace function asyncflow.drop_expired_unique_keys(p_now timestamptz default null, p_limit integer default 10000)
 returns integer
@@ -270,6 +272,7 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   v_now timestamptz := asyncflow.check_now(p_now);
   v_n integer;
+  v_debounced integer;
 begin
   delete from asyncflow.unique_keys k
   where (k.task_type, k.unique_key) in (
@@ -278,6 +281,16 @@ begin
     order by x.expires_at limit greatest(coalesce(p_limit, 10000), 1)
     for update skip locked);
   get diagnostics v_n = row_count;
-  return v_n;
+  delete from asyncflow.debounce_keys k
+  where (k.task_type, k.debounce_key) in (
+    select x.task_type, x.debounce_key from asyncflow.debounce_keys x
+    where x.start_at <= v_now - interval '1 day'
+      and not exists (select 1 from asyncflow.tasks t
+        where t.task_type = x.task_type and t.shard = x.shard and t.id = x.id
+          and t.status = 'pending' and t.claim_seq = 0)
+    order by x.start_at limit greatest(coalesce(p_limit, 10000), 1)
+    for update skip locked);
+  get diagnostics v_debounced = row_count;
+  return v_n + v_debounced;
 end
 $$;

@@ -7,7 +7,8 @@ revoke all on all functions in schema asyncflow from public;
 -- Applications: enqueue, read, cancel and retry tasks; register types; the workflow API.
 grant execute on function
   asyncflow.register_task_type(text, jsonb),
-  asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text, text, integer, text),
+  asyncflow.create_task(text, jsonb, integer, timestamptz, text, text, text, timestamptz, text, text, integer, text, text,
+    interval),
   asyncflow.create_tasks(text, jsonb, timestamptz),
   asyncflow.task_created_here(text),
   asyncflow.get_task(text),
@@ -78,5 +79,6 @@ grant execute on function
     double precision[], timestamptz, jsonb[]),
   asyncflow.next_due(text),
   asyncflow.held_tasks(text, text),
-  asyncflow.set_progress(text, bigint, jsonb)
+  asyncflow.set_progress(text, bigint, jsonb),
+  asyncflow.checkpoint_task(text, bigint, jsonb)
 to asyncflow_worker;

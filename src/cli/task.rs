@@ -48,6 +48,13 @@ pub enum TaskCommand {
         /// The W3C trace context the task continues (00-<trace id>-<parent id>-<flags>).
         #[arg(long)]
         traceparent: Option<String>,
+        /// Debounce key: while its task is pending and not started, a create with it replaces
+        /// that task's context and moves its start (prints "created": false).
+        #[arg(long, requires = "debounce_for")]
+        debounce_key: Option<String>,
+        /// With --debounce-key: how long after this create the task starts (5s, 2m, 1h, or seconds).
+        #[arg(long, requires = "debounce_key", value_parser = super::args::interval)]
+        debounce_for: Option<std::time::Duration>,
     },
     /// Show a task.
     Get {
@@ -124,6 +131,8 @@ pub async fn task(client: &Client, command: TaskCommand) -> Result<()> {
             unique_key,
             unique_for,
             traceparent,
+            debounce_key,
+            debounce_for,
         } => {
             let task = NewTask {
                 context: Some(json_arg("--context", &context)?),
@@ -136,6 +145,8 @@ pub async fn task(client: &Client, command: TaskCommand) -> Result<()> {
                 unique_key,
                 unique_for,
                 traceparent,
+                debounce_key,
+                debounce_for: debounce_for.map(|d| d.as_secs_f64()),
             };
             print(&client.create_task(&task_type, &task).await?)
         }

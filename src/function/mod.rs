@@ -73,6 +73,62 @@ pub struct StageCall {
     /// `progress`.
     #[serde(skip)]
     pub progress: Progress,
+    /// Where the call saves its context (not on the wire): see [`StageCall::checkpoint`].
+    #[serde(skip)]
+    pub checkpoints: Checkpoints,
+}
+
+impl StageCall {
+    /// Saves the call's context without ending the call: the task's whole context becomes
+    /// `context` (a JSON object), and a retry of this stage (after a failure, a lost lease, a
+    /// crash) starts from it. Written before this returns. Fenced like the call's reply: false,
+    /// and nothing changed, when the task is no longer running under this call's claim (the
+    /// call was cancelled, or its lease was lost). An error for a context the database refuses
+    /// (not an object, larger than `max_context_bytes`), or for a call no worker made.
+    pub async fn checkpoint(&self, context: Value) -> crate::error::Result<bool> {
+        self.checkpoints.write(context).await
+    }
+}
+
+/// What writes a call's checkpoints: the worker that made the call sets it (through its
+/// backend: `asyncflow.checkpoint_task`, or `POST /v1/worker/checkpoint` on a server); a call
+/// made otherwise (a test's) has none, and its checkpoints are refused.
+#[derive(Clone, Default)]
+pub struct Checkpoints(Option<std::sync::Arc<CheckpointWriter>>);
+
+/// Writes one checkpoint's context: whether the fence let it through.
+type CheckpointWriter = dyn Fn(Value) -> BoxFuture<'static, crate::error::Result<bool>> + Send + Sync;
+
+impl Checkpoints {
+    /// Checkpoints written by `write`.
+    pub fn new(
+        write: impl Fn(Value) -> BoxFuture<'static, crate::error::Result<bool>> + Send + Sync + 'static,
+    ) -> Self {
+        Checkpoints(Some(std::sync::Arc::new(write)))
+    }
+
+    /// Writes one checkpoint (see [`StageCall::checkpoint`]).
+    pub async fn write(&self, context: Value) -> crate::error::Result<bool> {
+        match &self.0 {
+            Some(write) => write(context).await,
+            None => Err(crate::error::Error::InvalidArgument(
+                "this call was not made by a worker: it has nowhere to save a checkpoint".into(),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for Checkpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Checkpoints(worker)" } else { "Checkpoints(none)" })
+    }
+}
+
+/// Two calls are equal whatever writes their checkpoints.
+impl PartialEq for Checkpoints {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Largest progress value, as JSON text: progress is a small value (a percentage, a message).
@@ -182,6 +238,7 @@ impl From<ClaimedTask> for StageCall {
             children,
             cancel: CallCancel::default(),
             progress: Progress::default(),
+            checkpoints: Checkpoints::default(),
         }
     }
 }

@@ -6,6 +6,11 @@
 //!   log    <── lines ─────────────────────── stderr   ┘   (a progress line is the call's
 //! ```                                                     in flight: see [`InFlight`])
 //!
+//! Before its reply, a call may save its context with a line `{"id": "7", "checkpoint": {...}}`
+//! on stdout (see [`StageCall::checkpoint`]): the worker writes it before it reads the next
+//! line, so a reply that follows (a failure) is written after it, and the retry starts from it.
+//! A checkpoint the database refuses (not an object, too large) fails the call with retry.
+//!
 //! `function.toml` says `mode = "warm"` and `instances = N`: up to N processes of the function's
 //! `command`, started when a call needs one (not before), each serving one call at a time
 //! (`concurrency = N` lets one serve N at once: see [`super::warm_shared`]). A
@@ -34,7 +39,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::process::{command, exit_text, keep_tail, progress_line, read_stderr, tail, GroupGuard};
-use super::{BoxFuture, Function, Progress, StageCall, StageReply};
+use super::{BoxFuture, Checkpoints, Function, Progress, StageCall, StageReply};
 
 /// How long an instance may sit idle before it is stopped.
 pub const IDLE_STOP: Duration = Duration::from_secs(60);
@@ -127,23 +132,28 @@ pub(super) struct Instance {
 /// write it) is taken only while that call is in flight, and one that names none is the call's
 /// in flight when there is exactly one. Neither can reach another task's call.
 #[derive(Clone, Default)]
-pub(super) struct InFlight(Arc<Mutex<HashMap<String, Progress>>>);
+pub(super) struct InFlight(Arc<Mutex<HashMap<String, (Progress, Checkpoints)>>>);
 
 impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Progress>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Progress, Checkpoints)>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The one call in flight (an instance serving one call at a time), or none.
-    fn set(&self, call: Option<(String, Progress)>) {
+    fn set(&self, call: Option<(String, &StageCall)>) {
         let mut calls = self.lock();
         calls.clear();
-        calls.extend(call);
+        calls.extend(call.map(|(id, call)| (id, (call.progress.clone(), call.checkpoints.clone()))));
     }
 
     /// One more call in flight (an instance serving many).
-    pub(super) fn add(&self, id: &str, progress: Progress) {
-        self.lock().insert(id.to_string(), progress);
+    pub(super) fn add(&self, id: &str, call: &StageCall) {
+        self.lock().insert(id.to_string(), (call.progress.clone(), call.checkpoints.clone()));
+    }
+
+    /// Where the call `id` in flight writes its checkpoints.
+    pub(super) fn checkpoints(&self, id: &str) -> Option<Checkpoints> {
+        self.lock().get(id).map(|(_, c)| c.clone())
     }
 
     /// A call no longer in flight.
@@ -156,8 +166,8 @@ impl InFlight {
     fn progress(&self, named: Option<&str>, json: &str) -> Result<bool, String> {
         let calls = self.lock();
         let progress = match named {
-            Some(id) => calls.get(id),
-            None if calls.len() == 1 => calls.values().next(),
+            Some(id) => calls.get(id).map(|(p, _)| p),
+            None if calls.len() == 1 => calls.values().next().map(|(p, _)| p),
             None => None,
         };
         match progress {
@@ -259,10 +269,10 @@ impl Pool {
             }
         };
         line.push(b'\n');
-        instance.in_flight.set(Some((id.clone(), call.progress.clone())));
+        instance.in_flight.set(Some((id.clone(), &call)));
         // dropping this future (cancel, lease lost, hand-back) drops the instance: its group
         // is killed, and the next call starts another
-        let exchange = instance.exchange(&line, &id, self.options.max_reply);
+        let exchange = instance.exchange(&line, &id, self.options.max_reply, &call.checkpoints);
         let outcome = match self.options.timeout {
             Some(t) => tokio::time::timeout(t, exchange).await,
             None => Ok(exchange.await),
@@ -439,27 +449,47 @@ async fn stop_idle(pool: Weak<Pool>) {
 }
 
 impl Instance {
-    /// Writes one call line and reads the reply line with the same id (the id taken out).
-    async fn exchange(&mut self, line: &[u8], id: &str, limit: usize) -> Result<Value, Broken> {
+    /// Writes one call line and reads the reply line with the same id (the id taken out),
+    /// writing the call's checkpoint lines met on the way.
+    async fn exchange(
+        &mut self,
+        line: &[u8],
+        id: &str,
+        limit: usize,
+        checkpoints: &Checkpoints,
+    ) -> Result<Value, Broken> {
         if let Err(e) = self.stdin.write_all(line).await {
             return Err(match e.kind() {
                 std::io::ErrorKind::BrokenPipe => Broken::Closed,
                 _ => Broken::Protocol(format!("writing the call: {e}")),
             });
         }
-        let reply = read_line(&mut self.stdout, limit).await?;
-        let text = reply.strip_suffix(b"\r").unwrap_or(&reply);
-        let value: Value = serde_json::from_slice(text).map_err(|e| {
-            let start: String = String::from_utf8_lossy(text).chars().take(120).collect();
-            Broken::Protocol(format!("a reply line that is not JSON ({e}): {start:?}"))
-        })?;
-        let Value::Object(mut map) = value else {
-            return Err(Broken::Protocol("a reply line that is not a JSON object".into()));
-        };
-        match map.remove("id") {
-            Some(Value::String(got)) if got == id => Ok(Value::Object(map)),
-            Some(other) => Err(Broken::Protocol(format!("a reply with id {other} to the call with id {id:?}"))),
-            None => Err(Broken::Protocol(format!("a reply without id to the call with id {id:?}"))),
+        let mut refused = None;
+        loop {
+            let reply = read_line(&mut self.stdout, limit).await?;
+            let text = reply.strip_suffix(b"\r").unwrap_or(&reply);
+            let value: Value = serde_json::from_slice(text).map_err(|e| {
+                let start: String = String::from_utf8_lossy(text).chars().take(120).collect();
+                Broken::Protocol(format!("a reply line that is not JSON ({e}): {start:?}"))
+            })?;
+            let Value::Object(mut map) = value else {
+                return Err(Broken::Protocol("a reply line that is not a JSON object".into()));
+            };
+            match map.remove("id") {
+                Some(Value::String(got)) if got == id => {}
+                Some(other) => {
+                    return Err(Broken::Protocol(format!("a reply with id {other} to the call with id {id:?}")))
+                }
+                None => return Err(Broken::Protocol(format!("a reply without id to the call with id {id:?}"))),
+            }
+            match checkpoint_line(&mut map) {
+                Some(context) => {
+                    if let Err(why) = write_checkpoint(checkpoints, id, context).await {
+                        refused.get_or_insert(why);
+                    }
+                }
+                None => return Ok(refused.map_or(Value::Object(map), |why| checkpoint_refused(&why))),
+            }
         }
     }
 
@@ -523,4 +553,35 @@ pub(super) async fn read_line(reader: &mut BufReader<ChildStdout>, limit: usize)
             return Ok(line);
         }
     }
+}
+
+/// The context of a checkpoint line (`{"id", "checkpoint": {...}}`, the id already taken out), or
+/// None for a reply.
+pub(super) fn checkpoint_line(map: &mut serde_json::Map<String, Value>) -> Option<Value> {
+    if map.len() == 1 {
+        map.remove("checkpoint")
+    } else {
+        None
+    }
+}
+
+/// Writes a warm call's checkpoint; why it was not taken when the database refused it (a stale
+/// claim is no error: the call's reply will be refused as well).
+pub(super) async fn write_checkpoint(checkpoints: &Checkpoints, id: &str, context: Value) -> Result<(), String> {
+    match checkpoints.write(context).await {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            tracing::debug!(call = id, "checkpoint of a call no longer running: not written");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(call = id, error = %e, "checkpoint refused: the call fails");
+            Err(e.to_string())
+        }
+    }
+}
+
+/// The reply that stands for a call whose checkpoint was refused: a failure, with retry.
+pub(super) fn checkpoint_refused(why: &str) -> Value {
+    serde_json::json!({"error": format!("a checkpoint was refused: {why}"), "retry": true})
 }

@@ -175,6 +175,8 @@ impl Shared {
 /// Reads the replies of one instance and hands each to its call, until the instance ends.
 async fn read_replies(shared: Arc<Shared>, stdout: BufReader<ChildStdout>, limit: usize, max_calls: Option<u64>) {
     let mut stdout = stdout;
+    // calls whose checkpoint was refused: their reply becomes a failure
+    let mut refused: HashMap<String, String> = HashMap::new();
     loop {
         let line = match read_line(&mut stdout, limit).await {
             Ok(line) => line,
@@ -209,6 +211,15 @@ async fn read_replies(shared: Arc<Shared>, stdout: BufReader<ChildStdout>, limit
                 return;
             }
         };
+        // a checkpoint line is written before the next line is read (the call's reply above all)
+        if let Some(context) = super::warm::checkpoint_line(&mut map) {
+            if let Some(checkpoints) = shared.in_flight.checkpoints(&id) {
+                if let Err(why) = super::warm::write_checkpoint(&checkpoints, &id, context).await {
+                    refused.entry(id).or_insert(why);
+                }
+            }
+            continue;
+        }
         let (waiter, stop_now) = {
             let mut state = shared.lock();
             let waiter = state.waiting.remove(&id);
@@ -228,8 +239,12 @@ async fn read_replies(shared: Arc<Shared>, stdout: BufReader<ChildStdout>, limit
             (waiter, state.retiring && state.load == 0 && state.dead.is_none())
         };
         shared.in_flight.remove(&id);
+        let reply = match refused.remove(&id) {
+            Some(why) => super::warm::checkpoint_refused(&why),
+            None => Value::Object(map),
+        };
         if let Some(waiter) = waiter {
-            let _ = waiter.send(Ok(Value::Object(map)));
+            let _ = waiter.send(Ok(reply));
         }
         if stop_now {
             tracing::debug!(function = %shared.name, pid = shared.pid, "instance recycled");
@@ -324,7 +339,7 @@ async fn pick(pool: &Arc<Pool>, id: &str, waiter: Waiter, call: &StageCall) -> R
                     s.waiting.insert(id.to_string(), w);
                 }
                 drop(s);
-                shared.in_flight.add(id, call.progress.clone());
+                shared.in_flight.add(id, call);
                 return Ok(shared);
             }
             if state.shared.len() + state.starting >= pool.options.instances {

@@ -84,6 +84,7 @@ under `/v1`), which keep that protocol's own `{code, msg}` envelope."
         super::worker_protocol::next_due,
         super::worker_protocol::held,
         super::worker_protocol::progress,
+        super::worker_protocol::checkpoint,
         super::worker_protocol::presence,
         super::worker_protocol::gone,
         super::cancels::cancels,

@@ -14,6 +14,7 @@
 //!   GET  /v1/worker/next-due?type=T                            -> {type, due, wait_ms}
 //!   POST /v1/worker/held       {type, worker_id}               -> {tasks: [{task_id, claim_seq, stage, attempt, lease_until}]}
 //!   POST /v1/worker/progress   {task_id, claim_seq, progress}  -> 200 | 409 stale | 404 unknown
+//!   POST /v1/worker/checkpoint {task_id, claim_seq, context}   -> 200 | 409 stale | 404 unknown
 //!   POST /v1/worker/presence   {worker_id, host, pid, types, in_flight, started_at} -> {worker_id, listed}
 //!   POST /v1/worker/gone       {worker_id}                     -> {worker_id, listed}
 //! ```
@@ -23,7 +24,9 @@
 //!
 //! `progress` is for the running call itself rather than its worker: an HTTP function posts its
 //! progress with the `task_id` and `claim_seq` of its stage call, and only that claim's call can
-//! set it (the lease stays the worker's).
+//! set it (the lease stays the worker's). `checkpoint` is the same for the call's context
+//! (`asyncflow.checkpoint_task`): the task's whole context becomes the one posted, and a retry of
+//! the stage starts from it.
 //!
 //! The bodies are the wire types of [`crate::protocol`], which the client in `worker::backend`
 //! and the OpenAPI document use too.
@@ -42,9 +45,9 @@ use super::{hold_wait, parse_body, ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::ids::{TypeName, WorkerId};
 use crate::protocol::{
-    GoneRequest, Held, HeldRequest, HeldTasks, HoldRequest, NextDue, PresenceAnswer, PresenceRequest, ProgressAccepted,
-    ProgressRequest, ReportAccepted, ReportBatchRequest, ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX,
-    HOLD_WAIT_MAX, REPORTS_PER_CALL_MAX,
+    CheckpointAccepted, CheckpointRequest, GoneRequest, Held, HeldRequest, HeldTasks, HoldRequest, NextDue,
+    PresenceAnswer, PresenceRequest, ProgressAccepted, ProgressRequest, ReportAccepted, ReportBatchRequest,
+    ReportOutcome, ReportRequest, ReportResults, HOLD_LIMIT_MAX, HOLD_WAIT_MAX, REPORTS_PER_CALL_MAX,
 };
 use crate::task::{Report, ReportKind};
 
@@ -61,6 +64,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/worker/next-due", get(next_due))
         .route("/v1/worker/held", post(held))
         .route("/v1/worker/progress", post(progress))
+        .route("/v1/worker/checkpoint", post(checkpoint))
         .route("/v1/worker/presence", post(presence))
         .route("/v1/worker/gone", post(gone))
 }
@@ -251,6 +255,36 @@ async fn progress(
         )));
     }
     Ok(Json(ProgressAccepted { task_id: b.task_id, status }))
+}
+
+/// Saves a running call's context (`asyncflow.checkpoint_task`), posted by the call itself (an
+/// HTTP function) with the `task_id` and `claim_seq` of its stage call: the task's whole context
+/// becomes `context`, and a retry of the stage starts from it. Only the claim that handed out
+/// that `claim_seq` may write it: a stale one is refused with 409 and changes nothing.
+#[utoipa::path(post, path = "/v1/worker/checkpoint", operation_id = "checkpoint", tag = "worker protocol",
+    request_body = CheckpointRequest,
+    responses(
+        (status = 200, description = "The context is the task's now", body = CheckpointAccepted),
+        (status = 400, description = "Malformed body, a context that is not a JSON object or is unreadable", body = ApiError),
+        (status = 401, description = "Missing or wrong bearer token", body = ApiError),
+        (status = 404, description = "Unknown task", body = ApiError),
+        (status = 409, description = "The task is no longer running under that claim_seq", body = ApiError),
+        (status = 413, description = "Body or context too large", body = ApiError),
+    ))]
+async fn checkpoint(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<CheckpointAccepted>> {
+    let b: CheckpointRequest = parse_body(&state, body)?;
+    let c = state.pool.get().await.map_err(crate::Error::from)?;
+    if !api::checkpoint_task(&c, &b.task_id, b.claim_seq, &b.context).await? {
+        return Err(ApiError::stale(format!(
+            "task {} is no longer running under claim_seq {}",
+            crate::error::echo(&b.task_id),
+            b.claim_seq
+        )));
+    }
+    Ok(Json(CheckpointAccepted { task_id: b.task_id }))
 }
 
 /// A remote worker's heartbeat row: written with the server's clock as `last_seen`.

@@ -114,6 +114,15 @@ impl Backend {
         }
     }
 
+    /// Saves a running call's context (`asyncflow.checkpoint_task`, `POST /v1/worker/checkpoint`):
+    /// false, and nothing changed, when the task is no longer running under `claim_seq`.
+    pub(super) async fn checkpoint(&self, task_id: &str, claim_seq: i64, context: &serde_json::Value) -> Result<bool> {
+        match self {
+            Backend::Database(pool) => api::checkpoint_task(&pool.get().await?, task_id, claim_seq, context).await,
+            Backend::Server(remote) => remote.checkpoint(task_id, claim_seq, context).await,
+        }
+    }
+
     /// How `reports` is cut into calls: the database takes a batch whole; a server takes at
     /// most [`REPORTS_PER_CALL_MAX`] reports and [`REPORT_BYTES_MAX`] bytes per request.
     pub(super) fn chunks(&self, reports: &[Report]) -> Vec<Range<usize>> {

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::hold::{chainable, Answer, Hold, CHAIN_MAX};
 use super::reporter::{report_reply, CallLog};
 use super::{report, InFlight, Registered, Shared};
-use crate::function::{StageCall, StageReply};
+use crate::function::{Checkpoints, StageCall, StageReply};
 use crate::task::{ClaimedTask, ReportKind};
 use crate::trace::CallSpans;
 
@@ -72,6 +72,7 @@ pub(super) async fn run(
         let spans = CallSpans::start(&task);
         let mut stage_call = StageCall::from(task);
         stage_call.progress = progress.clone();
+        stage_call.checkpoints = checkpoints(&shared, &task_id, claim_seq);
         match &spans {
             Some(spans) => stage_call.traceparent = Some(spans.traceparent()),
             None => stage_call.traceparent = stage_call.traceparent.filter(|t| crate::trace::is_traceparent(t)),
@@ -153,6 +154,15 @@ pub(super) async fn run(
     }
     drop(permit);
     shared.calls_ended(&task_type, 1);
+}
+
+/// A call's checkpoints, written through the worker's backend under the call's claim.
+fn checkpoints(shared: &Arc<Shared>, task_id: &crate::ids::TaskId, claim_seq: i64) -> Checkpoints {
+    let (shared, task_id) = (shared.clone(), task_id.to_string());
+    Checkpoints::new(move |context| {
+        let (shared, task_id) = (shared.clone(), task_id.clone());
+        Box::pin(async move { shared.backend.checkpoint(&task_id, claim_seq, &context).await })
+    })
 }
 
 /// Runs one stage call: its reply, a retryable failure if it panicked or overran its timeout,

@@ -383,6 +383,20 @@ impl ServerBackend {
         Ok(())
     }
 
+    /// Saves a running call's context through the server (`POST /v1/worker/checkpoint`): false
+    /// when the claim is stale (409).
+    pub(super) async fn checkpoint(&self, task_id: &str, claim_seq: i64, context: &serde_json::Value) -> Result<bool> {
+        let body =
+            crate::protocol::CheckpointRequest { task_id: task_id.to_string(), claim_seq, context: context.clone() };
+        let answer: Result<crate::protocol::CheckpointAccepted> =
+            self.call(Method::POST, "/v1/worker/checkpoint", Some(&body)).await;
+        match answer {
+            Ok(_) => Ok(true),
+            Err(crate::error::Error::StaleFence(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Removes this worker's heartbeat row through the server (`POST /v1/worker/gone`).
     pub(super) async fn gone(&self, id: &str) -> Result<()> {
         let body = crate::protocol::GoneRequest { worker_id: id.to_string() };

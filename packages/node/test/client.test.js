@@ -76,3 +76,21 @@ test('cancel, retry, and wait: the ended task, or a TaskTimeout carrying it as i
     await c.end();
   }
 });
+
+test('debounceKey and debounceFor: a second enqueue replaces the pending task and moves its start', async () => {
+  const c = await connect();
+  try {
+    const type = await newType(c);
+    const first = await asyncflow.enqueue(c, type, { v: 1 }, { debounceKey: 'doc:1', debounceFor: 30 });
+    const second = await asyncflow.enqueue(c, type, { v: 2 }, { debounceKey: 'doc:1', debounceFor: 60 });
+    assert.strictEqual(second, first);
+    const task = await asyncflow.getTask(c, first);
+    assert.deepStrictEqual(task.context, { v: 2 });
+    const [many] = await asyncflow.enqueueMany(c, type, [{ context: { v: 3 }, debounceKey: 'doc:1', debounceFor: 0.5 }]);
+    assert.strictEqual(many, first);
+    await assert.rejects(asyncflow.enqueue(c, type, {}, { debounceKey: 'doc:1', debounceFor: 0 }), /debounce_for/);
+    await assert.rejects(asyncflow.enqueue(c, type, {}, { debounceFor: 5 }), /needs a debounce_key/);
+  } finally {
+    await c.end();
+  }
+});

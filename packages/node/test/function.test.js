@@ -60,3 +60,41 @@ test('a call without id is answered once; a throw is a failure with retry; progr
   assert.match(h.replies[0].error, /boom/);
   assert.throws(() => progress('x'.repeat(5000)), RangeError);
 });
+
+test('step runs its fn once across a retry: its result is checkpointed before the reply', async () => {
+  const { step, checkpoint } = require('../function');
+  let runs = 0;
+  const handle = async (call) => {
+    const charged = await step('charge', async () => { runs += 1; return { receipt: 'r-' + runs }; });
+    if (call.attempt === 1) throw new Error('flaky after the charge');
+    return { result: { charged, context: call.context } };
+  };
+  // first attempt: the checkpoint line, then the failure
+  const first = harness(handle);
+  first.send({ id: '1', attempt: 1, context: { order: 7 } });
+  first.input.end();
+  await first.done;
+  assert.deepStrictEqual(first.replies[0], { id: '1', checkpoint: { order: 7, _steps: { charge: { receipt: 'r-1' } } } });
+  assert.strictEqual(first.replies[1].id, '1');
+  assert.strictEqual(first.replies[1].retry, true);
+  // the retry starts from the checkpointed context: the step is not run again
+  const second = harness(handle);
+  second.send({ id: '2', attempt: 2, context: first.replies[0].checkpoint });
+  second.input.end();
+  await second.done;
+  assert.strictEqual(runs, 1);
+  assert.deepStrictEqual(second.replies, [{ id: '2', result: { charged: { receipt: 'r-1' }, context: { order: 7, _steps: { charge: { receipt: 'r-1' } } } } }]);
+  // concurrent calls keep their own context; a bad checkpoint is refused and writes nothing
+  const third = harness(async (call) => {
+    await checkpoint({ n: call.context.n, seen: true });
+    await assert.rejects(checkpoint([1]), TypeError);
+    return { next_stage: 'next' };
+  });
+  for (let n = 0; n < 5; n++) third.send({ id: String(n), attempt: 1, context: { n } });
+  third.input.end();
+  await third.done;
+  const saved = third.replies.filter((r) => r.checkpoint);
+  assert.strictEqual(saved.length, 5);
+  assert.ok(saved.every((r) => r.checkpoint.n === Number(r.id) && r.checkpoint.seen));
+  await assert.rejects(checkpoint({}), /inside the handler/);
+});

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Any, Iterable, Mapping, Optional, Tuple
+from typing import Any, Iterable, Mapping, Optional, Tuple, Union
 
-from ._task import task_fields
+from ._task import seconds, task_fields
 
 ENQUEUE = (
     "select asyncflow.create_task(%s, %s::jsonb, priority => %s, run_at => %s, stage => %s,"
     " idempotency_key => %s, user_id => %s, queue_key => %s, unique_key => %s, unique_for => %s,"
-    " traceparent => %s)"
+    " traceparent => %s, debounce_key => %s, debounce_for => make_interval(secs => %s))"
 )
 ENQUEUE_MANY = "select asyncflow.create_tasks(%s, %s::jsonb)"
 GET_TASK = "select asyncflow.get_task(%s)::text"
@@ -31,6 +31,8 @@ def enqueue_params(
     unique_key: Optional[str],
     unique_for: Optional[int],
     traceparent: Optional[str],
+    debounce_key: Optional[str] = None,
+    debounce_for: Optional[Union[float, _dt.timedelta]] = None,
 ) -> Tuple[Any, ...]:
     return (
         task_type,
@@ -44,6 +46,8 @@ def enqueue_params(
         unique_key,
         unique_for,
         traceparent,
+        debounce_key,
+        seconds(debounce_for),
     )
 
 

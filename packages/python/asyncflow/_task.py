@@ -98,15 +98,26 @@ class TaskNotFound(LookupError):
 
 
 def _json_time(value: Any) -> Any:
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
     return value.isoformat() if isinstance(value, _dt.datetime) else value
 
 
+def seconds(value: Any) -> Any:
+    """A duration as seconds (a timedelta or a number), None kept: how debounce_for is sent."""
+    return value.total_seconds() if isinstance(value, _dt.timedelta) else value
+
+
 # The optional fields of one task, as create_tasks takes them.
-TASK_FIELDS = ("context", "priority", "run_at", "stage", "idempotency_key", "user_id", "queue_key", "traceparent")
+TASK_FIELDS = (
+    "context", "priority", "run_at", "stage", "idempotency_key", "user_id", "queue_key", "traceparent",
+    "debounce_key", "debounce_for",
+)
 
 
 def task_fields(task: Mapping[str, Any]) -> Dict[str, Any]:
-    """One element of enqueue_many: the fields given, times as RFC 3339 text."""
+    """One element of enqueue_many: the fields given, times as RFC 3339 text, durations
+    (debounce_for) as seconds."""
     unknown = set(task) - set(TASK_FIELDS)
     if unknown:
         raise TypeError("unknown task field(s) %s; known: %s" % (sorted(unknown), ", ".join(TASK_FIELDS)))

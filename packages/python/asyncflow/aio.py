@@ -36,10 +36,13 @@ async def enqueue(
     unique_key: Optional[str] = None,
     unique_for: Optional[int] = None,
     traceparent: Optional[str] = None,
+    debounce_key: Optional[str] = None,
+    debounce_for: Optional[Union[float, _dt.timedelta]] = None,
 ) -> str:
     """Creates one task in `conn`'s transaction; returns its id (see `asyncflow.client.enqueue`)."""
     params = _sql.enqueue_params(
-        task_type, context, priority, run_at, stage, idempotency_key, user_id, queue_key, unique_key, unique_for, traceparent
+        task_type, context, priority, run_at, stage, idempotency_key, user_id, queue_key, unique_key, unique_for, traceparent,
+        debounce_key, debounce_for,
     )
     cur = await conn.execute(_sql.ENQUEUE, params)
     row = await cur.fetchone()

@@ -39,15 +39,21 @@ def enqueue(
     unique_key: Optional[str] = None,
     unique_for: Optional[int] = None,
     traceparent: Optional[str] = None,
+    debounce_key: Optional[str] = None,
+    debounce_for: Optional[Union[float, _dt.timedelta]] = None,
 ) -> str:
     """Creates one task of `task_type` in `conn`'s transaction; returns its id.
 
     With an `idempotency_key` already used by a task of the type, that task's id is returned and
-    nothing is created. Errors of the SQL API (an unknown type, a bad priority) are raised as
+    nothing is created. With a `debounce_key` and `debounce_for` (seconds or a timedelta), the
+    task starts no earlier than `debounce_for` from now; while the key's task is pending and has
+    not started, another enqueue with the key replaces its context, moves its start and returns
+    its id. Errors of the SQL API (an unknown type, a bad priority) are raised as
     psycopg errors whose SQLSTATE is of class AF (see docs/sql-api.md).
     """
     params = _sql.enqueue_params(
-        task_type, context, priority, run_at, stage, idempotency_key, user_id, queue_key, unique_key, unique_for, traceparent
+        task_type, context, priority, run_at, stage, idempotency_key, user_id, queue_key, unique_key, unique_for, traceparent,
+        debounce_key, debounce_for,
     )
     row = conn.execute(_sql.ENQUEUE, params).fetchone()
     return str(row[0]) if row else ""
@@ -57,7 +63,7 @@ def enqueue_many(conn: psycopg.Connection[Any], task_type: str, tasks: Iterable[
     """Creates many tasks of one type in one statement; their ids in order.
 
     Each task is a mapping of the optional fields `context`, `priority`, `run_at`, `stage`,
-    `idempotency_key`, `user_id`, `queue_key`, `traceparent`.
+    `idempotency_key`, `user_id`, `queue_key`, `traceparent`, `debounce_key`, `debounce_for`.
     """
     rows = conn.execute(_sql.ENQUEUE_MANY, _sql.enqueue_many_params(task_type, tasks)).fetchall()
     return [str(r[0]) for r in rows]

@@ -32,6 +32,15 @@ While `handle` runs, print() goes to stderr, so that a stray print cannot break 
 bytes), e.g. progress({"percent": 40, "message": "encoding"}), shown by get_task as `progress`
 while the call runs. The worker keeps the task's lease alive while the call runs, so there is
 no heartbeat to send.
+
+`checkpoint(context)` saves the running call's context without ending it: the task's whole
+context becomes `context` (a dict), and a retry of the stage (after a failure, a crash, a lost
+lease) starts from it. In warm mode it is one line on stdout, `{"id": ..., "checkpoint": {...}}`,
+which the worker writes to the database before it reads the call's reply. `step(name, fn)` runs
+`fn()` once per task: its result is kept in the context under `"_steps"` and checkpointed, so a
+retry gets the kept result instead of running `fn` again (in an `async def` handler, `await
+step(...)`, whether `fn` is async or not). In the one-process-per-call mode nothing reaches the worker before the reply, so a
+checkpoint only changes `call["context"]` (the reply's context, when the reply keeps it).
 """
 
 from __future__ import annotations
@@ -45,7 +54,10 @@ import threading
 import traceback
 from typing import Any, Awaitable, BinaryIO, Callable, Dict, Optional, Union
 
-__all__ = ["progress", "run", "serve", "serve_async", "PROGRESS_BYTES_MAX"]
+__all__ = ["checkpoint", "progress", "run", "serve", "serve_async", "step", "PROGRESS_BYTES_MAX", "STEPS_KEY"]
+
+# Where step() keeps the results of the steps done, in the task's context.
+STEPS_KEY = "_steps"
 
 # Largest progress value, as JSON text (the worker refuses larger ones).
 PROGRESS_BYTES_MAX = 4096
@@ -61,6 +73,15 @@ _call_id: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("asyncf
 # The running call's last progress, sent again with its reply: a box of its own per call (empty:
 # none yet), in a context variable for the same reason.
 _last_progress: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("asyncflow_last_progress", default=None)
+
+# The call being served (its dict: checkpoint() changes its context) and the stream its
+# checkpoint lines go to (warm mode only), per call for the same reason.
+_call: contextvars.ContextVar[Optional[Dict[str, Any]]] = contextvars.ContextVar("asyncflow_call", default=None)
+_out: contextvars.ContextVar[Optional[BinaryIO]] = contextvars.ContextVar("asyncflow_out", default=None)
+# Whether the call is served by the asyncio loop (an async def handler): step() is awaited then.
+_in_async: contextvars.ContextVar[bool] = contextvars.ContextVar("asyncflow_in_async", default=False)
+# One line at a time on stdout, whichever thread writes it.
+_write_lock = threading.Lock()
 
 
 def _new_progress_box() -> list:
@@ -88,6 +109,7 @@ def _failure(e: BaseException) -> Reply:
 
 
 def _call_handle(handle: Handler, call: Dict[str, Any]) -> Reply:
+    _call.set(call)
     box = _new_progress_box()
     try:
         reply = handle(call)
@@ -136,6 +158,7 @@ def serve(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
                 return 0
             call_id = call.pop("id")
             _call_id.set(str(call_id))
+            _out.set(stdout)
             reply = dict(_call_handle(handle, call))
             reply["id"] = call_id
             _write(stdout, reply)
@@ -163,6 +186,9 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
 
     async def one(call_id: Any, call: Dict[str, Any]) -> None:
         _call_id.set(str(call_id))
+        _call.set(call)
+        _out.set(stdout)
+        _in_async.set(True)
         box = _new_progress_box()
         try:
             result = handle(call)
@@ -227,6 +253,8 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
 
 
 async def _one_call(handle: Handler, call: Dict[str, Any]) -> Any:
+    _call.set(call)
+    _in_async.set(True)
     box = _new_progress_box()
     try:
         result = handle(call)
@@ -237,8 +265,81 @@ async def _one_call(handle: Handler, call: Dict[str, Any]) -> Any:
 
 
 def _write(stdout: BinaryIO, reply: Reply) -> None:
-    stdout.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
-    stdout.flush()
+    line = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
+    with _write_lock:
+        stdout.write(line)
+        stdout.flush()
+
+
+def checkpoint(context: Dict[str, Any]) -> None:
+    """Saves the running call's context without ending the call (see the module's docs).
+
+    The task's whole context becomes `context`; a retry of the stage starts from it. In warm mode
+    the line is written (and flushed) before this returns, so the reply that follows comes after
+    it. Raises TypeError for a context that is not a dict or that JSON cannot hold, RuntimeError
+    outside a call. A checkpoint the database refuses (larger than its max_context_bytes) fails
+    the call, with retry.
+    """
+    if not isinstance(context, dict):
+        raise TypeError("a checkpoint's context is a dict (a JSON object), not %s" % type(context).__name__)
+    call = _call.get()
+    if call is None:
+        raise RuntimeError("checkpoint() is for the call being served (inside the handler)")
+    try:
+        text = json.dumps(context, separators=(",", ":"), allow_nan=False)
+    except ValueError as e:
+        raise TypeError("a checkpoint's context must be JSON: %s" % e) from None
+    call["context"] = context
+    call_id, out = _call_id.get(), _out.get()
+    if call_id is None or out is None:
+        return  # one process per call: nothing reaches the worker before the reply
+    line = '{"id":%s,"checkpoint":%s}\n' % (json.dumps(call_id), text)
+    with _write_lock:
+        out.write(line.encode())
+        out.flush()
+
+
+def step(name: str, fn: Callable[[], Any]) -> Any:
+    """Runs `fn()` once per task, keeping its result in the context (see the module's docs).
+
+    When the context already has a result for `name` (a retry after the step was done), that
+    result is returned and `fn` is not called. Otherwise `fn()` runs, its result goes into the
+    context under `STEPS_KEY` and is checkpointed, and it is returned. In an `async def`
+    handler `step` returns an awaitable (and `fn` may return one); in a plain `def` handler it
+    returns the result, and `fn` must not return an awaitable. The result must be a JSON value.
+    """
+    call = _call.get()
+    if call is None:
+        raise RuntimeError("step() is for the call being served (inside the handler)")
+    if _in_async.get():
+        return _step_async(call, name, fn)
+    done = (call.get("context") or {}).get(STEPS_KEY) or {}
+    if name in done:
+        return done[name]
+    value = fn()
+    if inspect.isawaitable(value):
+        raise TypeError("step(%r): fn returned an awaitable in a plain def handler (make the handler async def)" % name)
+    _keep_step(call, name, value)
+    return value
+
+
+async def _step_async(call: Dict[str, Any], name: str, fn: Callable[[], Any]) -> Any:
+    done = (call.get("context") or {}).get(STEPS_KEY) or {}
+    if name in done:
+        return done[name]
+    value = fn()
+    if inspect.isawaitable(value):
+        value = await value
+    _keep_step(call, name, value)
+    return value
+
+
+def _keep_step(call: Dict[str, Any], name: str, value: Any) -> None:
+    context = dict(call.get("context") or {})
+    steps = dict(context.get(STEPS_KEY) or {})
+    steps[name] = value
+    context[STEPS_KEY] = steps
+    checkpoint(context)
 
 
 def progress(value: Any) -> None:

@@ -17,9 +17,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
-from ._task import Task, TaskNotFound, TaskTimeout, task_fields
+from ._task import Task, TaskNotFound, TaskTimeout, seconds, task_fields
 
 __all__ = ["Client", "HttpError", "WAIT_MAX"]
 
@@ -80,6 +80,8 @@ class Client:
         unique_key: Optional[str] = None,
         unique_for: Optional[int] = None,
         traceparent: Optional[str] = None,
+        debounce_key: Optional[str] = None,
+        debounce_for: Optional[Union[float, _dt.timedelta]] = None,
     ) -> str:
         """Creates one task (POST /v1/tasks); returns its id."""
         body: Dict[str, Any] = {"type": task_type}
@@ -94,6 +96,8 @@ class Client:
             "unique_key": unique_key,
             "unique_for": unique_for,
             "traceparent": traceparent,
+            "debounce_key": debounce_key,
+            "debounce_for": seconds(debounce_for),
         }
         body.update({k: v for k, v in fields.items() if v is not None})
         return str(self._call("POST", "/v1/tasks", body)["id"])

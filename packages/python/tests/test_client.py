@@ -69,6 +69,23 @@ class SyncClient(unittest.TestCase):
         with self.assertRaises(TypeError):
             asyncflow.enqueue_many(self.conn, self.type, [{"contxt": {}}])
 
+    def test_a_debounced_enqueue_replaces_the_pending_task_and_moves_its_start(self) -> None:
+        import datetime
+
+        first = asyncflow.enqueue(self.conn, self.type, {"v": 1}, debounce_key="doc:1", debounce_for=30)
+        again = asyncflow.enqueue(self.conn, self.type, {"v": 2}, debounce_key="doc:1",
+                                  debounce_for=datetime.timedelta(minutes=1))
+        self.assertEqual(again, first)
+        many = asyncflow.enqueue_many(self.conn, self.type, [{"context": {"v": 3}, "debounce_key": "doc:1",
+                                                             "debounce_for": datetime.timedelta(seconds=5)}])
+        self.assertEqual(many, [first])
+        task = asyncflow.get_task(self.conn, first)
+        assert task is not None
+        self.assertEqual(task.context, {"v": 3})
+        with self.assertRaises(psycopg.Error) as caught:
+            asyncflow.enqueue(self.conn, self.type, {}, debounce_key="doc:1", debounce_for=-1)
+        self.assertEqual(caught.exception.sqlstate, "AF006")
+
     def test_a_bad_type_name_is_refused_with_its_af_code(self) -> None:
         with self.assertRaises(psycopg.Error) as caught:
             asyncflow.enqueue(self.conn, "Not A Type!", {})
@@ -171,6 +188,9 @@ class HttpClient(unittest.TestCase):
         with self.assertRaises(asyncflow.http.HttpError) as refused:
             client.enqueue("Not A Type!")
         self.assertEqual(refused.exception.status, 400)
+        debounced = client.enqueue(task_type, {"d": 1}, debounce_key="dk", debounce_for=30)
+        self.assertEqual(client.enqueue(task_type, {"d": 2}, debounce_key="dk", debounce_for=30), debounced)
+        self.assertEqual(client.get_task(debounced).context, {"d": 2})
 
 
 if __name__ == "__main__":

@@ -80,6 +80,67 @@ class AsyncLoop(unittest.TestCase):
             function.progress("x" * 5000)
 
 
+class Checkpoints(unittest.TestCase):
+    def test_step_runs_its_fn_once_across_a_retry_and_is_checkpointed_before_the_reply(self):
+        runs = []
+
+        def handle(call):
+            charged = function.step("charge", lambda: runs.append(1) or {"receipt": "r-%d" % len(runs)})
+            if call["attempt"] == 1:
+                raise RuntimeError("flaky after the charge")
+            return {"result": {"charged": charged, "context": call["context"]}}
+
+        out = io.BytesIO()
+        function.serve(handle, lines({"id": "1", "attempt": 1, "context": {"order": 7}}), out)
+        first = replies(out)
+        saved = {"order": 7, "_steps": {"charge": {"receipt": "r-1"}}}
+        self.assertEqual(first[0], {"id": "1", "checkpoint": saved})
+        self.assertEqual((first[1]["id"], first[1]["retry"]), ("1", True))
+        # the retry starts from the checkpointed context: the step is not run again
+        out = io.BytesIO()
+        function.serve(handle, lines({"id": "2", "attempt": 2, "context": first[0]["checkpoint"]}), out)
+        self.assertEqual(len(runs), 1)
+        self.assertEqual(replies(out), [{"id": "2", "result": {"charged": {"receipt": "r-1"}, "context": saved}}])
+
+    def test_async_steps_and_checkpoints_keep_each_concurrent_call_its_own(self):
+        runs = []
+
+        async def fetch(n):
+            await asyncio.sleep(0.01)
+            runs.append(n)
+            return n * 10
+
+        async def handle(call):
+            n = call["context"]["n"]
+            got = await function.step("fetch", lambda: fetch(n))
+            again = await function.step("fetch", lambda: fetch(n))
+            with self.assertRaises(TypeError):
+                function.checkpoint([1])
+            with self.assertRaises(TypeError):
+                function.checkpoint({"x": float("nan")})
+            return {"result": [got, again]}
+
+        out = io.BytesIO()
+        asyncio.run(function.serve_async(handle, lines(*[{"id": str(n), "attempt": 1, "context": {"n": n}} for n in range(4)]),
+                                         out))
+        got = replies(out)
+        saved = {r["id"]: r["checkpoint"] for r in got if "checkpoint" in r}
+        self.assertEqual(saved, {str(n): {"n": n, "_steps": {"fetch": n * 10}} for n in range(4)})
+        self.assertEqual({r["id"]: r["result"] for r in got if "result" in r}, {str(n): [n * 10] * 2 for n in range(4)})
+        self.assertEqual(sorted(runs), [0, 1, 2, 3], "each call ran its step once")
+        with self.assertRaises(RuntimeError):
+            function.checkpoint({})
+
+    def test_one_call_per_process_keeps_the_checkpoint_in_the_calls_context(self):
+        def handle(call):
+            function.step("a", lambda: 1)
+            return {"next_stage": "b", "context": call["context"]}
+
+        out = io.BytesIO()
+        function.serve(handle, lines({"attempt": 1, "context": {"k": "v"}}), out)
+        self.assertEqual(replies(out), [{"next_stage": "b", "context": {"k": "v", "_steps": {"a": 1}}}])
+
+
 class _Slow(io.RawIOBase):
     """stdin that gives `calls`, then after a pause the lines of `then`, then ends."""
 

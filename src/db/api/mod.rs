@@ -111,10 +111,17 @@ pub async fn register_task_type<C: GenericClient>(
 
 /// `asyncflow.create_task`: one task; its id.
 pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTask) -> Result<TaskId> {
+    // seconds as an interval; what SQL takes apart is a number JSON can hold
+    let debounce_for = match task.debounce_for {
+        Some(secs) if !secs.is_finite() => {
+            return Err(Error::InvalidArgument(format!("debounce_for must be a number of seconds, got {secs}")))
+        }
+        other => other,
+    };
     let row = query_one(
         c,
         "select asyncflow.create_task($1, $2, $3, $4, $5, $6, $7, queue_key => $8, unique_key => $9, unique_for => $10, \
-         traceparent => $11) as id",
+         traceparent => $11, debounce_key => $12, debounce_for => make_interval(secs => $13)) as id",
         &[
             &task_type,
             &task.context,
@@ -127,6 +134,8 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
             &task.unique_key,
             &task.unique_for,
             &task.traceparent,
+            &task.debounce_key,
+            &debounce_for,
         ],
     )
     .await?;
@@ -134,15 +143,16 @@ pub async fn create_task<C: GenericClient>(c: &C, task_type: &str, task: &NewTas
 }
 
 /// `asyncflow.create_task`, and whether it created the task (true) or found one its key already
-/// named (false): the idempotency key's task, or the unique key's task while it blocks. Both are
-/// told apart the same way, by `asyncflow.task_created_here` in the same transaction (the task
-/// row is this transaction's own or not). Without either key, always created.
+/// named (false): the idempotency key's task, the unique key's task while it blocks, or the
+/// debounce key's task it replaced. All are told apart the same way, by
+/// `asyncflow.task_created_here` in the same transaction (the task row is this transaction's own
+/// or not; a debounce marks the task it replaced). Without any key, always created.
 pub async fn create_task_found(
     c: &mut deadpool_postgres::Object,
     task_type: &str,
     task: &NewTask,
 ) -> Result<(TaskId, bool)> {
-    if task.idempotency_key.is_none() && task.unique_key.is_none() {
+    if task.idempotency_key.is_none() && task.unique_key.is_none() && task.debounce_key.is_none() {
         return Ok((create_task(&*c, task_type, task).await?, true));
     }
     let tx = c.transaction().await.map_err(Error::from_db)?;

@@ -285,6 +285,8 @@ async fn create_task(state: &AppState, input: &Input) -> Outcome {
         unique_key: None,
         unique_for: None,
         traceparent: None,
+        debounce_key: None,
+        debounce_for: None,
     };
     let id = api::create_task(&state.pool.get().await?, &task_type, &task).await?;
     let mut reply = Map::new();
