@@ -172,16 +172,6 @@ begin
     -- the stage the call ran: an advance's is in the entry just written
     returning r.n, t.status, t.lease_until, r.ok, (r.ms - r.p_start) / 1000.0::float8 as secs, r.passed,
       case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage
-  ), counted as (
-    -- held tasks were pending: an advance stays pending, the others leave it
-    insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded, in_pending, in_running, in_succeeded)
-    select v_task_type, pg_backend_pid() % 16, count(*), count(*) filter (where c.status = 'succeeded'),
-      -count(*) filter (where c.status <> 'pending'), count(*) filter (where c.status = 'running'),
-      count(*) filter (where c.status = 'succeeded')
-    from changed c having count(*) > 0
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
-      succeeded = k.succeeded + excluded.succeeded, in_pending = k.in_pending + excluded.in_pending,
-      in_running = k.in_running + excluded.in_running, in_succeeded = k.in_succeeded + excluded.in_succeeded
   ), calls as (
     -- the calls whose replies were written, the chained stages' included
     select c.stage, c.secs from changed c where c.ok
@@ -189,33 +179,7 @@ begin
     select e ->> 'stage', least(greatest((e -> 'cost_ms')::numeric, 0), v_ended_ms)::float8 / 1000
     from changed c cross join jsonb_array_elements(c.passed -> 'log') e(e)
     where c.passed is not null
-  ), per_bucket as (
-    -- into the stage-time histogram, as type_report__ does
-    select c.stage, d.k, count(*) as n, sum(c.secs) as secs
-    from calls c
-    cross join lateral (select width_bucket(c.secs, asyncflow.stage_time_bounds())
-      - (c.secs = any (asyncflow.stage_time_bounds()))::integer as k) d
-    group by c.stage, d.k
-  ), timed as (
-    insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
-    select v_task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
-      array_agg(coalesce(g.n, 0) order by x.k)
-    from (select distinct stage from per_bucket) t
-    cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
-    left join per_bucket g on g.stage = t.stage and g.k = x.k
-    group by t.stage
-    on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
-      seconds = s.seconds + excluded.seconds,
-      buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
-  )
-  select r.n, asyncflow.format_task_id(v_task_type, r.shard, r.id), c.n is not null,
-    case when c.n is null then (select s.status from asyncflow.{{tasks}} s where s.shard = r.shard and s.id = r.id)
-      else c.status end,
-    c.lease_until
-  from r
-  left join changed c on c.n = r.n
-  where c.n is null or (r.outcome is not null and not r.ok)
-  order by r.n;
+  ), {{> finish_end}};
   -- Tasks that went on to their next stage are ready for any worker of the type (one NOTIFY).
   if array_position(p_outcomes, 'advance') is not null then
     perform asyncflow.wake(v_task_type);
