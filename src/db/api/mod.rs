@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 mod bench;
+mod bench_limit;
 mod events;
 mod explain;
 mod migration;
@@ -20,6 +21,7 @@ mod task_search;
 mod workflow;
 
 pub use bench::*;
+pub use bench_limit::*;
 pub use events::*;
 pub use explain::*;
 pub use migration::*;
