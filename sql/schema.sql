@@ -384,7 +384,7 @@ CREATE FUNCTION asyncflow.is_timestamptz(p_text text) RETURNS boolean
 
 CREATE FUNCTION asyncflow.json_ok(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS -- body: 4 lines, sha256 f9617803407dfd2a
+    AS -- body: 5 lines, sha256 7aea0835935487d1
 
 CREATE FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
