@@ -433,7 +433,7 @@ CREATE FUNCTION asyncflow.join_counts(p_parent_ids text[]) RETURNS TABLE(task_ty
 
 CREATE FUNCTION asyncflow.json_ok(p_value jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS -- body: 4 lines, sha256 f9617803407dfd2a
+    AS -- body: 5 lines, sha256 7aea0835935487d1
 
 CREATE FUNCTION asyncflow.json_out(p_doc jsonb, p_fields text[]) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE

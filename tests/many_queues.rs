@@ -346,7 +346,13 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
     api::create_tasks(&c, "mail", &keyed("y", 1)).await.unwrap();
     assert_eq!(
         index_names(&db, "mail").await,
-        ["tasks_mail$failed_cancelled", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
+        [
+            "tasks_mail$failed_cancelled",
+            "tasks_mail_parent_id_idx",
+            "tasks_mail_pkey",
+            "tasks_mail_ready",
+            "tasks_mail_running"
+        ]
     );
     register(&db, "mail", fair(2, None)).await;
     assert_eq!(
@@ -355,6 +361,7 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
             "tasks_mail$failed_cancelled",
             "tasks_mail$key_ready",
             "tasks_mail$key_running",
+            "tasks_mail_parent_id_idx",
             "tasks_mail_pkey",
             "tasks_mail_ready",
             "tasks_mail_running"
@@ -380,7 +387,13 @@ async fn fair_queues_builds_its_indexes_when_turned_on_and_drops_them_when_turne
     register(&db, "mail", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
     assert_eq!(
         index_names(&db, "mail").await,
-        ["tasks_mail$failed_cancelled", "tasks_mail_pkey", "tasks_mail_ready", "tasks_mail_running"]
+        [
+            "tasks_mail$failed_cancelled",
+            "tasks_mail_parent_id_idx",
+            "tasks_mail_pkey",
+            "tasks_mail_ready",
+            "tasks_mail_running"
+        ]
     );
     assert_eq!(keys_of(&db, &claim(&db, "mail", 2).await).await, ["x", "x"]);
 }
@@ -398,6 +411,7 @@ async fn the_key_indexes_never_take_the_names_of_another_types_indexes() {
             "tasks_x$failed_cancelled",
             "tasks_x$key_ready",
             "tasks_x$key_running",
+            "tasks_x_parent_id_idx",
             "tasks_x_pkey",
             "tasks_x_ready",
             "tasks_x_running"
@@ -406,7 +420,13 @@ async fn the_key_indexes_never_take_the_names_of_another_types_indexes() {
     register(&db, "x", TaskTypeUpdate { fair_queues: Some(false), ..Default::default() }).await;
     assert_eq!(
         index_names(&db, "x_key").await,
-        ["tasks_x_key$failed_cancelled", "tasks_x_key_pkey", "tasks_x_key_ready", "tasks_x_key_running"]
+        [
+            "tasks_x_key$failed_cancelled",
+            "tasks_x_key_parent_id_idx",
+            "tasks_x_key_pkey",
+            "tasks_x_key_ready",
+            "tasks_x_key_running"
+        ]
     );
     // and the other way round: a fair type first, then the type whose names would have been its
     register(&db, "y", fair(10, None)).await;

@@ -7,6 +7,10 @@
 --   type_finish__<type>   finish.sql   ends a hold
 --   type_report__<type>   report.sql   reports as typed arrays
 --
+-- What several templates share (the start of a claim, its limit check, the claim's answer
+-- columns, the counter and stage-time updates) is written once in sql/api/templates/fragments/
+-- and put in by build.rs where a template says `{{> name}}`: the stored templates are expanded.
+--
 -- Each is planned on its own type's table and indexes only, so a plan made for one type is never
 -- used for another (a generic plan over the partitioned parent would walk every type).
 

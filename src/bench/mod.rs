@@ -14,6 +14,9 @@
 //!                    statement inside the thinnest enqueue function (PL/pgSQL, SECURITY DEFINER:
 //!                    the function's own cost), create_task's task row sent bare, then inside the
 //!                    smallest PL/pgSQL function that could wrap it
+//!   limit            the physical-limit baseline: the cheapest SQL that makes a burn-down's state
+//!                    change (lock a batch of ready rows, write them finished, durable commit), in
+//!                    turn with the 1-stage burn-down (see limit.rs)
 //!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function);
 //!                    the 1-stage figure is the median of three runs
 //!   fair             the 1-stage burn-down in a type with fair_queues, its tasks spread over
@@ -53,6 +56,7 @@ mod cpu;
 mod dashboard;
 mod dropin;
 mod events;
+mod limit;
 mod load;
 mod output;
 
@@ -117,7 +121,7 @@ pub struct BenchArgs {
     /// Tasks filled before the dashboard phase's second timing (90 % finished, 10 % pending).
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
-    /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
+    /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, limit, burndown,
     /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, children, dropin, dropin3).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -133,12 +137,13 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 17] = [
+pub const PHASES: [&str; 18] = [
     "update",
     "insert",
     "enqueue",
     "parts",
     "bulk",
+    "limit",
     "burndown",
     "burndown3",
     "chained3",
@@ -408,6 +413,10 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
                 .ratio(update, "UPDATE")
                 .bar(">= 100,000 tasks/s", Some(rate >= 100_000.0)),
         );
+    }
+    if wants(args, "limit") {
+        progress.phase("physical limit: the cheapest SQL of a burn-down, in turn with the burn-down");
+        figures.extend(limit::run(pool, url, args.tasks, args.concurrency, update).await?);
     }
     if wants(args, "burndown") {
         progress.phase("burn-down: 1-stage");

@@ -73,37 +73,14 @@ declare
   v_rate_keys text[];
   v_rate_allows integer[];
 begin
-  if p_owner is null or length(p_owner) not between 1 and 200 then
-    perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
-  end if;
-  select * into v_type from asyncflow.task_types where task_type = v_task_type;
-  if not found then
-    perform asyncflow.raise_error('AF001', format('unknown task type %L', v_task_type));
-  end if;
-  if v_type.paused or coalesce(p_limit, 0) <= 0 then
-    return;
-  end if;
+{{> claim_start}}
   if not asyncflow.can_hold(v_type, 'asyncflow.{{tasks}}'::regclass) then --@hold
     return query select c.*, false from asyncflow.{{claim}}(p_owner, p_limit) c; --@hold
     return; --@hold
   end if; --@hold
   perform asyncflow.hold_timeout(); --@hold
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
-  v_limit := least(p_limit, v_type.schedule_limit);
-  if v_type.concurrency is not null then
-    perform 1 from asyncflow.task_types where task_type = v_task_type for update;
-    select count(*) into v_running from asyncflow.{{tasks}} where status = 'running';
-    v_limit := least(v_limit, v_type.concurrency - v_running);
-    if v_limit <= 0 then
-      return;
-    end if;
-  end if;
-  if v_type.rate_limited then
-    v_limit := least(v_limit, coalesce(asyncflow.rate_allowance(v_task_type, v_now), v_limit));
-    if v_limit <= 0 then
-      return;
-    end if;
-  end if;
+{{> claim_limit}}
   perform set_config('synchronous_commit', 'off', true); --@claim
 
 
@@ -258,9 +235,9 @@ begin
           -- turn: the task's place within its key, in the order of the scan below (oldest first;
           -- numbered as the rows come, without sorting them again)
           select x.*, row_number() over () as turn from (
-            -- the columns the hold hands out come along: it writes nothing, and reads no row twice
-            select t.shard, t.id, t.order_time, t.stage, t.context, t.priority, t.attempt, t.claim_seq,
-              t.user_id, t.queue_key, t.traceparent, t.wake, asyncflow.unreadable('context', t.context) as unreadable
+            select t.shard, t.id, t.order_time, asyncflow.unreadable('context', t.context) as unreadable
+              -- the hold's answer comes along: it writes nothing, and reads no row twice --@hold
+              , row({{> claimed_task t = t; attempt = t.attempt + 1; claim_seq = asyncflow.next_claim_seq(t.claim_seq); lease_until = v_lease_until; claimed_at = v_now}}, true)::asyncflow.held_task as task --@hold
             from asyncflow.{{tasks}} t
             where t.shard >= v_begin and coalesce(t.queue_key, '') = cand.k and t.status = 'pending'
               and t.order_time <= v_now
@@ -290,15 +267,10 @@ begin
           updated_at = v_now --@claim
         from picked --@claim
         where t.shard = picked.shard and t.id = picked.id --@claim
-        returning row(asyncflow.format_task_id(v_task_type, t.shard, t.id), v_task_type, t.stage, t.context, --@claim
-          t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key, --@claim
-          t.traceparent, t.wake)::asyncflow.claimed_task --@claim
+        returning row({{> claimed_task t = t}})::asyncflow.claimed_task --@claim
           as task, picked.k, picked.ord, picked.turn, t.id, picked.unreadable --@claim
-        -- locked, not updated: the values the claim will have when the finish writes it --@hold
-        select row(asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, --@hold
-          p.priority, p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, --@hold
-          p.queue_key, p.traceparent, p.wake, true)::asyncflow.held_task as task, p.k, p.ord, p.turn, p.id, p.unreadable --@hold
-        from picked p --@hold
+        -- locked, not updated: the values the claim will have when the finish writes it (picked) --@hold
+        select p.task, p.k, p.ord, p.turn, p.id, p.unreadable from picked p --@hold
       )
       select array_agg(c.task order by c.turn, c.ord) filter (where c.unreadable is null),
         array_agg(c.k order by c.turn, c.ord) filter (where c.unreadable is null),
@@ -375,9 +347,7 @@ begin
     insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
     values (v_task_type, pg_backend_pid() % 16, v_got, v_failed, -(v_got + v_failed), v_got, v_failed) --@claim
     values (v_task_type, pg_backend_pid() % 16, 0, v_failed, -v_failed, 0, v_failed) --@hold
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
-      failed = k.failed + excluded.failed, in_pending = k.in_pending + excluded.in_pending,
-      in_running = k.in_running + excluded.in_running, in_failed = k.in_failed + excluded.in_failed;
+    {{> add_counts}};
   end if;
 end
 $body$;

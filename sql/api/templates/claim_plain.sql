@@ -19,31 +19,8 @@ declare
   v_running bigint;
   v_started integer;
 begin
-  if p_owner is null or length(p_owner) not between 1 and 200 then
-    perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
-  end if;
-  select * into v_type from asyncflow.task_types where task_type = v_task_type;
-  if not found then
-    perform asyncflow.raise_error('AF001', format('unknown task type %L', v_task_type));
-  end if;
-  if v_type.paused or coalesce(p_limit, 0) <= 0 then
-    return;
-  end if;
-  v_limit := least(p_limit, v_type.schedule_limit);
-  if v_type.concurrency is not null then
-    perform 1 from asyncflow.task_types where task_type = v_task_type for update;
-    select count(*) into v_running from asyncflow.{{tasks}} where status = 'running';
-    v_limit := least(v_limit, v_type.concurrency - v_running);
-    if v_limit <= 0 then
-      return;
-    end if;
-  end if;
-  if v_type.rate_limited then
-    v_limit := least(v_limit, coalesce(asyncflow.rate_allowance(v_task_type, v_now), v_limit));
-    if v_limit <= 0 then
-      return;
-    end if;
-  end if;
+{{> claim_start}}
+{{> claim_limit}}
   perform set_config('synchronous_commit', 'off', true);
 
   return query
@@ -66,22 +43,16 @@ begin
       updated_at = v_now
     from picked
     where t.shard = picked.shard and t.id = picked.id
-    returning asyncflow.format_task_id(v_task_type, t.shard, t.id) as task_id, v_task_type as task_type,
-      t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until, t.claimed_at, t.queue_key,
-      t.traceparent, t.wake, picked.unreadable
+    returning row({{> claimed_task t = t}})::asyncflow.claimed_task as task, picked.unreadable
   ), counted as (
     insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
     select v_task_type, pg_backend_pid() % 16, count(*) filter (where c.unreadable is null),
       count(*) filter (where c.unreadable is not null), -count(*), count(*) filter (where c.unreadable is null),
       count(*) filter (where c.unreadable is not null)
     from claimed c having count(*) > 0
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed, failed = k.failed + excluded.failed,
-      in_pending = k.in_pending + excluded.in_pending, in_running = k.in_running + excluded.in_running,
-      in_failed = k.in_failed + excluded.in_failed
+    {{> add_counts}}
   )
-  select c.task_id, c.task_type, c.stage, c.context, c.priority, c.attempt, c.claim_seq, c.user_id, c.lease_until,
-    c.claimed_at, c.queue_key, c.traceparent, c.wake
-  from claimed c where c.unreadable is null;
+  select (c.task).* from claimed c where c.unreadable is null;
   if v_type.rate_limited then
     get diagnostics v_started = row_count;
     perform asyncflow.rate_spend(v_task_type, v_started);

@@ -76,6 +76,34 @@ begin
     -- completions: the next stage starts only from a durable one, whatever the server's setting
     perform asyncflow.commit_durably();
   end if;
+  if p_passed is null and p_outcomes <@ array['succeed'] then
+    -- Successes only, none chained (every finish of a one-stage burn-down whose calls all
+    -- replied in the window): the general statement's effects, counters and answers, without
+    -- its choices between outcomes and its checks of chained stages (a third of its time).
+    return query
+    with r as (
+      select x.n, x.shard, x.id, x.claim_seq, x.outcome, x.result,
+        coalesce(pg_column_size(x.result) <= v_max_bytes, true) and asyncflow.json_ok(x.result) as ok,
+        floor(least(greatest(coalesce(x.secs, v_ended), 0), v_ended) * 1000)::bigint as ms
+      from unnest(p_shards, p_ids, p_claim_seqs, p_outcomes, p_results, p_seconds)
+        with ordinality as x(shard, id, claim_seq, outcome, result, secs, n)
+    ), changed as (
+      -- a result that cannot be written leaves its task claimed, and its report says why
+      update asyncflow.{{tasks}} t set
+        status = case when r.ok then 'succeeded' else 'running' end::asyncflow.task_status,
+        owner = p_owner, attempt = t.attempt + 1, claim_seq = r.claim_seq, claimed_at = v_claimed_at,
+        lease_until = case when not r.ok then v_lease_until end, wake = case when not r.ok then t.wake end,
+        result = case when r.ok then coalesce(r.result, '{}'::jsonb) else t.result end,
+        finished_at = case when r.ok then v_claimed_at + make_interval(secs => r.ms / 1000.0::float8) else t.finished_at end,
+        updated_at = v_claimed_at + make_interval(secs => case when r.ok then r.ms else 0 end / 1000.0::float8)
+      from r
+      where t.shard = r.shard and t.id = r.id
+        and t.status::text = 'pending' and asyncflow.next_claim_seq(t.claim_seq) = r.claim_seq and t.xmax = v_xid
+      returning r.n, t.status, t.lease_until, r.ok, r.ms / 1000.0::float8 as secs, t.stage, t.parent_id
+    ), calls as (
+      select c.stage, c.secs from changed c where c.ok
+    ), {{> finish_end}};
+  else
   return query
   -- materialized: r reads pass_ok three times, and an inlined q would check each passed that often
   with q as materialized (
@@ -173,21 +201,6 @@ begin
     returning r.n, t.status, t.lease_until, r.ok, (r.ms - r.p_start) / 1000.0::float8 as secs, r.passed,
       case when r.ok and r.outcome = 'advance' then t.schedule_log -> -1 ->> 'stage' else t.stage end as stage,
       t.parent_id
-  ), child_ends as (
-    -- a child that ended counts on its parent's join: one row update per parent (46_children.sql)
-    update asyncflow.joins j set ended = j.ended + x.n
-    from asyncflow.join_counts(array(select c.parent_id from changed c where c.status in ('succeeded', 'failed'))) x
-    where j.task_type = x.task_type and j.shard = x.shard and j.id = x.id
-  ), counted as (
-    -- held tasks were pending: an advance stays pending, the others leave it
-    insert into asyncflow.type_counters as k (task_type, slot, claimed, succeeded, in_pending, in_running, in_succeeded)
-    select v_task_type, pg_backend_pid() % 16, count(*), count(*) filter (where c.status = 'succeeded'),
-      -count(*) filter (where c.status <> 'pending'), count(*) filter (where c.status = 'running'),
-      count(*) filter (where c.status = 'succeeded')
-    from changed c having count(*) > 0
-    on conflict (task_type, slot) do update set claimed = k.claimed + excluded.claimed,
-      succeeded = k.succeeded + excluded.succeeded, in_pending = k.in_pending + excluded.in_pending,
-      in_running = k.in_running + excluded.in_running, in_succeeded = k.in_succeeded + excluded.in_succeeded
   ), calls as (
     -- the calls whose replies were written, the chained stages' included
     select c.stage, c.secs from changed c where c.ok
@@ -195,33 +208,8 @@ begin
     select e ->> 'stage', least(greatest((e -> 'cost_ms')::numeric, 0), v_ended_ms)::float8 / 1000
     from changed c cross join jsonb_array_elements(c.passed -> 'log') e(e)
     where c.passed is not null
-  ), per_bucket as (
-    -- into the stage-time histogram, as type_report__ does
-    select c.stage, d.k, count(*) as n, sum(c.secs) as secs
-    from calls c
-    cross join lateral (select width_bucket(c.secs, asyncflow.stage_time_bounds())
-      - (c.secs = any (asyncflow.stage_time_bounds()))::integer as k) d
-    group by c.stage, d.k
-  ), timed as (
-    insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
-    select v_task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
-      array_agg(coalesce(g.n, 0) order by x.k)
-    from (select distinct stage from per_bucket) t
-    cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
-    left join per_bucket g on g.stage = t.stage and g.k = x.k
-    group by t.stage
-    on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
-      seconds = s.seconds + excluded.seconds,
-      buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
-  )
-  select r.n, asyncflow.format_task_id(v_task_type, r.shard, r.id), c.n is not null,
-    case when c.n is null then (select s.status from asyncflow.{{tasks}} s where s.shard = r.shard and s.id = r.id)
-      else c.status end,
-    c.lease_until
-  from r
-  left join changed c on c.n = r.n
-  where c.n is null or (r.outcome is not null and not r.ok)
-  order by r.n;
+  ), {{> finish_end}};
+  end if;
   -- Tasks that went on to their next stage are ready for any worker of the type (one NOTIFY).
   if array_position(p_outcomes, 'advance') is not null then
     perform asyncflow.wake(v_task_type);

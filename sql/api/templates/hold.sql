@@ -25,16 +25,7 @@ declare
   v_now constant timestamptz := now();
   v_lease_until timestamptz;
 begin
-  if p_owner is null or length(p_owner) not between 1 and 200 then
-    perform asyncflow.raise_error('AF006', 'owner must be a worker id of 1 to 200 characters');
-  end if;
-  select * into v_type from asyncflow.task_types where task_type = v_task_type;
-  if not found then
-    perform asyncflow.raise_error('AF001', format('unknown task type %L', v_task_type));
-  end if;
-  if v_type.paused or coalesce(p_limit, 0) <= 0 then
-    return;
-  end if;
+{{> claim_start}}
   if not asyncflow.can_hold(v_type, 'asyncflow.{{tasks}}'::regclass) then
     return query select c.*, false from asyncflow.{{claim}}(p_owner, p_limit) c;
     return;
@@ -43,10 +34,11 @@ begin
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
   return query
   with picked as (
-    -- the columns the answer needs, not t.*: the CTE is kept in memory, and the wide ones
-    -- (the schedule log, the result) made each row several times the copy
-    select t.shard, t.id, t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.queue_key,
-      t.traceparent, t.wake, t.order_time, asyncflow.unreadable('context', t.context) as unreadable
+    -- the answer, not t.*: the CTE is kept in memory, and the wide columns (the schedule log,
+    -- the result) made each row several times the copy
+    select t.shard, t.id, t.order_time, asyncflow.unreadable('context', t.context) as unreadable,
+      row({{> claimed_task t = t; attempt = t.attempt + 1; claim_seq = asyncflow.next_claim_seq(t.claim_seq); lease_until = v_lease_until; claimed_at = v_now}},
+        true)::asyncflow.held_task as task
     from asyncflow.{{tasks}} t
     where t.shard >= (select begin_pos from asyncflow.positions where task_type = v_task_type)
       and t.status = 'pending' and t.order_time <= v_now
@@ -66,12 +58,9 @@ begin
   ), counted as (
     insert into asyncflow.type_counters as k (task_type, slot, failed, in_pending, in_failed)
     select v_task_type, pg_backend_pid() % 16, count(*), -count(*), count(*) from failed having count(*) > 0
-    on conflict (task_type, slot) do update set failed = k.failed + excluded.failed,
-      in_pending = k.in_pending + excluded.in_pending, in_failed = k.in_failed + excluded.in_failed
+    {{> add_counts}}
   )
-  select asyncflow.format_task_id(v_task_type, p.shard, p.id), v_task_type, p.stage, p.context, p.priority,
-    p.attempt + 1, asyncflow.next_claim_seq(p.claim_seq), p.user_id, v_lease_until, v_now, p.queue_key, p.traceparent, p.wake, true
-  from picked p where p.unreadable is null
+  select (p.task).* from picked p where p.unreadable is null
   order by p.order_time;
 end
 $body$;

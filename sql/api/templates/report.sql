@@ -51,45 +51,20 @@ begin
       from (select distinct on (shard, id) * from r order by shard, id, n desc) r
       where t.shard = r.shard and t.id = r.id
         and t.status::text = 'running' and t.owner = p_owner and t.claim_seq = r.claim_seq
-      returning r.n, t.status, t.stage, t.claimed_at, t.parent_id
-  ), child_ends as (
-    -- a child that ended counts on its parent's join: one row update per parent (46_children.sql)
-    update asyncflow.joins j set ended = j.ended + x.n
-    from asyncflow.join_counts(array(select c.parent_id from changed c where c.status in ('succeeded', 'failed'))) x
-    where j.task_type = x.task_type and j.shard = x.shard and j.id = x.id
-    ), counted as (
+      returning r.n, t.status, t.stage, t.claimed_at, t.lease_until, t.parent_id
+    ), {{> child_ends}}, counted as (
       insert into asyncflow.type_counters as k (task_type, slot, succeeded, in_running, in_succeeded)
       select v_task_type, pg_backend_pid() % 16, count(*), -count(*), count(*) from changed having count(*) > 0
-      on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
-        in_running = k.in_running + excluded.in_running, in_succeeded = k.in_succeeded + excluded.in_succeeded
+      {{> add_counts}}
     ), durations as (
       select c.stage, d.secs,
-        width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
+        {{> stage_bucket secs = d.secs}} as k
       from changed c
       cross join lateral (select floor(date_part('epoch', v_now - c.claimed_at) * 1000) / 1000 as secs) d
     ), per_bucket as (
-          select stage, k, count(*) as n, sum(secs) as secs from durations group by stage, k
-        ), timed as (
-          insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
-          select v_task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
-            array_agg(coalesce(g.n, 0) order by x.k)
-          from (select distinct stage from per_bucket) t
-          cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
-          left join per_bucket g on g.stage = t.stage and g.k = x.k
-          group by t.stage
-          on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
-            seconds = s.seconds + excluded.seconds,
-            buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
-        )
-        select r.n, r.task_id, c.n is not null,
-          -- the current status is looked up only for refused reports
-          case when c.n is null then (select s.status from asyncflow.{{tasks}} s
-            where s.shard = r.shard and s.id = r.id)
-            else c.status end,
-          null::timestamptz
-        from r
-        left join changed c on c.n = r.n
-        order by r.n;
+      select stage, k, count(*) as n, sum(secs) as secs from durations group by stage, k
+    ), {{> stage_times}}
+    {{> report_answer}};
     return;
   end if;
 
@@ -168,12 +143,7 @@ begin
     select v_task_type, c.shard, c.id, c.spawn, v_now from changed c where c.outcome = 'spawn'
     on conflict (task_type, shard, id) do update set spawn = excluded.spawn, since = excluded.since,
       children = null, total = 0, ended = 0
-  ), child_ends as (
-    -- a child that ended counts on its parent's join: one row update per parent (46_children.sql)
-    update asyncflow.joins j set ended = j.ended + x.n
-    from asyncflow.join_counts(array(select c.parent_id from changed c where c.status in ('succeeded', 'failed'))) x
-    where j.task_type = x.task_type and j.shard = x.shard and j.id = x.id
-  ), waited as (
+  ), {{> child_ends}}, waited as (
     -- since: the claim of the call that asked to wait, so an event sent while it ran counts
     insert into asyncflow.waits (task_type, shard, id, event_key, since, until)
     select v_task_type, c.shard, c.id, c.event_key, c.claimed_at, v_now + make_interval(secs => c.delay)
@@ -189,44 +159,18 @@ begin
       count(*) filter (where c.status = 'pending'), -count(*), count(*) filter (where c.status = 'succeeded'),
       count(*) filter (where c.status = 'failed'), count(*) filter (where c.status = 'waiting')
     from changed c where c.outcome <> 'heartbeat' group by c.task_type
-    on conflict (task_type, slot) do update set succeeded = k.succeeded + excluded.succeeded,
-      failed = k.failed + excluded.failed, retried = k.retried + excluded.retried,
-      in_waiting = k.in_waiting + excluded.in_waiting,
-      in_pending = k.in_pending + excluded.in_pending, in_running = k.in_running + excluded.in_running,
-      in_succeeded = k.in_succeeded + excluded.in_succeeded, in_failed = k.in_failed + excluded.in_failed
+    {{> add_counts}}
   ), durations as (
-    -- k: how many bounds lie below the duration (its bucket, 0 .. cardinality(bounds)):
-    -- width_bucket counts the bounds <= secs (a binary search, in C), less one when secs is a
-    -- bound itself (a bucket includes its upper bound, as Prometheus' "le")
     select coalesce(c.entry ->> 'stage', c.stage) as stage, d.secs,
-      width_bucket(d.secs, asyncflow.stage_time_bounds()) - (d.secs = any (asyncflow.stage_time_bounds()))::integer as k
+      {{> stage_bucket secs = d.secs}} as k
     from changed c cross join lateral (select case when c.entry is null
       then floor(date_part('epoch', v_now - c.claimed_at) * 1000) / 1000
       else (c.entry ->> 'cost_ms')::double precision / 1000 end as secs) d
     where c.outcome not in ('heartbeat', 'release')
   ), per_bucket as (
-          select stage, k, count(*) as n, sum(secs) as secs from durations group by stage, k
-        ), timed as (
-          insert into asyncflow.stage_times as s (task_type, stage, slot, calls, seconds, buckets)
-          select v_task_type, t.stage, pg_backend_pid() % 16, sum(coalesce(g.n, 0)), sum(coalesce(g.secs, 0)),
-            array_agg(coalesce(g.n, 0) order by x.k)
-          from (select distinct stage from per_bucket) t
-          cross join generate_series(0, cardinality(asyncflow.stage_time_bounds())) x(k)
-          left join per_bucket g on g.stage = t.stage and g.k = x.k
-          group by t.stage
-          on conflict (task_type, stage, slot) do update set calls = s.calls + excluded.calls,
-            seconds = s.seconds + excluded.seconds,
-            buckets = array(select a + b from unnest(s.buckets, excluded.buckets) with ordinality u(a, b, i) order by i)
-        )
-        select r.n, r.task_id, c.n is not null,
-          -- the current status is looked up only for refused reports
-          case when c.n is null then (select s.status from asyncflow.{{tasks}} s
-            where s.shard = r.shard and s.id = r.id)
-            else c.status end,
-          c.lease_until
-        from r
-        left join changed c on c.n = r.n
-        order by r.n;
+    select stage, k, count(*) as n, sum(secs) as secs from durations group by stage, k
+  ), {{> stage_times}}
+  {{> report_answer}};
 
   -- A wait just begun takes the event of its key sent while its call ran, if there was one (a
   -- statement of its own, after the key's lock: see sql/api/45_events.sql).

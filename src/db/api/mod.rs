@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 mod bench;
+mod bench_limit;
 mod children;
 mod events;
 mod explain;
@@ -21,6 +22,7 @@ mod task_search;
 mod workflow;
 
 pub use bench::*;
+pub use bench_limit::*;
 pub use children::*;
 pub use events::*;
 pub use explain::*;

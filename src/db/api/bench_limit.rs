@@ -1,0 +1,77 @@
+//! The benchmark's physical-limit baseline (`asyncflow bench --only limit`): the cheapest SQL
+//! that makes the state change of a burn-down, on a plain table of task rows with only the
+//! indexes that change needs. Outside the product's API, like the rest of `bench`.
+
+use super::{get, query, query_one};
+use crate::db::GenericClient;
+use crate::error::{Error, Result};
+use crate::ids::TypeName;
+
+/// (Re)creates `asyncflow_bench.limit_tasks`, the task table's columns and defaults, with the
+/// two indexes a claim and a finish need: the primary key (id, shard) the finish names rows
+/// by, and the ready index (order_time of pending rows) the claim walks. Then copies the rows
+/// of `task_type` (queued by `create_tasks`: the same rows, the same width) into it.
+pub async fn bench_limit_prepare<C: GenericClient>(c: &C, task_type: &str) -> Result<i64> {
+    let ty = TypeName::new(task_type)?;
+    c.batch_execute(
+        "create schema if not exists asyncflow_bench; \
+         drop table if exists asyncflow_bench.limit_tasks; \
+         create table asyncflow_bench.limit_tasks (like asyncflow.tasks including defaults); \
+         alter table asyncflow_bench.limit_tasks add primary key (id, shard); \
+         create index limit_tasks_ready on asyncflow_bench.limit_tasks (order_time) where status = 'pending'",
+    )
+    .await
+    .map_err(Error::from_db)?;
+    c.batch_execute(&format!(
+        "insert into asyncflow_bench.limit_tasks select * from asyncflow.\"tasks_{}\"",
+        ty.as_str()
+    ))
+    .await
+    .map_err(Error::from_db)?;
+    let row = query_one(c, "select count(*) as n from asyncflow_bench.limit_tasks where status = 'pending'", &[]).await?;
+    get(&row, "n")
+}
+
+/// One batch of the baseline, in the caller's transaction: up to `limit` ready rows locked in
+/// order_time order (FOR UPDATE SKIP LOCKED, as a claim takes them), then written as a
+/// finished burn-down leaves them (succeeded, its try counted, a new claim_seq, the worker,
+/// the claim's and the finish's times, a result), one statement each. The rows changed.
+pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64) -> Result<u64> {
+    let rows = query(
+        c,
+        "select id, shard from asyncflow_bench.limit_tasks where status = 'pending' and order_time <= now() \
+         order by order_time limit $1 for update skip locked",
+        &[&limit],
+    )
+    .await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut shards = Vec::with_capacity(rows.len());
+    for r in &rows {
+        ids.push(get::<i64>(r, "id")?);
+        shards.push(get::<i32>(r, "shard")?);
+    }
+    let stmt = c
+        .prepare_cached(
+            "update asyncflow_bench.limit_tasks t set status = 'succeeded', attempt = t.attempt + 1, \
+               claim_seq = t.claim_seq + 1, owner = $1, claimed_at = now(), result = 'null'::jsonb, \
+               finished_at = clock_timestamp(), updated_at = clock_timestamp() \
+             from unnest($2::bigint[], $3::integer[]) u(id, shard) where t.id = u.id and t.shard = u.shard",
+        )
+        .await
+        .map_err(Error::from_db)?;
+    c.execute(&stmt, &[&owner, &ids, &shards]).await.map_err(Error::from_db)
+}
+
+/// The server's WAL written so far, in bytes (`pg_stat_wal`, PostgreSQL 14 and later).
+pub async fn bench_wal_bytes<C: GenericClient>(c: &C) -> Result<f64> {
+    let row = query_one(c, "select wal_bytes::float8 as b from pg_stat_wal", &[]).await?;
+    get(&row, "b")
+}
+
+/// Drops the baseline's table.
+pub async fn bench_limit_drop<C: GenericClient>(c: &C) -> Result<()> {
+    c.batch_execute("drop table if exists asyncflow_bench.limit_tasks").await.map_err(Error::from_db)
+}
