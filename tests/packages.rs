@@ -106,6 +106,49 @@ async fn get_task_with_wait_answers_once_the_task_ends_or_as_it_is_when_the_wait
     assert_eq!(get("/v1/tasks/waited-1-999999?wait=1".into()).await.0, 404);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_read_on_a_listening_server_is_woken_by_the_end_of_its_task_not_by_polling() {
+    let db = TestDb::new().await;
+    let served = Served::start(&db.url, TOKEN, &[]).await;
+    let c = db.conn().await;
+    common::sql::register(&**c, "woken", serde_json::json!({})).await;
+    let http = reqwest::Client::new();
+    let get = |id: String| {
+        let (http, base) = (http.clone(), served.base.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = http.get(format!("{base}/v1/tasks/{id}?wait=60")).bearer_auth(TOKEN).send().await;
+            let body: Value = answer.expect("an answer").json().await.expect("JSON");
+            (started.elapsed(), body)
+        })
+    };
+    // a success reported by a worker, and a cancel: each answered at once, well before the
+    // server's 5 s re-read (task_wait::RECHECK_LISTENING) could have found it
+    let id: String = c.query_one("select asyncflow.create_task('woken')", &[]).await.unwrap().get(0);
+    let waiting = get(id.clone());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let seq: i64 = c
+        .query_one("select claim_seq from asyncflow.claim_tasks('woken', 'w', 1)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let report = serde_json::json!([{"task_id": id, "claim_seq": seq, "outcome": "succeed", "result": {"n": 1}}]);
+    c.execute("select * from asyncflow.report_tasks('w', $1)", &[&report]).await.unwrap();
+    let (took, task) = waiting.await.unwrap();
+    assert_eq!((task["status"].as_str(), &task["result"]), (Some("succeeded"), &serde_json::json!({"n": 1})));
+    assert!(took < Duration::from_secs(4), "answered after {took:?}: not woken by the notification");
+    let id: String = c.query_one("select asyncflow.create_task('woken')", &[]).await.unwrap().get(0);
+    let waiting = get(id.clone());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    c.execute("select asyncflow.cancel_task($1)", &[&id]).await.unwrap();
+    let (took, task) = waiting.await.unwrap();
+    assert_eq!(task["status"], "cancelled");
+    assert!(took < Duration::from_secs(4), "answered after {took:?}: not woken by the notification");
+    // the waiters' rows went with the notifications
+    let left: i64 = c.query_one("select count(*) from asyncflow.task_waiters", &[]).await.unwrap().get(0);
+    assert_eq!(left, 0);
+}
+
 /// A function folder with one warm function, `run` being `body` (a sh script), with `toml`.
 fn one_function(name: &str, toml: &str, body: &str, files: &[(&str, &str)]) -> common::Folder {
     let folder = common::Folder::new(&[(name, toml, body)]);
@@ -245,17 +288,22 @@ pub fn need_node() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_node_package_passes_its_own_tests_on_a_real_database() {
+async fn the_node_package_passes_its_own_tests_on_a_real_database_and_server() {
     need_node();
     let db = TestDb::new().await;
+    let served = Served::start(&db.url, TOKEN, &[]).await;
     let out = run_ok(
         Command::new("node")
             .args(["--test", "test/"])
             .current_dir(packages().join("node"))
-            .env("ASYNCFLOW_TEST_URL", &db.url),
+            .env("ASYNCFLOW_TEST_URL", &db.url)
+            .env("ASYNCFLOW_TEST_SERVER", &served.base)
+            .env("ASYNCFLOW_TEST_TOKEN", TOKEN),
         "node --test (packages/node)",
     );
-    assert!(out.contains("# fail 0") && !out.contains("# pass 0"), "{out}");
+    // every test ran, none skipped (the HTTP client's needs the server given above)
+    assert!(out.contains("# fail 0") && !out.contains("# pass 0") && out.contains("# skipped 0"), "{out}");
+    assert!(out.contains("the HTTP client makes the same calls"), "{out}");
 }
 
 /// A Node function on the package: async, waits `context.ms`, answers its pid and how many of

@@ -32,6 +32,7 @@ begin
     if v_was = 'waiting' then
       delete from asyncflow.waits where task_type = v_key.task_type and shard = v_key.shard and id = v_key.id;
     end if;
+    perform asyncflow.notify_waiters(v_key.task_type, array[v_key.shard], array[v_key.id]);
     -- a running call stops at once: its worker listens on asyncflow_cancel (at commit)
     if v_was = 'running' then
       perform pg_notify('asyncflow_cancel',

@@ -216,6 +216,7 @@ begin
   left join changed c on c.n = r.n
   where c.n is null or (r.outcome is not null and not r.ok)
   order by r.n;
+  perform asyncflow.notify_waiters(v_task_type, p_shards, p_ids); -- see 47_task_waiters.sql
   -- Tasks that went on to their next stage are ready for any worker of the type (one NOTIFY).
   if array_position(p_outcomes, 'advance') is not null then
     perform asyncflow.wake(v_task_type);

@@ -83,6 +83,7 @@ begin
         from r
         left join changed c on c.n = r.n
         order by r.n;
+    perform asyncflow.notify_waiters(v_task_type, p_task_ids); -- see 47_task_waiters.sql
     return;
   end if;
 
@@ -215,6 +216,7 @@ begin
     perform asyncflow.match_waits(v_task_type, p_task_ids, v_now);
   end if;
 
+  perform asyncflow.notify_waiters(v_task_type, p_task_ids); -- see 47_task_waiters.sql
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY).
   if exists (select 1 from unnest(p_task_ids, p_outcomes) u(task_id, outcome)
       where u.outcome in ('advance', 'release', 'fail', 'later') and split_part(u.task_id, '-', 1) = v_task_type) then
