@@ -32,6 +32,10 @@
 //!                    burning down no-op tasks through a warm Python function, an HTTP function
 //!                    on a local server and a Python function forked per call, in stage calls/s
 //!                    beside the in-process Rust burn-down of the same tasks (see dropin.rs)
+//!   waiters          the burn-down with nobody waiting for tasks, beside the same without the
+//!                    waiters' check in report and finish (see waiters.rs)
+//!   packages         the Python package: an async function at concurrency 200 beside
+//!                    concurrency 1, and its enqueue beside psycopg's own (see packages.rs)
 //! ```
 //!
 //! The timed phases (baselines, enqueue, parts) and the burn-downs also give the CPU per operation:
@@ -48,6 +52,8 @@ mod dashboard;
 mod dropin;
 mod load;
 mod output;
+mod packages;
+mod waiters;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -108,7 +114,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, chained3, fair, wake, aging, drop, dashboard, dropin, dropin3).
+    /// burndown3, chained3, fair, wake, aging, drop, dashboard, dropin, dropin3, waiters,
+    /// packages).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -123,7 +130,7 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 15] = [
+pub const PHASES: [&str; 17] = [
     "update",
     "insert",
     "enqueue",
@@ -139,6 +146,8 @@ pub const PHASES: [&str; 15] = [
     "dashboard",
     "dropin",
     "dropin3",
+    "waiters",
+    "packages",
 ];
 
 /// One measured figure.
@@ -619,6 +628,14 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             progress.phase(&format!("drop-in worker: warm Python, HTTP, forked Python, {what}"));
             dropin::run(pool, url, args, stages, &mut figures, &mut progress).await?;
         }
+    }
+    if wants(args, "waiters") {
+        progress.phase("waiters: the burn-down with nobody waiting, beside it without the check");
+        waiters::run(pool, url, args, &mut figures, &mut progress).await?;
+    }
+    if wants(args, "packages") {
+        progress.phase("packages: async Python at concurrency 200, enqueue through the Python client");
+        packages::run(pool, url, args, &mut figures, &mut progress).await?;
     }
     progress.finish();
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -48,5 +48,7 @@ def __getattr__(name: str) -> Any:
     if name in _CLIENT:
         from . import client
 
-        return getattr(client, name)
+        value = getattr(client, name)
+        globals()[name] = value  # looked up here once: the next use finds it directly
+        return value
     raise AttributeError("module 'asyncflow' has no attribute %r" % name)
