@@ -69,13 +69,15 @@ async function sendEvent(client, eventKey, payload = {}) {
 
 const CHANNEL = 'asyncflow_ended';
 const WATCH_MAX = 31536000;
+// The waits in progress per client: the last one to end stops listening.
+const listening = new WeakMap();
 
 // Resolves to the task once it has ended; rejects with a TaskTimeout (its `task` as it is) after
 // `timeout` seconds, a TaskNotFound when there is none. Woken by the notification the task's end
 // sends (LISTEN asyncflow_ended, then asyncflow.watch_task), with a read every
 // `options.recheck` seconds (5) as a backstop. `clientOrUrl`: a URL (a connection of its own), a
 // pg.Pool (one of its clients for the wait), or a pg client outside a transaction
-// (notifications arrive only between transactions).
+// (notifications arrive only between transactions; several waits may share it).
 async function wait(clientOrUrl, taskId, timeout, options = {}) {
   checkKeys(options, new Set(['recheck']), 'option');
   if (typeof clientOrUrl === 'string') {
@@ -111,6 +113,7 @@ async function waitOn(client, taskId, timeout, options) {
     }
   };
   client.on('notification', onNote);
+  listening.set(client, (listening.get(client) || 0) + 1);
   try {
     await client.query('listen ' + CHANNEL);
     const r = await client.query('select asyncflow.watch_task($1, $2)::text as t',
@@ -133,7 +136,9 @@ async function waitOn(client, taskId, timeout, options) {
     }
   } finally {
     client.removeListener('notification', onNote);
-    await client.query('unlisten ' + CHANNEL).catch(() => {});
+    const left = listening.get(client) - 1;
+    listening.set(client, left);
+    if (left === 0) await client.query('unlisten ' + CHANNEL).catch(() => {});
   }
 }
 

@@ -83,6 +83,13 @@ test('wait is woken by the notification of the end, not by its re-read', async (
     const task = await asyncflow.wait(pool, id, 60, { recheck: 600 });
     assert.deepStrictEqual([task.status, task.result], ['succeeded', { ok: true }]);
     assert.ok(Date.now() - started < 10000, 'woken by the notification');
+    // waits sharing one client: each woken by its own task's end
+    const [a, b] = [await asyncflow.enqueue(c, type), await asyncflow.enqueue(c, type)];
+    const shared = await connect();
+    const both = Promise.all([asyncflow.wait(shared, a, 60, { recheck: 600 }), asyncflow.wait(shared, b, 60, { recheck: 600 })]);
+    setTimeout(() => { asyncflow.cancel(c, a).then(() => new Promise((r) => setTimeout(r, 300))).then(() => asyncflow.cancel(c, b)); }, 300);
+    assert.deepStrictEqual((await both).map((t) => t.status), ['cancelled', 'cancelled']);
+    await shared.end();
     // a task that ended before the wait: at once
     assert.strictEqual((await asyncflow.wait(url, id, 60, { recheck: 600 })).status, 'succeeded');
     await assert.rejects(asyncflow.wait(c, id, 1, { recheks: 1 }), TypeError);
