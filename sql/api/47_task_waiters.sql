@@ -76,14 +76,24 @@ create or replace function asyncflow.notify_waiters(p_task_type text, p_shards i
 returns void
 language plpgsql as $$
 declare
+  v_shards integer[];
+  v_ids bigint[];
   v_ended text[];
 begin
   if not exists (select 1 from asyncflow.task_waiters w where w.task_type = p_task_type) then
     return;
   end if;
+  -- the type's waiters first (a few rows), matched by id alone: a batch's tasks are looked up
+  -- only when one of them is waited on (a task waited on that ended outside this batch is
+  -- notified too, which is right)
+  select array_agg(w.shard), array_agg(w.id) into v_shards, v_ids
+  from asyncflow.task_waiters w where w.task_type = p_task_type and w.id = any (p_ids);
+  if v_ids is null then
+    return;
+  end if;
   with gone as (
     delete from asyncflow.task_waiters w
-    using unnest(p_shards, p_ids) u(shard, id), asyncflow.tasks t
+    using unnest(v_shards, v_ids) u(shard, id), asyncflow.tasks t
     where w.task_type = p_task_type and w.shard = u.shard and w.id = u.id
       and t.task_type = p_task_type and t.shard = u.shard and t.id = u.id
       and t.status in ('succeeded', 'failed', 'cancelled')
