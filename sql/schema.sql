@@ -481,7 +481,7 @@ CREATE FUNCTION asyncflow.notify_waiters(p_task_type text, p_task_ids text[]) RE
 
 CREATE FUNCTION asyncflow.notify_waiters(p_task_type text, p_shards integer[], p_ids bigint[]) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 17 lines, sha256 30bf9405a2281872
+    AS -- body: 27 lines, sha256 9614cbf4d38c6878
 
 CREATE FUNCTION asyncflow.now_ok(p_now timestamp with time zone) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
