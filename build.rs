@@ -92,7 +92,10 @@ fn instantiate(name: &str, f: &Fragment, given: &BTreeMap<String, String>) -> St
         body = body.replace(&format!("{{{{${k}}}}}"), v);
     }
     if let Some(at) = body.find("{{$") {
-        panic!("fragment {name}: argument {} not given", &body[at..body[at..].find("}}").map_or(body.len(), |e| at + e + 2)]);
+        panic!(
+            "fragment {name}: argument {} not given",
+            &body[at..body[at..].find("}}").map_or(body.len(), |e| at + e + 2)]
+        );
     }
     body
 }

@@ -134,7 +134,7 @@ CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone
 CREATE FUNCTION asyncflow.cancel_task(task_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 47 lines, sha256 f1b6e6fdf087a863
+    AS -- body: 48 lines, sha256 c3096442e50218d6
 
 CREATE FUNCTION asyncflow.check_context(p_context jsonb) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -524,6 +524,14 @@ CREATE FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with 
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 7 lines, sha256 66161c9f77bfca92
 
+CREATE FUNCTION asyncflow.notify_waiters(p_task_type text, p_task_ids text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS -- body: 7 lines, sha256 ba5c168694c2844b
+
+CREATE FUNCTION asyncflow.notify_waiters(p_task_type text, p_shards integer[], p_ids bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS -- body: 27 lines, sha256 9614cbf4d38c6878
+
 CREATE FUNCTION asyncflow.now_ok(p_now timestamp with time zone) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS -- body: 3 lines, sha256 2679eb18dab7798c
@@ -668,7 +676,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000, p_skip_owners text[] DEFAULT NULL::text[]) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 56 lines, sha256 6f75b36608851db3
+    AS -- body: 60 lines, sha256 5e20f2c00dc131d2
 
 CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -957,6 +965,11 @@ CREATE FUNCTION asyncflow.wait_for_hold(p_task_type text, p_shard integer, p_id 
 CREATE FUNCTION asyncflow.wake(p_task_type text) RETURNS void
     LANGUAGE plpgsql
     AS -- body: 5 lines, sha256 9f8998885df2eaf5
+
+CREATE FUNCTION asyncflow.watch_task(task_id text, p_seconds double precision) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 45 lines, sha256 f241aaef8603c87b
 
 CREATE FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
@@ -1401,6 +1414,13 @@ CREATE TABLE asyncflow.status_deltas (
     in_waiting bigint DEFAULT 0 NOT NULL
 );
 
+CREATE TABLE asyncflow.task_waiters (
+    task_type text NOT NULL,
+    shard integer NOT NULL,
+    id bigint NOT NULL,
+    until timestamp with time zone NOT NULL
+);
+
 CREATE TABLE asyncflow.type_counters (
     task_type text NOT NULL,
     slot smallint NOT NULL,
@@ -1538,6 +1558,9 @@ ALTER TABLE ONLY asyncflow.stats_points
 
 ALTER TABLE ONLY asyncflow.task_types
     ADD CONSTRAINT task_types_pkey PRIMARY KEY (task_type);
+
+ALTER TABLE ONLY asyncflow.task_waiters
+    ADD CONSTRAINT task_waiters_pkey PRIMARY KEY (task_type, shard, id);
 
 ALTER TABLE ONLY asyncflow.type_counters
     ADD CONSTRAINT type_counters_pkey PRIMARY KEY (task_type, slot);
@@ -1839,6 +1862,10 @@ REVOKE ALL ON FUNCTION asyncflow.note_leader(p_id text, p_host text, p_now times
 
 REVOKE ALL ON FUNCTION asyncflow.note_schedule(p_name text, p_next_tick timestamp with time zone, p_error text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION asyncflow.notify_waiters(p_task_type text, p_task_ids text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.notify_waiters(p_task_type text, p_shards integer[], p_ids bigint[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION asyncflow.now_ok(p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.parse_task_id(p_task_id text, OUT task_type text, OUT shard integer, OUT id bigint) FROM PUBLIC;
@@ -2019,6 +2046,9 @@ REVOKE ALL ON FUNCTION asyncflow.unreadable(p_field text, p_value jsonb) FROM PU
 REVOKE ALL ON FUNCTION asyncflow.wait_for_hold(p_task_type text, p_shard integer, p_id bigint, p_claim_seq bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.wake(p_task_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION asyncflow.watch_task(task_id text, p_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION asyncflow.watch_task(task_id text, p_seconds double precision) TO asyncflow_client;
 
 REVOKE ALL ON FUNCTION asyncflow.wf_activate(p_run asyncflow.runs, p_node text, p_now timestamp with time zone) FROM PUBLIC;
 

@@ -106,6 +106,151 @@ async fn get_task_with_wait_answers_once_the_task_ends_or_as_it_is_when_the_wait
     assert_eq!(get("/v1/tasks/waited-1-999999?wait=1".into()).await.0, 404);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_read_on_a_listening_server_is_woken_by_the_end_of_its_task_not_by_polling() {
+    let db = TestDb::new().await;
+    let served = Served::start(&db.url, TOKEN, &[]).await;
+    let c = db.conn().await;
+    common::sql::register(&**c, "woken", serde_json::json!({})).await;
+    let http = reqwest::Client::new();
+    let get = |id: String| {
+        let (http, base) = (http.clone(), served.base.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = http.get(format!("{base}/v1/tasks/{id}?wait=60")).bearer_auth(TOKEN).send().await;
+            let body: Value = answer.expect("an answer").json().await.expect("JSON");
+            (started.elapsed(), body)
+        })
+    };
+    // a success reported by a worker, and a cancel: each answered at once, well before the
+    // server's 5 s re-read (task_wait::RECHECK_LISTENING) could have found it
+    let id: String = c.query_one("select asyncflow.create_task('woken')", &[]).await.unwrap().get(0);
+    let waiting = get(id.clone());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let seq: i64 =
+        c.query_one("select claim_seq from asyncflow.claim_tasks('woken', 'w', 1)", &[]).await.unwrap().get(0);
+    let report = serde_json::json!([{"task_id": id, "claim_seq": seq, "outcome": "succeed", "result": {"n": 1}}]);
+    c.execute("select * from asyncflow.report_tasks('w', $1)", &[&report]).await.unwrap();
+    let (took, task) = waiting.await.unwrap();
+    assert_eq!((task["status"].as_str(), &task["result"]), (Some("succeeded"), &serde_json::json!({"n": 1})));
+    assert!(took < Duration::from_secs(4), "answered after {took:?}: not woken by the notification");
+    let id: String = c.query_one("select asyncflow.create_task('woken')", &[]).await.unwrap().get(0);
+    let waiting = get(id.clone());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    c.execute("select asyncflow.cancel_task($1)", &[&id]).await.unwrap();
+    let (took, task) = waiting.await.unwrap();
+    assert_eq!(task["status"], "cancelled");
+    assert!(took < Duration::from_secs(4), "answered after {took:?}: not woken by the notification");
+    // the waiters' rows went with the notifications
+    let left: i64 = c.query_one("select count(*) from asyncflow.task_waiters", &[]).await.unwrap().get(0);
+    assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn a_hold_finish_a_rescue_and_a_report_notify_the_waiters_of_the_tasks_they_end_and_no_one_else() {
+    let db = TestDb::new().await;
+    let (listener, mut conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = stream.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    listener.batch_execute("listen asyncflow_ended").await.unwrap();
+    let heard = |notes: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        let mut got = Vec::new();
+        while let Ok(n) = notes.try_recv() {
+            got.push(n);
+        }
+        got.sort();
+        got
+    };
+    let settle = || async {
+        listener.batch_execute("select 1").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let c = db.raw().await;
+    common::sql::register(&c, "ends", serde_json::json!({"max_retry_num": 0})).await;
+    let ids: Vec<String> = c
+        .query(
+            "select * from asyncflow.create_tasks('ends', '[{\"priority\": 4}, {\"priority\": 3}, {\"priority\": 2}, \
+             {\"priority\": 1}]')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let watch = |id: String| {
+        let c = &c;
+        async move {
+            let t: Value = c.query_one("select asyncflow.watch_task($1, 60)", &[&id]).await.unwrap().get(0);
+            assert_eq!(t["status"], "pending");
+        }
+    };
+    // a hold succeeds the first two tasks, only the first one watched
+    watch(ids[0].clone()).await;
+    c.batch_execute("begin").await.unwrap();
+    let held: Vec<(String, i64)> = c
+        .query("select task_id, claim_seq from asyncflow.type_hold__ends('w', 2)", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let key = |i: usize| asyncflow::TaskId::parse(&held[i].0).unwrap();
+    let (shards, numbers): (Vec<i32>, Vec<i64>) = (0..2).map(|i| (key(i).shard(), key(i).number())).unzip();
+    let seqs: Vec<i64> = held.iter().map(|h| h.1).collect();
+    c.query(
+        "select * from asyncflow.type_finish__ends('w', $1, $2, $3, array['succeed', 'succeed'],          array['{}'::jsonb, '{}'::jsonb], array[null, null]::text[], array[null, null]::jsonb[], array[0.001, 0.001]::float8[])",
+        &[&shards, &numbers, &seqs],
+    )
+    .await
+    .unwrap();
+    c.batch_execute("commit").await.unwrap();
+    assert_eq!(held.iter().map(|h| h.0.clone()).collect::<Vec<_>>(), ids[..2].to_vec());
+    settle().await;
+    assert_eq!(heard(&mut notes), vec![ids[0].clone()], "the watched task of the hold, alone");
+    // a claim whose lease runs out with no try left: failed by the rescuer
+    watch(ids[2].clone()).await;
+    let claimed: Vec<(String, i64)> = c
+        .query("select task_id, claim_seq from asyncflow.claim_tasks('ends', 'w', 2)", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(claimed.len(), 2);
+    c.execute("select * from asyncflow.rescue_expired(now() + interval '1 day')", &[]).await.unwrap();
+    settle().await;
+    assert_eq!(heard(&mut notes), vec![ids[2].clone()], "the rescued task that was watched");
+    // a report that ends a task nobody waits on: nothing
+    let t: Value = c.query_one("select asyncflow.get_task($1)", &[&ids[3]]).await.unwrap().get(0);
+    assert_eq!(t["status"], "failed");
+    let left: i64 = c.query_one("select count(*) from asyncflow.task_waiters", &[]).await.unwrap().get(0);
+    assert_eq!(left, 0, "each notified waiter's row went with its notification");
+    let id: String = c.query_one("select asyncflow.create_task('ends')", &[]).await.unwrap().get(0);
+    let (task_id, seq): (String, i64) = {
+        let r = c.query_one("select task_id, claim_seq from asyncflow.claim_tasks('ends', 'w', 1)", &[]).await.unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(task_id, id);
+    let report = serde_json::json!([{"task_id": id, "claim_seq": seq, "outcome": "succeed"}]);
+    c.execute("select * from asyncflow.report_tasks('w', $1)", &[&report]).await.unwrap();
+    settle().await;
+    assert_eq!(heard(&mut notes), Vec::<String>::new(), "nobody waited");
+    // a bad wait is refused
+    let e = c.query_one("select asyncflow.watch_task($1, -1)", &[&id]).await.unwrap_err();
+    assert_eq!(common::sqlstate(&e), "AF006");
+    let none: Option<Value> = c.query_one("select asyncflow.watch_task('ends-1-999999', 5)", &[]).await.unwrap().get(0);
+    assert_eq!(none, None);
+}
+
 /// A function folder with one warm function, `run` being `body` (a sh script), with `toml`.
 fn one_function(name: &str, toml: &str, body: &str, files: &[(&str, &str)]) -> common::Folder {
     let folder = common::Folder::new(&[(name, toml, body)]);
@@ -245,17 +390,22 @@ pub fn need_node() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_node_package_passes_its_own_tests_on_a_real_database() {
+async fn the_node_package_passes_its_own_tests_on_a_real_database_and_server() {
     need_node();
     let db = TestDb::new().await;
+    let served = Served::start(&db.url, TOKEN, &[]).await;
     let out = run_ok(
         Command::new("node")
             .args(["--test", "test/"])
             .current_dir(packages().join("node"))
-            .env("ASYNCFLOW_TEST_URL", &db.url),
+            .env("ASYNCFLOW_TEST_URL", &db.url)
+            .env("ASYNCFLOW_TEST_SERVER", &served.base)
+            .env("ASYNCFLOW_TEST_TOKEN", TOKEN),
         "node --test (packages/node)",
     );
-    assert!(out.contains("# fail 0") && !out.contains("# pass 0"), "{out}");
+    // every test ran, none skipped (the HTTP client's needs the server given above)
+    assert!(out.contains("# fail 0") && !out.contains("# pass 0") && out.contains("# skipped 0"), "{out}");
+    assert!(out.contains("the HTTP client makes the same calls"), "{out}");
 }
 
 /// A Node function on the package: async, waits `context.ms`, answers its pid and how many of

@@ -68,8 +68,33 @@ export function enqueueMany(client: Queryable, taskType: string, tasks: NewTask[
 export function getTask(client: Queryable, taskId: string): Promise<Task | null>;
 export function cancel(client: Queryable, taskId: string): Promise<boolean>;
 export function retry(client: Queryable, taskId: string): Promise<boolean>;
-/** The ended task; rejects with TaskTimeout after `timeout` seconds. */
-export function wait(clientOrUrl: Queryable | string, taskId: string, timeout: number): Promise<Task>;
+/** How many waiting tasks the event woke; sent in the client's transaction. */
+export function sendEvent(client: Queryable, eventKey: string, payload?: any): Promise<number>;
+
+/** A pg client that can LISTEN: a `pg.Client` or a pool's client. */
+export interface Listening extends Queryable {
+  on(event: 'notification', listener: (n: { channel: string; payload?: string }) => void): unknown;
+  removeListener(event: 'notification', listener: (n: { channel: string; payload?: string }) => void): unknown;
+}
+
+/** A `pg.Pool`: a client of it is taken for the wait. */
+export interface PoolLike {
+  idleCount: number;
+  connect(): Promise<Listening & { release(): void }>;
+}
+
+export interface WaitOptions {
+  /** Seconds between two reads of the task when no notification comes (default 5). */
+  recheck?: number;
+}
+
+/**
+ * The ended task, woken by the notification of its end; rejects with TaskTimeout after
+ * `timeout` seconds, TaskNotFound when there is none. A client given must be outside a
+ * transaction.
+ */
+export function wait(clientOrUrl: Listening | PoolLike | string, taskId: string, timeout: number,
+  options?: WaitOptions): Promise<Task>;
 
 export class TaskTimeout extends Error {
   task: Task;

@@ -8,59 +8,12 @@
 //   await client.query('commit');
 //   const task = await asyncflow.wait(url, id, 30);   // the ended task, or a TaskTimeout
 //
+// The same calls over HTTP, against `asyncflow serve`: require('asyncflow/http').
 // Every call is one statement on the pg client (or pool) it is given, in whatever transaction
 // that client is in: nothing here begins, commits or rolls back. Errors of the SQL API come as
 // pg's errors, their `code` an SQLSTATE of class AF (docs/sql-api.md).
 
-const ENDED = new Set(['succeeded', 'failed', 'cancelled']);
-const POLL_FIRST_MS = 20;
-const POLL_MAX_MS = 500;
-
-// The wait ran out before the task ended; `task` is the task as it was then.
-class TaskTimeout extends Error {
-  constructor(task, timeout) {
-    super('task ' + task.id + ' is still ' + task.status + ' after ' + timeout + ' s');
-    this.name = 'TaskTimeout';
-    this.task = task;
-  }
-}
-
-// No task has this id.
-class TaskNotFound extends Error {
-  constructor(taskId) {
-    super('no task ' + taskId);
-    this.name = 'TaskNotFound';
-    this.taskId = taskId;
-  }
-}
-
-const TIMES = new Set(['created_at', 'updated_at', 'order_time', 'lease_until', 'finished_at', 'tick']);
-const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
-const snake = (name) => name.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
-
-// A task from get_task's JSON: fields in camelCase, times as Dates (context, result, progress
-// and the schedule log as they are).
-function taskFrom(json) {
-  const task = {};
-  for (const [k, v] of Object.entries(json)) {
-    task[camel(k)] = TIMES.has(k) && v !== null ? new Date(v) : v;
-  }
-  task.ended = ENDED.has(task.status);
-  return task;
-}
-
-const OPTIONS = ['priority', 'runAt', 'stage', 'idempotencyKey', 'userId', 'queueKey', 'uniqueKey', 'uniqueFor', 'traceparent',
-  'debounceKey', 'debounceFor'];
-const MANY_FIELDS = new Set(['context', 'priority', 'runAt', 'stage', 'idempotencyKey', 'userId', 'queueKey', 'traceparent',
-  'debounceKey', 'debounceFor']);
-
-function checkKeys(given, known, what) {
-  for (const k of Object.keys(given || {})) {
-    if (!known.has(k)) throw new TypeError('unknown ' + what + ' ' + k + '; known: ' + [...known].join(', '));
-  }
-}
-
-const time = (v) => (v instanceof Date ? v.toISOString() : v);
+const { ENDED, TaskTimeout, TaskNotFound, taskFrom, OPTIONS, checkKeys, time, manyFields, RECHECK_SECONDS } = require('./task');
 
 // Creates one task of `taskType` in the client's transaction; resolves to its id. With an
 // `idempotencyKey` a task of the type already has, that task's id, and nothing is created. With a
@@ -68,7 +21,7 @@ const time = (v) => (v instanceof Date ? v.toISOString() : v);
 // while the key's task is pending and has not started, another enqueue with the key replaces its
 // context, moves its start and resolves to its id.
 async function enqueue(client, taskType, context = null, options = {}) {
-  checkKeys(options, new Set(OPTIONS), 'option');
+  checkKeys(options, OPTIONS, 'option');
   const o = options || {};
   const r = await client.query(
     'select asyncflow.create_task($1, $2::jsonb, priority => $3, run_at => $4, stage => $5, idempotency_key => $6,' +
@@ -85,12 +38,7 @@ async function enqueue(client, taskType, context = null, options = {}) {
 // an object of the optional fields context, priority, runAt, stage, idempotencyKey, userId,
 // queueKey, traceparent, debounceKey, debounceFor (seconds).
 async function enqueueMany(client, taskType, tasks) {
-  const body = tasks.map((t) => {
-    checkKeys(t, MANY_FIELDS, 'task field');
-    const out = {};
-    for (const [k, v] of Object.entries(t || {})) if (v !== undefined && v !== null) out[snake(k)] = time(v);
-    return out;
-  });
+  const body = tasks.map(manyFields);
   const r = await client.query('select asyncflow.create_tasks($1, $2::jsonb) as id', [taskType, JSON.stringify(body)]);
   return r.rows.map((row) => row.id);
 }
@@ -114,34 +62,88 @@ async function retry(client, taskId) {
   return r.rows[0].ok === true;
 }
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// Sends an event in the client's transaction: every task waiting for `eventKey` goes on to the
+// stage it named, its call carrying `payload` (a JSON value, {} by default); a wait that begins
+// later, within the event retention, finds it too. Resolves to how many waiting tasks it woke.
+async function sendEvent(client, eventKey, payload = {}) {
+  const r = await client.query('select asyncflow.send_event($1, $2::jsonb) as n',
+    [eventKey, JSON.stringify(payload === undefined || payload === null ? {} : payload)]);
+  return Number(r.rows[0].n);
+}
+
+const CHANNEL = 'asyncflow_ended';
+const WATCH_MAX = 31536000;
+// The waits in progress per client: the last one to end stops listening.
+const listening = new WeakMap();
 
 // Resolves to the task once it has ended; rejects with a TaskTimeout (its `task` as it is) after
-// `timeout` seconds, a TaskNotFound when there is none. `clientOrUrl`: a pg client or pool that
-// sees other transactions' commits (not one inside the transaction that enqueued), or a URL (a
-// connection of its own). Looks again after 20 ms, doubling to 0.5 s.
-async function wait(clientOrUrl, taskId, timeout) {
+// `timeout` seconds, a TaskNotFound when there is none. Woken by the notification the task's end
+// sends (LISTEN asyncflow_ended, then asyncflow.watch_task), with a read every
+// `options.recheck` seconds (5) as a backstop. `clientOrUrl`: a URL (a connection of its own), a
+// pg.Pool (one of its clients for the wait), or a pg client outside a transaction
+// (notifications arrive only between transactions; several waits may share it).
+async function wait(clientOrUrl, taskId, timeout, options = {}) {
+  checkKeys(options, new Set(['recheck']), 'option');
   if (typeof clientOrUrl === 'string') {
     const { Client } = require('pg');
     const client = new Client({ connectionString: clientOrUrl });
     await client.connect();
     try {
-      return await wait(client, taskId, timeout);
+      return await waitOn(client, taskId, timeout, options);
     } finally {
       await client.end();
     }
   }
+  if (typeof clientOrUrl.idleCount === 'number' && typeof clientOrUrl.connect === 'function') {
+    const client = await clientOrUrl.connect(); // a pool: LISTEN needs one connection throughout
+    try {
+      return await waitOn(client, taskId, timeout, options);
+    } finally {
+      client.release();
+    }
+  }
+  return waitOn(clientOrUrl, taskId, timeout, options);
+}
+
+async function waitOn(client, taskId, timeout, options) {
   const deadline = Date.now() + timeout * 1000;
-  let pause = POLL_FIRST_MS;
-  for (;;) {
-    const task = await getTask(clientOrUrl, taskId);
-    if (task === null) throw new TaskNotFound(taskId);
-    if (task.ended) return task;
-    const left = deadline - Date.now();
-    if (left <= 0) throw new TaskTimeout(task, timeout);
-    await sleep(Math.min(pause, left));
-    pause = Math.min(pause * 2, POLL_MAX_MS);
+  const recheck = (options.recheck ?? RECHECK_SECONDS) * 1000;
+  let noted = false;
+  let wake = null;
+  const onNote = (n) => {
+    if (n.channel === CHANNEL && n.payload === taskId) {
+      noted = true;
+      if (wake) wake();
+    }
+  };
+  client.on('notification', onNote);
+  listening.set(client, (listening.get(client) || 0) + 1);
+  try {
+    await client.query('listen ' + CHANNEL);
+    const r = await client.query('select asyncflow.watch_task($1, $2)::text as t',
+      [taskId, Math.min(Math.max(timeout, 0), WATCH_MAX)]);
+    let task = r.rows[0].t === null ? null : taskFrom(JSON.parse(r.rows[0].t));
+    for (;;) {
+      if (task === null) throw new TaskNotFound(taskId);
+      if (task.ended) return task;
+      const left = deadline - Date.now();
+      if (left <= 0) throw new TaskTimeout(task, timeout);
+      if (!noted) {
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, Math.min(left, recheck));
+          wake = () => { clearTimeout(timer); resolve(); };
+        });
+        wake = null;
+      }
+      noted = false;
+      task = await getTask(client, taskId);
+    }
+  } finally {
+    client.removeListener('notification', onNote);
+    const left = listening.get(client) - 1;
+    listening.set(client, left);
+    if (left === 0) await client.query('unlisten ' + CHANNEL).catch(() => {});
   }
 }
 
-module.exports = { enqueue, enqueueMany, getTask, cancel, retry, wait, TaskTimeout, TaskNotFound, ENDED };
+module.exports = { enqueue, enqueueMany, getTask, cancel, retry, sendEvent, wait, TaskTimeout, TaskNotFound, ENDED };

@@ -44,6 +44,7 @@ begin
     if v_parent_id is not null then
       perform asyncflow.count_child_ends(array[v_parent_id]);
     end if;
+    perform asyncflow.notify_waiters(v_key.task_type, array[v_key.shard], array[v_key.id]);
     -- a running call stops at once: its worker listens on asyncflow_cancel (at commit)
     if v_was = 'running' then
       perform pg_notify('asyncflow_cancel',

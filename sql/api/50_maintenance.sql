@@ -69,6 +69,10 @@ begin
 
   perform asyncflow.wake(d.type_name)
   from (select distinct u.type_name from unnest(v_types, v_statuses) u(type_name, st) where u.st = 'pending') d;
+  -- the waiters of tasks that failed for good (47_task_waiters.sql)
+  perform asyncflow.notify_waiters(d.type_name, d.ids)
+  from (select u.type_name, array_agg(u.task_id) as ids from unnest(v_ids, v_types, v_statuses) u(task_id, type_name, st)
+    where u.st = 'failed' group by u.type_name) d;
   return query select * from unnest(v_ids, v_types, v_statuses, v_stages, v_attempts, v_errors);
 end
 $$;

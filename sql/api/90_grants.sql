@@ -12,6 +12,7 @@ grant execute on function
   asyncflow.create_tasks(text, jsonb, timestamptz),
   asyncflow.task_created_here(text),
   asyncflow.get_task(text),
+  asyncflow.watch_task(text, double precision),
   asyncflow.list_tasks(text, asyncflow.task_status, text, text, text, integer),
   asyncflow.find_tasks(jsonb, text, integer, text),
   asyncflow.bulk_change_tasks(text, jsonb, boolean, integer, timestamptz),

@@ -1,7 +1,7 @@
 //! The drop-in worker's burn-downs: `asyncflow worker --functions <folder> --exit-when-idle` (this
 //! very binary, in a process of its own) working pre-queued no-op tasks to the end, with
 //!
-//! - a Python no-op in warm mode (`mode = "warm"`, on the helper library of `functions/sdk/`),
+//! - a Python no-op in warm mode (`mode = "warm"`, on the `asyncflow` package of `packages/python`),
 //! - the same Python no-op forked per call (one process per stage call),
 //! - an HTTP no-op served by a small local server (in this process),
 //!
@@ -10,7 +10,7 @@
 //! is the whole machine's and the worker process's (with its functions' processes; the HTTP
 //! no-op's server is this process and not counted).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::json;
@@ -20,12 +20,33 @@ use super::{load, BenchArgs, Figure, Progress};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
 
-/// The Python helper library, written beside the no-op so that the benchmark needs no checkout.
-const PYTHON_SDK: &str = include_str!("../../functions/sdk/python/asyncflow_function.py");
+/// The Python package (`packages/python/asyncflow`), written beside the functions so that the
+/// benchmark needs no checkout and no install.
+const PYTHON_PACKAGE: [(&str, &str); 8] = [
+    ("__init__.py", include_str!("../../packages/python/asyncflow/__init__.py")),
+    ("_task.py", include_str!("../../packages/python/asyncflow/_task.py")),
+    ("_sql.py", include_str!("../../packages/python/asyncflow/_sql.py")),
+    ("function.py", include_str!("../../packages/python/asyncflow/function.py")),
+    ("client.py", include_str!("../../packages/python/asyncflow/client.py")),
+    ("aio.py", include_str!("../../packages/python/asyncflow/aio.py")),
+    ("http.py", include_str!("../../packages/python/asyncflow/http.py")),
+    ("py.typed", ""),
+];
+
+/// Writes the package `asyncflow` into `root` (to be on the PYTHONPATH).
+pub(super) fn write_python_package(root: &Path) -> Result<()> {
+    let dir = root.join("asyncflow");
+    let io = |e: std::io::Error| Error::Config(format!("bench folder {}: {e}", dir.display()));
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    for (file, text) in PYTHON_PACKAGE {
+        std::fs::write(dir.join(file), text).map_err(io)?;
+    }
+    Ok(())
+}
 
 /// The no-op: stage `s<n>` goes on to `s<n+1>` until the last of `argv[1]` stages, then succeeds.
 const PYTHON_NOOP: &str = r#"import sys
-import asyncflow_function
+from asyncflow import function
 
 STAGES = int(sys.argv[1])
 
@@ -38,7 +59,7 @@ def handle(call):
     return {"result": None}
 
 
-asyncflow_function.run(handle)
+function.run(handle)
 "#;
 
 /// The three ways the drop-in worker runs a function here.
@@ -183,26 +204,17 @@ pub(super) async fn run(
 struct Folder {
     root: PathBuf,
     stages: u32,
-    /// The Python interpreter itself, not a launcher in front of it (pyenv's shim is a shell
-    /// script that would cost the forked function more than Python's own start).
+    /// The Python interpreter (see [`python`]).
     python: String,
 }
 
 impl Folder {
     async fn new(stages: u32) -> Result<Folder> {
-        let python = tokio::process::Command::new("python3")
-            .args(["-c", "import sys; print(sys.executable)"])
-            .output()
-            .await
-            .ok()
-            .filter(|out| out.status.success())
-            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-            .filter(|path| !path.is_empty())
-            .unwrap_or_else(|| "python3".to_string());
+        let python = python().await;
         let root = std::env::temp_dir().join(format!("asyncflow-bench-{}-{stages}", std::process::id()));
         let io = |e: std::io::Error| Error::Config(format!("bench folder {}: {e}", root.display()));
         std::fs::create_dir_all(&root).map_err(io)?;
-        std::fs::write(root.join("asyncflow_function.py"), PYTHON_SDK).map_err(io)?;
+        write_python_package(&root)?;
         std::fs::write(root.join("noop.py"), PYTHON_NOOP).map_err(io)?;
         Ok(Folder { root, stages, python })
     }
@@ -228,26 +240,52 @@ impl Folder {
 
     /// Runs `asyncflow worker` on the folder until it is idle; its summary line.
     async fn run_worker(&self, url: &str, name: &str, concurrency: usize) -> Result<String> {
-        let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
-        let out = tokio::process::Command::new(exe)
-            .args(["worker", "--no-maintenance", "--exit-when-idle", "--functions"])
-            .arg(self.root.join("run"))
-            .args(["--types", name, "--concurrency", &concurrency.to_string()])
-            .env("DATABASE_URL", url)
-            .env("PYTHONPATH", &self.root)
-            .env("ASYNCFLOW_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output()
-            .await
-            .map_err(|e| Error::Config(format!("starting asyncflow worker: {e}")))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(Error::Config(format!("asyncflow worker for {name} failed ({}): {stderr}", out.status)));
-        }
-        Ok(stdout)
+        run_worker(&self.root.join("run"), &self.root, url, name, concurrency).await
     }
+}
+
+/// The Python interpreter itself, not a launcher in front of it (pyenv's shim is a shell script
+/// that would cost a forked function more than Python's own start).
+pub(super) async fn python() -> String {
+    tokio::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .await
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|path| !path.is_empty())
+        .unwrap_or_else(|| "python3".to_string())
+}
+
+/// Runs `asyncflow worker --exit-when-idle` (this program) on the functions folder `functions`
+/// for the type `name`, with `python_path` on the PYTHONPATH, until it is idle; its summary line.
+pub(super) async fn run_worker(
+    functions: &Path,
+    python_path: &Path,
+    url: &str,
+    name: &str,
+    concurrency: usize,
+) -> Result<String> {
+    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
+    let out = tokio::process::Command::new(exe)
+        .args(["worker", "--no-maintenance", "--exit-when-idle", "--functions"])
+        .arg(functions)
+        .args(["--types", name, "--concurrency", &concurrency.to_string()])
+        .env("DATABASE_URL", url)
+        .env("PYTHONPATH", python_path)
+        .env("ASYNCFLOW_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| Error::Config(format!("starting asyncflow worker: {e}")))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(Error::Config(format!("asyncflow worker for {name} failed ({}): {stderr}", out.status)));
+    }
+    Ok(stdout)
 }
 
 impl Drop for Folder {

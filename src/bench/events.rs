@@ -86,7 +86,8 @@ pub(super) async fn run(
     for _ in 0..ROUNDS {
         for (name, runs) in [(EMPTY_TYPE, &mut empty), (WAITING_TYPE, &mut beside)] {
             load::fill(pool, name, tasks, |_| NewTask::default()).await?;
-            let (summary, timed) = load::work(pool, url, name, tasks, concurrency, load::settings(None), function).await?;
+            let (summary, timed) =
+                load::work(pool, url, name, tasks, concurrency, load::settings(None), function).await?;
             if summary.succeeded != tasks as u64 || summary.waited != 0 {
                 return Err(Error::Config(format!(
                     "events: the burn-down of {name} finished {} of {tasks} tasks ({} waited)",

@@ -40,6 +40,10 @@
 //!                    burning down no-op tasks through a warm Python function, an HTTP function
 //!                    on a local server and a Python function forked per call, in stage calls/s
 //!                    beside the in-process Rust burn-down of the same tasks (see dropin.rs)
+//!   waiters          the burn-down with nobody waiting for tasks, beside the same without the
+//!                    waiters' check in report and finish (see waiters.rs)
+//!   packages         the Python package: an async function at concurrency 200 beside
+//!                    concurrency 1, and its enqueue beside psycopg's own (see packages.rs)
 //! ```
 //!
 //! The timed phases (baselines, enqueue, parts) and the burn-downs also give the CPU per operation:
@@ -59,6 +63,8 @@ mod events;
 mod limit;
 mod load;
 mod output;
+mod packages;
+mod waiters;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -122,7 +128,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, limit, burndown,
-    /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, children, dropin, dropin3).
+    /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, children, dropin, dropin3,
+    /// waiters, packages).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -137,7 +144,7 @@ pub struct BenchArgs {
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 18] = [
+pub const PHASES: [&str; 20] = [
     "update",
     "insert",
     "enqueue",
@@ -156,6 +163,8 @@ pub const PHASES: [&str; 18] = [
     "children",
     "dropin",
     "dropin3",
+    "waiters",
+    "packages",
 ];
 
 /// One measured figure.
@@ -488,8 +497,8 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     }
     if wants(args, "events") {
         progress.phase("events: tasks waiting for events beside a burn-down; send_event");
-        let e = events::run(pool, url, args.waiting_tasks, args.tasks, args.concurrency, args.connections, seconds)
-            .await?;
+        let e =
+            events::run(pool, url, args.waiting_tasks, args.tasks, args.concurrency, args.connections, seconds).await?;
         figures.extend(events::figures(&e, args.waiting_tasks, update));
     }
     if wants(args, "wake") {
@@ -653,6 +662,14 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             progress.phase(&format!("drop-in worker: warm Python, HTTP, forked Python, {what}"));
             dropin::run(pool, url, args, stages, &mut figures, &mut progress).await?;
         }
+    }
+    if wants(args, "waiters") {
+        progress.phase("waiters: the burn-down with nobody waiting, beside it without the check");
+        waiters::run(pool, url, args, &mut figures, &mut progress).await?;
+    }
+    if wants(args, "packages") {
+        progress.phase("packages: async Python at concurrency 200, enqueue through the Python client");
+        packages::run(pool, url, args, &mut figures, &mut progress).await?;
     }
     progress.finish();
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -7,6 +7,9 @@
 //! - `asyncflow_cancel`: the id of a task taken away from its worker while it ran (cancelled, or
 //!   its workflow run or node ended without it), so the worker stops the call at once. One lost
 //!   while the connection was down is made up by the next heartbeat, which is refused.
+//! - `asyncflow_ended`: the id of a task that ended while somebody waited for it
+//!   (`asyncflow.watch_task`), for `GET /v1/tasks/{id}?wait=`. One lost while the connection was
+//!   down is made up by the `None` wake-up after the reconnect, on which waiters read again.
 //!
 //! A lost connection is retried with jittered back-off of at most a second, so that producers
 //! waiting out a claim back-off hear within about a second that the database is back (the
@@ -50,6 +53,8 @@ pub type Wake = Option<String>;
 pub const WAKE_CHANNEL: &str = "asyncflow";
 /// The channel of cancelled calls (see the module docs).
 pub const CANCEL_CHANNEL: &str = "asyncflow_cancel";
+/// The channel of waited tasks that ended (see the module docs).
+pub const ENDED_CHANNEL: &str = "asyncflow_ended";
 
 /// Longest pause between two attempts to connect again.
 pub const RECONNECT_MAX: Duration = Duration::from_secs(1);
@@ -64,11 +69,17 @@ pub struct Channels {
     pub wakes: broadcast::Sender<Wake>,
     /// The running calls to stop.
     pub cancels: broadcast::Sender<Cancel>,
+    /// Waited tasks that ended.
+    pub ended: broadcast::Sender<TaskId>,
 }
 
 /// Starts the listener; it runs until `cancel` fires.
 pub fn spawn(url: String, cancel: CancellationToken) -> Channels {
-    let channels = Channels { wakes: broadcast::channel(1024).0, cancels: broadcast::channel(1024).0 };
+    let channels = Channels {
+        wakes: broadcast::channel(1024).0,
+        cancels: broadcast::channel(1024).0,
+        ended: broadcast::channel(1024).0,
+    };
     let sender = channels.clone();
     tokio::spawn(async move {
         let mut failures: u32 = 0;
@@ -110,6 +121,11 @@ async fn listen_once(url: &str, tx: &Channels, failures: &mut u32) -> Result<(),
                 Ok(AsyncMessage::Notification(n)) if n.channel() == CANCEL_CHANNEL => {
                     if let Some(cancel) = Cancel::parse(n.payload()) {
                         let _ = forward.cancels.send(cancel);
+                    }
+                }
+                Ok(AsyncMessage::Notification(n)) if n.channel() == ENDED_CHANNEL => {
+                    if let Ok(task_id) = TaskId::parse(n.payload()) {
+                        let _ = forward.ended.send(task_id);
                     }
                 }
                 Ok(AsyncMessage::Notification(n)) => {

@@ -28,6 +28,7 @@ mod schedules;
 mod server;
 mod stats;
 mod task_types;
+mod task_wait;
 mod tasks;
 mod worker_protocol;
 mod workflows;
@@ -111,6 +112,9 @@ pub struct AppState {
     /// The wake-ups heard on the database's `asyncflow` channel, per type, for holds that wait;
     /// None without a LISTEN connection (they poll, see `hold_wait`).
     wakeups: Option<Arc<hold_wait::Wakeups>>,
+    /// The ends of waited tasks heard on the database's `asyncflow_ended` channel, per task, for
+    /// `GET /v1/tasks/{id}?wait=`; None without a LISTEN connection (it polls, see `task_wait`).
+    task_waiters: Option<Arc<task_wait::Waiters>>,
     /// Fired when the server shuts down: waiting holds answer at once.
     shutdown: CancellationToken,
 }
@@ -130,8 +134,9 @@ pub fn router(pool: DbPool, config: &HttpConfig) -> Router {
 }
 
 /// The router with every route; `channels` (a LISTEN connection, `db::listen`) carries the
-/// `asyncflow_cancel` notifications to the workers' cancel streams and the `asyncflow` ones to
-/// the holds that wait; `shutdown` ends those waits.
+/// `asyncflow_cancel` notifications to the workers' cancel streams, the `asyncflow` ones to
+/// the holds that wait and the `asyncflow_ended` ones to the reads that wait for a task's end;
+/// `shutdown` ends those waits.
 pub fn router_listening(
     pool: DbPool,
     config: &HttpConfig,
@@ -146,6 +151,7 @@ pub fn router_listening(
         metrics: Arc::default(),
         cancels: channels.map(|c| c.cancels.clone()),
         wakeups: channels.map(|c| hold_wait::Wakeups::spawn(c.wakes.subscribe())),
+        task_waiters: channels.map(|c| task_wait::Waiters::spawn(c.ended.subscribe(), c.wakes.subscribe())),
         shutdown,
     };
     let api = Router::new()

@@ -91,9 +91,6 @@ async fn create_bulk(
 
 /// The longest `wait` of one read of a task, in seconds.
 pub const WAIT_MAX_SECONDS: f64 = 60.0;
-/// How often a waiting read looks at its task again: the first pause, doubling to the longest.
-const WAIT_POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
-const WAIT_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// One task with its context, result and schedule log; with `wait`, once it has ended.
 #[utoipa::path(get, path = "/v1/tasks/{id}", operation_id = "get_task", tag = "tasks",
@@ -117,19 +114,12 @@ async fn get_one(
         }
         Some(_) => return Err(ApiError::bad_request(format!("wait must be 0 to {WAIT_MAX_SECONDS} seconds"))),
     };
-    let deadline = wait.map(|w| tokio::time::Instant::now() + w);
-    let mut pause = WAIT_POLL_FIRST;
-    loop {
-        // a connection per look, not held through the wait
-        let task = state.client().get_task(&id).await?;
-        let task = task.ok_or_else(|| ApiError::not_found(format!("unknown task {}", echo(&id))))?;
-        let Some(deadline) = deadline else { return Ok(Json(task)) };
-        let now = tokio::time::Instant::now();
-        if task.status.is_final() || now >= deadline {
-            return Ok(Json(task));
+    match wait {
+        Some(wait) => Ok(Json(super::task_wait::read_when_ended(&state, &id, wait).await?)),
+        None => {
+            let task = state.client().get_task(&id).await?;
+            Ok(Json(task.ok_or_else(|| ApiError::not_found(format!("unknown task {}", echo(&id))))?))
         }
-        tokio::time::sleep(pause.min(deadline - now)).await;
-        pause = (pause * 2).min(WAIT_POLL_MAX);
     }
 }
 

@@ -58,6 +58,72 @@ test('enqueueMany answers the ids in order and refuses an unknown field', async 
   }
 });
 
+// Claims one task of the type as a worker would: [task id, claim_seq].
+async function claimOne(c, type) {
+  const r = await c.query("select task_id, claim_seq from asyncflow.claim_tasks($1, 'jsworker', 1)", [type]);
+  return [r.rows[0].task_id, Number(r.rows[0].claim_seq)];
+}
+
+async function report(c, body) {
+  await c.query("select * from asyncflow.report_tasks('jsworker', $1::jsonb)", [JSON.stringify([body])]);
+}
+
+test('wait is woken by the notification of the end, not by its re-read', async () => {
+  const c = await connect();
+  const pg = require('pg');
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  try {
+    const type = await newType(c);
+    const id = await asyncflow.enqueue(c, type, { n: 1 });
+    const [claimed, seq] = await claimOne(c, type);
+    assert.strictEqual(claimed, id);
+    setTimeout(() => { report(c, { task_id: id, claim_seq: seq, outcome: 'succeed', result: { ok: true } }); }, 500);
+    const started = Date.now();
+    // a re-read every 600 s: only the notification can wake it in time
+    const task = await asyncflow.wait(pool, id, 60, { recheck: 600 });
+    assert.deepStrictEqual([task.status, task.result], ['succeeded', { ok: true }]);
+    assert.ok(Date.now() - started < 10000, 'woken by the notification');
+    // waits sharing one client: each woken by its own task's end
+    const [a, b] = [await asyncflow.enqueue(c, type), await asyncflow.enqueue(c, type)];
+    const shared = await connect();
+    const both = Promise.all([asyncflow.wait(shared, a, 60, { recheck: 600 }), asyncflow.wait(shared, b, 60, { recheck: 600 })]);
+    setTimeout(() => { asyncflow.cancel(c, a).then(() => new Promise((r) => setTimeout(r, 300))).then(() => asyncflow.cancel(c, b)); }, 300);
+    assert.deepStrictEqual((await both).map((t) => t.status), ['cancelled', 'cancelled']);
+    await shared.end();
+    // a task that ended before the wait: at once
+    assert.strictEqual((await asyncflow.wait(url, id, 60, { recheck: 600 })).status, 'succeeded');
+    await assert.rejects(asyncflow.wait(c, id, 1, { recheks: 1 }), TypeError);
+    const left = await c.query('select count(*)::int as n from asyncflow.task_waiters where task_type = $1', [type]);
+    assert.strictEqual(left.rows[0].n, 0, "the waiter's row went with the notification");
+  } finally {
+    await pool.end();
+    await c.end();
+  }
+});
+
+test('sendEvent wakes the tasks waiting for its key, in the sender\'s transaction', async () => {
+  const c = await connect();
+  try {
+    const type = await newType(c);
+    const id = await asyncflow.enqueue(c, type);
+    const [claimed, seq] = await claimOne(c, type);
+    const key = 'order:' + id + '/paid';
+    await report(c, { task_id: claimed, claim_seq: seq, outcome: 'wait', event: key, timeout: 600, stage: 'paid' });
+    assert.strictEqual((await asyncflow.getTask(c, id)).status, 'waiting');
+    await c.query('begin');
+    assert.strictEqual(await asyncflow.sendEvent(c, key, { amount: 5 }), 1);
+    await c.query('rollback');
+    assert.strictEqual((await asyncflow.getTask(c, id)).status, 'waiting');
+    assert.strictEqual(await asyncflow.sendEvent(c, key, { amount: 5 }), 1);
+    const task = await asyncflow.getTask(c, id);
+    assert.deepStrictEqual([task.status, task.stage], ['pending', 'paid']);
+    assert.strictEqual(await asyncflow.sendEvent(c, 'nobody:waits'), 0);
+    await assert.rejects(asyncflow.sendEvent(c, 'not a key!'), (e) => /^AF/.test(e.code));
+  } finally {
+    await c.end();
+  }
+});
+
 test('cancel, retry, and wait: the ended task, or a TaskTimeout carrying it as it is', async () => {
   const c = await connect();
   try {

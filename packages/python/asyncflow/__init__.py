@@ -6,7 +6,8 @@
         task_id = asyncflow.enqueue(conn, "invoice", {"order": 7})
     task = asyncflow.wait(url, task_id, timeout=30)      # the ended task, or TaskTimeout
 
-- `asyncflow.enqueue`, `enqueue_many`, `get_task`, `cancel`, `retry`, `wait` (`asyncflow.client`):
+- `asyncflow.enqueue`, `enqueue_many`, `get_task`, `cancel`, `retry`, `send_event`, `wait`
+  (`asyncflow.client`):
   on a psycopg 3 connection; `asyncflow.aio` has the same for `psycopg.AsyncConnection`.
 - `asyncflow.http.Client`: the same calls against `asyncflow serve` (standard library only).
 - `asyncflow.function`: the loop of a function (`run`, `progress`; standard library only).
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._task import ENDED, Task, TaskNotFound, TaskTimeout
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; loaded lazily below
-    from .client import cancel, enqueue, enqueue_many, get_task, retry, wait
+    from .client import cancel, enqueue, enqueue_many, get_task, retry, send_event, wait
 
 __all__ = [
     "ENDED",
@@ -34,17 +35,20 @@ __all__ = [
     "enqueue_many",
     "get_task",
     "retry",
+    "send_event",
     "wait",
 ]
 
 __version__ = "0.1.0"
 
-_CLIENT = {"cancel", "enqueue", "enqueue_many", "get_task", "retry", "wait"}
+_CLIENT = {"cancel", "enqueue", "enqueue_many", "get_task", "retry", "send_event", "wait"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _CLIENT:
         from . import client
 
-        return getattr(client, name)
+        value = getattr(client, name)
+        globals()[name] = value  # looked up here once: the next use finds it directly
+        return value
     raise AttributeError("module 'asyncflow' has no attribute %r" % name)

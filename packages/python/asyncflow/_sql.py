@@ -17,6 +17,13 @@ ENQUEUE_MANY = "select asyncflow.create_tasks(%s, %s::jsonb)"
 GET_TASK = "select asyncflow.get_task(%s)::text"
 CANCEL = "select asyncflow.cancel_task(%s)"
 RETRY = "select asyncflow.retry_task(%s)"
+SEND_EVENT = "select asyncflow.send_event(%s, %s::jsonb)"
+# waiting: LISTEN first, then the task read after its waiter is registered (docs/sql-api.md)
+LISTEN = "listen asyncflow_ended"
+UNLISTEN = "unlisten asyncflow_ended"
+WATCH_TASK = "select asyncflow.watch_task(%s, %s)::text"
+# the longest wait watch_task registers (a year, in seconds)
+WATCH_MAX = 31536000.0
 
 
 def enqueue_params(

@@ -15,9 +15,10 @@ __all__ = ["Task", "TaskTimeout", "ENDED", "task_fields"]
 # The statuses a task does not leave by itself (a retry by hand queues it again).
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
 
-# The longest wait of one poll while waiting for a task to end (seconds).
-POLL_MAX = 0.5
-POLL_FIRST = 0.02
+# While waiting for a task to end, woken by its notification (asyncflow_ended): the task is
+# read again at least this often (seconds), a backstop for a notification that cannot come (a
+# connection through a pooler that does not pass LISTEN on, an end that sends none).
+RECHECK = 5.0
 
 _FRACTION = re.compile(r"\.(\d+)")
 

@@ -8,7 +8,6 @@ The same calls as `asyncflow.client` (see there), awaited:
 
 from __future__ import annotations
 
-import asyncio
 import datetime as _dt
 import json
 import time
@@ -17,9 +16,10 @@ from typing import Any, Iterable, List, Mapping, Optional, Union
 import psycopg
 
 from . import _sql
-from ._task import POLL_FIRST, POLL_MAX, Task, TaskNotFound, TaskTimeout
+from . import _task
+from ._task import Task, TaskNotFound, TaskTimeout
 
-__all__ = ["enqueue", "enqueue_many", "get_task", "cancel", "retry", "wait"]
+__all__ = ["enqueue", "enqueue_many", "get_task", "cancel", "retry", "send_event", "wait"]
 
 
 async def enqueue(
@@ -78,22 +78,58 @@ async def retry(conn: psycopg.AsyncConnection[Any], task_id: str) -> bool:
     return bool(row and row[0])
 
 
+async def send_event(conn: psycopg.AsyncConnection[Any], event_key: str, payload: Any = None) -> int:
+    """Sends an event in `conn`'s transaction; how many waiting tasks it woke (see
+    `asyncflow.client.send_event`)."""
+    cur = await conn.execute(_sql.SEND_EVENT, (event_key, json.dumps({} if payload is None else payload)))
+    row = await cur.fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 async def wait(conn_or_url: Union[psycopg.AsyncConnection[Any], str], task_id: str, timeout: float) -> Task:
-    """The task once it has ended; `TaskTimeout` (with `.task`) after `timeout` seconds."""
+    """The task once it has ended; `TaskTimeout` (with `.task`) after `timeout` seconds. Woken by
+    the notification of its end (see `asyncflow.client.wait`, which takes the same arguments)."""
     if isinstance(conn_or_url, str):
         async with await psycopg.AsyncConnection.connect(conn_or_url, autocommit=True) as conn:
-            return await wait(conn, task_id, timeout)
+            return await _wait(conn, task_id, timeout)
     conn = conn_or_url
+    if conn.autocommit:
+        return await _wait(conn, task_id, timeout)
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise ValueError(
+            "wait needs a connection outside a transaction (a notification arrives only between "
+            "transactions): commit or roll back first, or give a URL"
+        )
+    await conn.set_autocommit(True)
+    try:
+        return await _wait(conn, task_id, timeout)
+    finally:
+        await conn.set_autocommit(False)
+
+
+async def _wait(conn: psycopg.AsyncConnection[Any], task_id: str, timeout: float) -> Task:
     deadline = time.monotonic() + timeout
-    pause = POLL_FIRST
-    while True:
-        task = await get_task(conn, task_id)
-        if task is None:
-            raise TaskNotFound(task_id)
-        if task.ended:
-            return task
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TaskTimeout(task, timeout)
-        await asyncio.sleep(min(pause, left))
-        pause = min(pause * 2, POLL_MAX)
+    await conn.execute(_sql.LISTEN)
+    try:
+        cur = await conn.execute(_sql.WATCH_TASK, (task_id, min(max(timeout, 0.0), _sql.WATCH_MAX)))
+        row = await cur.fetchone()
+        task = Task.from_json(json.loads(row[0])) if row and row[0] is not None else None
+        while True:
+            if task is None:
+                raise TaskNotFound(task_id)
+            if task.ended:
+                return task
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TaskTimeout(task, timeout)
+            # closed here, not when collected: it holds the connection's lock while open
+            notes = conn.notifies(timeout=min(left, _task.RECHECK))
+            try:
+                async for note in notes:
+                    if note.payload == task_id:
+                        break
+            finally:
+                await notes.aclose()
+            task = await get_task(conn, task_id)
+    finally:
+        await conn.execute(_sql.UNLISTEN)

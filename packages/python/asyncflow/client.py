@@ -6,8 +6,9 @@
 
 Each call is one statement on `conn`, in whatever transaction `conn` is in: nothing here
 commits or rolls back, so a task enqueued in a transaction that rolls back never existed.
-`wait` needs to see other transactions' commits: give it a URL (it opens its own connection),
-or a connection in autocommit mode, or one whose transaction began after the task was committed.
+`wait` needs to see other transactions' commits and to hear notifications, which arrive only
+between transactions: give it a URL (it opens its own connection), or a connection in
+autocommit mode, or one outside a transaction (it is put in autocommit for the wait).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any, Iterable, List, Mapping, Optional, Union
 import psycopg
 
 from . import _sql
-from ._task import POLL_FIRST, POLL_MAX, Task, TaskNotFound, TaskTimeout
+from . import _task
+from ._task import Task, TaskNotFound, TaskTimeout
 
-__all__ = ["enqueue", "enqueue_many", "get_task", "cancel", "retry", "wait"]
+__all__ = ["enqueue", "enqueue_many", "get_task", "cancel", "retry", "send_event", "wait"]
 
 
 def enqueue(
@@ -87,26 +89,64 @@ def retry(conn: psycopg.Connection[Any], task_id: str) -> bool:
     return bool(row and row[0])
 
 
+def send_event(conn: psycopg.Connection[Any], event_key: str, payload: Any = None) -> int:
+    """Sends an event in `conn`'s transaction: every task waiting for `event_key` goes on to the
+    stage it named, its call carrying `payload` (a JSON value, `{}` by default); a wait that
+    begins later, within the event retention, finds it too. Returns how many waiting tasks it woke.
+    """
+    row = conn.execute(_sql.SEND_EVENT, (event_key, json.dumps({} if payload is None else payload))).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 def wait(conn_or_url: Union[psycopg.Connection[Any], str], task_id: str, timeout: float) -> Task:
     """Returns the task once it has ended (succeeded, failed, cancelled).
 
     Raises `TaskTimeout` (a TimeoutError, with `.task` as it is) after `timeout` seconds, and
-    `TaskNotFound` when there is no such task. Looks again after 20 ms, doubling to 0.5 s.
+    `TaskNotFound` when there is no such task. Woken by the notification the task's end sends
+    (LISTEN asyncflow_ended, then `asyncflow.watch_task`), with a read every `RECHECK` seconds
+    as a backstop. A URL: a connection of its own. A connection: one outside a transaction
+    (notifications arrive between transactions), switched to autocommit for the wait.
     """
     if isinstance(conn_or_url, str):
         with psycopg.connect(conn_or_url, autocommit=True) as conn:
-            return wait(conn, task_id, timeout)
+            return _wait(conn, task_id, timeout)
     conn = conn_or_url
+    if conn.autocommit:
+        return _wait(conn, task_id, timeout)
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise ValueError(
+            "wait needs a connection outside a transaction (a notification arrives only between "
+            "transactions): commit or roll back first, or give a URL"
+        )
+    conn.autocommit = True
+    try:
+        return _wait(conn, task_id, timeout)
+    finally:
+        conn.autocommit = False
+
+
+def _wait(conn: psycopg.Connection[Any], task_id: str, timeout: float) -> Task:
     deadline = time.monotonic() + timeout
-    pause = POLL_FIRST
-    while True:
-        task = get_task(conn, task_id)
-        if task is None:
-            raise TaskNotFound(task_id)
-        if task.ended:
-            return task
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TaskTimeout(task, timeout)
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, POLL_MAX)
+    conn.execute(_sql.LISTEN)
+    try:
+        row = conn.execute(_sql.WATCH_TASK, (task_id, min(max(timeout, 0.0), _sql.WATCH_MAX))).fetchone()
+        task = Task.from_json(json.loads(row[0])) if row and row[0] is not None else None
+        while True:
+            if task is None:
+                raise TaskNotFound(task_id)
+            if task.ended:
+                return task
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TaskTimeout(task, timeout)
+            # closed here, not when collected: it holds the connection's lock while open
+            notes = conn.notifies(timeout=min(left, _task.RECHECK))
+            try:
+                for note in notes:
+                    if note.payload == task_id:
+                        break
+            finally:
+                notes.close()
+            task = get_task(conn, task_id)
+    finally:
+        conn.execute(_sql.UNLISTEN)

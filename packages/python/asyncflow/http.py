@@ -58,12 +58,13 @@ class Client:
                 return json.loads(answer.read() or b"null")
         except urllib.error.HTTPError as e:
             text = e.read()
+            # the server's error body is {"code", "message"}
             try:
-                err = json.loads(text).get("error") or {}
-            except (ValueError, AttributeError):
+                err = json.loads(text)
+            except ValueError:
                 err = {}
-            if isinstance(err, str):
-                err = {"message": err}
+            if not isinstance(err, dict):
+                err = {}
             raise HttpError(e.code, str(err.get("code", "")), str(err.get("message", text[:200]))) from None
 
     def enqueue(
@@ -125,6 +126,11 @@ class Client:
         """Queues a failed or cancelled task again; False when it was neither."""
         path = "/v1/tasks/%s/retry" % urllib.parse.quote(task_id, safe="")
         return bool(self._call("POST", path, {})["retried"])
+
+    def send_event(self, event_key: str, payload: Any = None) -> int:
+        """Sends an event (POST /v1/events); how many waiting tasks it woke."""
+        body = {"key": event_key, "payload": {} if payload is None else payload}
+        return int(self._call("POST", "/v1/events", body)["woken"])
 
     def wait(self, task_id: str, timeout: float) -> Task:
         """The task once it has ended, by long-polls of at most WAIT_MAX seconds each.

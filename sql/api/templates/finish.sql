@@ -210,6 +210,7 @@ begin
     where c.passed is not null
   ), {{> finish_end}};
   end if;
+  perform asyncflow.notify_waiters(v_task_type, p_shards, p_ids); -- see 47_task_waiters.sql
   -- Tasks that went on to their next stage are ready for any worker of the type (one NOTIFY).
   if array_position(p_outcomes, 'advance') is not null then
     perform asyncflow.wake(v_task_type);

@@ -65,6 +65,7 @@ begin
       select stage, k, count(*) as n, sum(secs) as secs from durations group by stage, k
     ), {{> stage_times}}
     {{> report_answer}};
+    perform asyncflow.notify_waiters(v_task_type, p_task_ids); -- see 47_task_waiters.sql
     return;
   end if;
 
@@ -182,6 +183,7 @@ begin
     perform asyncflow.spawn_children(v_task_type, p_task_ids, v_now);
   end if;
 
+  perform asyncflow.notify_waiters(v_task_type, p_task_ids); -- see 47_task_waiters.sql
   -- Tasks that went back to pending are ready for any worker of the type (one NOTIFY).
   if exists (select 1 from unnest(p_task_ids, p_outcomes) u(task_id, outcome)
       where u.outcome in ('advance', 'release', 'fail', 'later') and split_part(u.task_id, '-', 1) = v_task_type) then

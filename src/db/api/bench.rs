@@ -312,3 +312,34 @@ pub async fn bench_join_latency<C: GenericClient>(
     let ended: Option<f64> = get(&row, "ended")?;
     Ok(written.zip(ended))
 }
+
+/// Re-creates the type's report and finish functions from their templates without their call of
+/// `asyncflow.notify_waiters` (the check for clients waiting on tasks that end): the reference
+/// beside which the waiters phase measures what that check costs. An error when a template has
+/// no such call: the comparison would measure nothing.
+pub async fn bench_without_waiters_check<C: GenericClient>(c: &C, task_type: &TypeName) -> Result<()> {
+    for template in ["report", "finish"] {
+        let row =
+            query_one(c, "select asyncflow.render_template($1, $2) as body", &[&template, &task_type.as_str()]).await?;
+        let body: String = get(&row, "body")?;
+        let kept: Vec<&str> = body.lines().filter(|l| !l.contains("asyncflow.notify_waiters(")).collect();
+        if kept.len() == body.lines().count() {
+            return Err(Error::Config(format!("the {template} template calls no asyncflow.notify_waiters")));
+        }
+        c.batch_execute(&kept.join("\n")).await.map_err(Error::from_db)?;
+    }
+    Ok(())
+}
+
+/// A client waiting, for an hour, on a task of the type that does not exist: each report and
+/// finish of the type then finds a waiter and looks its tasks up (and notifies none).
+pub async fn bench_waiter_elsewhere<C: GenericClient>(c: &C, task_type: &TypeName) -> Result<()> {
+    query(
+        c,
+        "insert into asyncflow.task_waiters (task_type, shard, id, until) values ($1, 1, 0, now() + interval '1 hour') \
+         on conflict (task_type, shard, id) do update set until = excluded.until",
+        &[&task_type.as_str()],
+    )
+    .await
+    .map(|_| ())
+}

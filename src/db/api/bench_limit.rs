@@ -28,7 +28,8 @@ pub async fn bench_limit_prepare<C: GenericClient>(c: &C, task_type: &str) -> Re
     ))
     .await
     .map_err(Error::from_db)?;
-    let row = query_one(c, "select count(*) as n from asyncflow_bench.limit_tasks where status = 'pending'", &[]).await?;
+    let row =
+        query_one(c, "select count(*) as n from asyncflow_bench.limit_tasks where status = 'pending'", &[]).await?;
     get(&row, "n")
 }
 

@@ -186,6 +186,16 @@ pub async fn get_task<C: GenericClient>(c: &C, task_id: &str) -> Result<Option<T
     }
 }
 
+/// `asyncflow.watch_task`: the task (None when there is none), a waiter registered for
+/// `seconds` unless it has ended: its end is then notified on `asyncflow_ended`.
+pub async fn watch_task<C: GenericClient>(c: &C, task_id: &str, seconds: f64) -> Result<Option<Task>> {
+    let row = query_one(c, "select asyncflow.watch_task($1, $2) as t", &[&task_id, &seconds]).await?;
+    match get::<Option<Value>>(&row, "t")? {
+        None => Ok(None),
+        Some(v) => from_json(v, "task").map(Some),
+    }
+}
+
 /// `asyncflow.cancel_task`: true when cancelled, false when it had already ended.
 pub async fn cancel_task<C: GenericClient>(c: &C, task_id: &str) -> Result<bool> {
     let row = query_one(c, "select asyncflow.cancel_task($1) as done", &[&task_id]).await?;
@@ -651,9 +661,9 @@ pub async fn ping(c: &tokio_postgres::Client) -> Result<()> {
     c.simple_query("select 1").await.map(|_| ()).map_err(Error::from_db)
 }
 
-/// Subscribes the (dedicated) connection to the wake-up and cancel channels.
+/// Subscribes the (dedicated) connection to the wake-up, cancel and ended-task channels.
 pub async fn listen(c: &tokio_postgres::Client) -> Result<()> {
-    c.batch_execute("listen asyncflow; listen asyncflow_cancel").await.map_err(Error::from_db)
+    c.batch_execute("listen asyncflow; listen asyncflow_cancel; listen asyncflow_ended").await.map_err(Error::from_db)
 }
 
 /// The backend pid of this connection (tests terminate leaders by it).
