@@ -25,6 +25,7 @@
 
 mod history;
 pub mod leader;
+mod lease;
 mod presence;
 mod rate_buckets;
 mod rescuer;
@@ -72,7 +73,17 @@ pub trait Service: Send + Sync {
     /// Leaves alone the leases of these workers, which run in this process (only the rescuer
     /// acts on leases; see [`Maintainer::with_own_workers`]).
     fn leave_leases_of(&mut self, _workers: &[WorkerId]) {}
+    /// Whether passes that keep changing nothing may come less often (see [`service_loop`]);
+    /// false for a service whose work comes due by the clock (schedules, deadlines, callbacks).
+    fn backs_off_when_idle(&self) -> bool {
+        true
+    }
 }
+
+/// Passes in a row that changed nothing before a service's interval starts to double.
+pub const IDLE_PASSES_BEFORE_BACK_OFF: u32 = 10;
+/// The longest interval an idle service backs off to (its own interval if that is longer).
+pub const IDLE_INTERVAL_MAX: Duration = Duration::from_secs(30);
 
 /// Intervals of the task engine's services, and of the leadership check.
 #[derive(Debug, Clone)]
@@ -308,19 +319,33 @@ impl Maintainer {
 /// Runs `service` every interval until `stop`; a pass under way when `stop` fires is dropped.
 /// Says on `failing` when the service cannot do its work here: a pass refused for want of a
 /// privilege, or [`FAILED_PASSES_TO_RESIGN`] failed passes in a row.
+///
+/// An idle database costs the leader little: after [`IDLE_PASSES_BEFORE_BACK_OFF`] passes in a
+/// row that changed nothing, the time to the next pass doubles, up to [`IDLE_INTERVAL_MAX`], and
+/// is back at the interval after a pass that changed something (for the services that
+/// [`Service::backs_off_when_idle`]). A rescuer idle for a while so rescues a lost lease up to
+/// 30 s after it ran out rather than 1 s.
 async fn service_loop(
     service: Arc<dyn Service>,
     stop: CancellationToken,
     failing: mpsc::UnboundedSender<(&'static str, String)>,
 ) {
-    let mut tick = tokio::time::interval(service.interval());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let base = service.interval();
+    let longest = IDLE_INTERVAL_MAX.max(base);
+    let mut next = tokio::time::Instant::now();
+    let mut idle_passes: u32 = 0;
     let mut failures: u32 = 0;
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(next) => {}
             _ = stop.cancelled() => return,
         }
+        let started = tokio::time::Instant::now();
+        let wait = match idle_passes.checked_sub(IDLE_PASSES_BEFORE_BACK_OFF) {
+            Some(over) if service.backs_off_when_idle() => base.saturating_mul(1 << over.min(16)).min(longest),
+            _ => base,
+        };
+        next = started + wait;
         let outcome = tokio::select! {
             outcome = service.run_once(None) => outcome,
             _ = stop.cancelled() => return,
@@ -328,6 +353,7 @@ async fn service_loop(
         match outcome {
             Ok(report) => {
                 failures = 0;
+                idle_passes = if report.changed > 0 { 0 } else { idle_passes.saturating_add(1) };
                 if report.changed > 0 {
                     tracing::info!(service = report.service, changed = report.changed, detail = ?report.detail, "maintenance pass")
                 }

@@ -81,6 +81,11 @@ impl Scheduler {
 }
 
 impl Service for Scheduler {
+    /// Due by the clock: never backs off.
+    fn backs_off_when_idle(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &'static str {
         "scheduler"
     }
