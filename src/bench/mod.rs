@@ -32,6 +32,10 @@
 //!                    burning down no-op tasks through a warm Python function, an HTTP function
 //!                    on a local server and a Python function forked per call, in stage calls/s
 //!                    beside the in-process Rust burn-down of the same tasks (see dropin.rs)
+//!   idle             50 idle workers over 20 types: the server's transactions/s and CPU beside
+//!                    no asyncflow process, directly, through PgBouncer, and on a server (idle.rs)
+//!   wake_pgbouncer   the wake latency of a worker through PgBouncer with a direct LISTEN, beside
+//!                    a direct one (pooled.rs)
 //! ```
 //!
 //! The timed phases (baselines, enqueue, parts) and the burn-downs also give the CPU per operation:
@@ -46,8 +50,11 @@ mod aging;
 mod cpu;
 mod dashboard;
 mod dropin;
+mod idle;
 mod load;
 mod output;
+pub mod pgbouncer;
+mod pooled;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -108,7 +115,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, burndown,
-    /// burndown3, chained3, fair, wake, aging, drop, dashboard, dropin, dropin3).
+    /// burndown3, chained3, fair, wake, aging, drop, dashboard, dropin, dropin3, idle, wake_pgbouncer).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -120,10 +127,22 @@ pub struct BenchArgs {
     /// Keep the benchmark database instead of dropping it at the end.
     #[arg(long)]
     pub keep_database: bool,
+    /// Idle workers in the idle phase (each with its pool, LISTEN and election connection).
+    #[arg(long, default_value_t = 50)]
+    pub idle_workers: usize,
+    /// Task types every idle worker serves.
+    #[arg(long, default_value_t = 20)]
+    pub idle_types: usize,
+    /// Seconds each idle run is measured over (the bar is for 60).
+    #[arg(long, default_value_t = 60.0)]
+    pub idle_seconds: f64,
+    /// Seconds each idle run settles first (idle maintenance backs off over about 40 s).
+    #[arg(long, default_value_t = 60.0)]
+    pub idle_settle: f64,
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 15] = [
+pub const PHASES: [&str; 17] = [
     "update",
     "insert",
     "enqueue",
@@ -139,6 +158,8 @@ pub const PHASES: [&str; 15] = [
     "dashboard",
     "dropin",
     "dropin3",
+    "idle",
+    "wake_pgbouncer",
 ];
 
 /// One measured figure.
@@ -619,6 +640,14 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
             progress.phase(&format!("drop-in worker: warm Python, HTTP, forked Python, {what}"));
             dropin::run(pool, url, args, stages, &mut figures, &mut progress).await?;
         }
+    }
+    if wants(args, "idle") {
+        progress.phase("idle workers: server transactions/s and CPU");
+        idle::run(pool, url, args, &mut figures, &mut progress).await?;
+    }
+    if wants(args, "wake_pgbouncer") {
+        progress.phase("wake latency through PgBouncer");
+        pooled::run(pool, url, args, &mut figures, &mut progress).await?;
     }
     progress.finish();
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -25,10 +25,7 @@ pub enum SchemaState {
 pub async fn schema_state<C: GenericClient>(c: &C) -> Result<SchemaState> {
     use tokio_postgres::error::SqlState;
     let sql = "select version, sql_api_checksum from asyncflow.schema_state()";
-    let rows = match c.prepare_cached(sql).await {
-        Ok(stmt) => c.query(&stmt, &[]).await,
-        Err(e) => Err(e),
-    };
+    let rows = super::run(c, sql, &[]).await;
     match rows {
         Ok(rows) => match rows.first() {
             Some(r) => {
