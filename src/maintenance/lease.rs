@@ -9,11 +9,11 @@
 //! ```
 //!
 //! The lease is `2c + t` (6 s by default), the idle session timeout of the lock's form: a leader
-//! cut off steps down after `c + t`, before its lease runs out, and another participant leads
-//! within `3c + t` of the old leader's last renewal, the bounds of [`super::leader`]. Every
-//! participant asks once per check interval: through a pooler that is one transaction per
-//! participant per `c`, so a large fleet behind a pooler leaves maintenance to a few processes
-//! (`asyncflow maintain`, or workers without `--no-maintenance`).
+//! cut off steps down after `c + t`, before its lease runs out. The others ask about every
+//! [`FOLLOWER_CHECK`] (30 s, jittered): through a pooler each question is a transaction, and an
+//! idle fleet of 50 asks under 2 times a second. So another participant leads within about
+//! `2c + t` + 37.5 s of the old leader's last renewal (8 s on the lock's form), or at its next
+//! question when the old leader stepped down cleanly and removed the row.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::leader::{check_timeout, session_limits, Identity, LeaderHandle};
 use crate::db::{self, api};
+
+/// How often a participant that does not lead asks for the lease: one transaction each, through
+/// a pooler, so a large fleet asks rarely ([`FOLLOWER_CHECK`], jittered), and never more often
+/// than the leader renews.
+fn follower_check(check: Duration) -> Duration {
+    let jitter = rand::Rng::gen_range(&mut rand::thread_rng(), 0.75..1.25);
+    FOLLOWER_CHECK.mul_f64(jitter).max(check)
+}
+
+/// See [`follower_check`].
+pub const FOLLOWER_CHECK: Duration = Duration::from_secs(30);
 
 /// Takes part in the maintenance election by lease until `stop` (see the module docs).
 pub(super) fn start(
@@ -79,8 +90,10 @@ pub(super) fn start(
                 last_renewed = None;
                 leader_tx.send_if_modified(|l| std::mem::replace(l, false));
             }
+            // a leader renews every check; the others ask rarely (see the module docs)
+            let next = if last_renewed.is_some() { check } else { follower_check(check) };
             tokio::select! {
-                _ = tokio::time::sleep(check) => {}
+                _ = tokio::time::sleep(next) => {}
                 asked = resigned.recv() => {
                     let pause = asked.unwrap_or(check);
                     step_down(&pool, &identity, &leader_tx, timeout).await;

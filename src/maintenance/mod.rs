@@ -74,14 +74,14 @@ pub trait Service: Send + Sync {
     /// acts on leases; see [`Maintainer::with_own_workers`]).
     fn leave_leases_of(&mut self, _workers: &[WorkerId]) {}
     /// Whether passes that keep changing nothing may come less often (see [`service_loop`]);
-    /// false for a service whose work comes due by the clock (schedules, deadlines, callbacks).
+    /// false for work that comes due by the clock (the scheduler, while there are schedules).
     fn backs_off_when_idle(&self) -> bool {
         true
     }
 }
 
-/// Passes in a row that changed nothing before a service's interval starts to double.
-pub const IDLE_PASSES_BEFORE_BACK_OFF: u32 = 10;
+/// How long a service's passes change nothing before they come less often.
+pub const IDLE_BEFORE_BACK_OFF: Duration = Duration::from_secs(10);
 /// The longest interval an idle service backs off to (its own interval if that is longer).
 pub const IDLE_INTERVAL_MAX: Duration = Duration::from_secs(30);
 
@@ -320,11 +320,13 @@ impl Maintainer {
 /// Says on `failing` when the service cannot do its work here: a pass refused for want of a
 /// privilege, or [`FAILED_PASSES_TO_RESIGN`] failed passes in a row.
 ///
-/// An idle database costs the leader little: after [`IDLE_PASSES_BEFORE_BACK_OFF`] passes in a
-/// row that changed nothing, the time to the next pass doubles, up to [`IDLE_INTERVAL_MAX`], and
-/// is back at the interval after a pass that changed something (for the services that
-/// [`Service::backs_off_when_idle`]). A rescuer idle for a while so rescues a lost lease up to
-/// 30 s after it ran out rather than 1 s.
+/// An idle database costs the leader little: once a service's passes changed nothing for
+/// [`IDLE_BEFORE_BACK_OFF`], the time to the next pass is as long as they have changed nothing
+/// (so it doubles), up to [`IDLE_INTERVAL_MAX`], and is back at the interval after a pass that
+/// changed something (for the services that
+/// [`Service::backs_off_when_idle`]). After a quiet while, a lost lease is so rescued, a run's
+/// deadline seen, a callback sent, a first schedule's first tick released up to 30 s late
+/// rather than within the service's interval.
 async fn service_loop(
     service: Arc<dyn Service>,
     stop: CancellationToken,
@@ -333,7 +335,8 @@ async fn service_loop(
     let base = service.interval();
     let longest = IDLE_INTERVAL_MAX.max(base);
     let mut next = tokio::time::Instant::now();
-    let mut idle_passes: u32 = 0;
+    // since when passes change nothing
+    let mut quiet_since = tokio::time::Instant::now();
     let mut failures: u32 = 0;
     loop {
         tokio::select! {
@@ -341,9 +344,11 @@ async fn service_loop(
             _ = stop.cancelled() => return,
         }
         let started = tokio::time::Instant::now();
-        let wait = match idle_passes.checked_sub(IDLE_PASSES_BEFORE_BACK_OFF) {
-            Some(over) if service.backs_off_when_idle() => base.saturating_mul(1 << over.min(16)).min(longest),
-            _ => base,
+        let quiet = started.duration_since(quiet_since);
+        let wait = if quiet >= IDLE_BEFORE_BACK_OFF && service.backs_off_when_idle() {
+            quiet.clamp(base, longest)
+        } else {
+            base
         };
         next = started + wait;
         let outcome = tokio::select! {
@@ -353,7 +358,9 @@ async fn service_loop(
         match outcome {
             Ok(report) => {
                 failures = 0;
-                idle_passes = if report.changed > 0 { 0 } else { idle_passes.saturating_add(1) };
+                if report.changed > 0 {
+                    quiet_since = tokio::time::Instant::now();
+                }
                 if report.changed > 0 {
                     tracing::info!(service = report.service, changed = report.changed, detail = ?report.detail, "maintenance pass")
                 }

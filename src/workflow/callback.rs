@@ -154,11 +154,6 @@ impl CallbackSender {
 }
 
 impl Service for CallbackSender {
-    /// Due by the clock: never backs off.
-    fn backs_off_when_idle(&self) -> bool {
-        false
-    }
-
     fn name(&self) -> &'static str {
         "callbacks"
     }

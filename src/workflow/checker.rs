@@ -36,11 +36,6 @@ impl RunChecker {
 }
 
 impl Service for RunChecker {
-    /// Due by the clock: never backs off.
-    fn backs_off_when_idle(&self) -> bool {
-        false
-    }
-
     fn name(&self) -> &'static str {
         "run_checker"
     }
