@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use asyncflow::bench::pgbouncer::{self, PgBouncer};
+use asyncflow::task::NewTask;
 use common::cli::ok;
 use common::TestDb;
 
@@ -211,5 +212,76 @@ async fn worker_maintain_serve_and_the_cli_run_through_pgbouncer_in_transaction_
         assert_clean(log);
     }
     drop(bouncer);
+    let _ = std::fs::remove_dir_all(&logs);
+}
+
+/// Ephemeral workers through PgBouncer, poll-only (no direct connection of their own), started in
+/// waves against a pooler whose few server connections they share: every task succeeds, none
+/// ends with a connection error as its last error, every worker exits 0. (The 200-worker,
+/// 100,000-task form against `max_connections = 100` is measured by the benchmark's notes in
+/// docs/scaling.md.)
+#[tokio::test]
+async fn waves_of_ephemeral_workers_drain_a_queue_through_pgbouncer() {
+    const WAVES: usize = 4;
+    const PER_WAVE: usize = 10;
+    const TASKS: i64 = 2_000;
+    tokio::task::spawn_blocking(install_pgbouncer).await.unwrap();
+    let db = TestDb::new().await;
+    let bouncer = PgBouncer::start(&db.url, 10).expect("start pgbouncer");
+    let pooled = bouncer.url(&db.name);
+    let folder = common::Folder::new(&[(
+        "burst",
+        "command = [\"./run\"]\n[settings]\nschedule_interval = 1\n",
+        r#"echo '{"result": 1}'"#,
+    )]);
+    let functions = folder.0.to_str().unwrap().to_string();
+    ok(&run(&pooled, None, &["type", "set", "burst", r#"{"schedule_interval": 1}"#]));
+    {
+        let c = db.conn().await;
+        let tasks: Vec<NewTask> =
+            (0..TASKS).map(|i| NewTask { context: Some(serde_json::json!({ "i": i })), ..Default::default() }).collect();
+        asyncflow::db::api::create_tasks(&c, "burst", &tasks).await.unwrap();
+    }
+    let logs = std::env::temp_dir().join(format!("af-pgbouncer-waves-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut waves = Vec::new();
+    for wave in 0..WAVES {
+        let mut children = Vec::new();
+        for n in 0..PER_WAVE {
+            let log = logs.join(format!("w{wave}-{n}.log"));
+            let child = spawn(
+                &pooled,
+                None,
+                &["worker", "--functions", &functions, "--exit-when-idle", "--no-maintenance", "--concurrency", "8"],
+                &log,
+            );
+            children.push((child, log));
+        }
+        waves.push(children);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (child, log) in waves.into_iter().flatten() {
+        let (status, out) = common::process::wait_child(child, Duration::from_secs(120)).await;
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(status.success(), "an ephemeral worker exited {status:?}: {out}\n{text}");
+        assert_clean(&log);
+    }
+    // what the waves left (a worker that found the queue empty exits at once) is drained by one more
+    let log = logs.join("last.log");
+    let child = spawn(&pooled, None, &["worker", "--functions", &functions, "--exit-when-idle", "--no-maintenance"], &log);
+    let (status, _) = common::process::wait_child(child, Duration::from_secs(120)).await;
+    assert!(status.success());
+    assert_eq!(counts(&db, "burst").await, (TASKS, TASKS));
+    let c = db.conn().await;
+    let connection_errors: i64 = c
+        .query_one(
+            "select count(*) from asyncflow.tasks where task_type = 'burst' and last_error is not null \
+             and (last_error ilike '%connection%' or last_error ilike '%closed%' or last_error ilike '%timed out%')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(connection_errors, 0);
     let _ = std::fs::remove_dir_all(&logs);
 }

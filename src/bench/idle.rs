@@ -13,8 +13,9 @@
 //!   remote       the same number of workers on an in-process `serve` (HTTP worker protocol)
 //! ```
 //!
-//! Each run first settles for --idle-settle seconds (idle services back off over about 40 s),
-//! then counts over --idle-seconds. The workers run in this process (one pool, LISTEN
+//! Each run waits for every worker's heartbeat row (its types registered, its first claims made),
+//! settles for --idle-settle seconds (idle services back off over about 40 s), then counts over
+//! --idle-seconds. The workers run in this process (one pool, LISTEN
 //! connection and election connection each, as in a process of their own) so that 50 of them
 //! fit the embedded server's 200 connections; the server's side is what is measured.
 
@@ -133,7 +134,9 @@ async fn fleet(
     server_pid: Option<i32>,
 ) -> Result<Cost> {
     let stop = CancellationToken::new();
+    let stop_workers = stop.child_token();
     let mut running = tokio::task::JoinSet::new();
+    let mut server = None;
     let mut server_addr = None;
     if let Route::Pooled { .. } = route {
         pooling::set_mode(pooling::PoolMode::Transaction);
@@ -150,11 +153,11 @@ async fn fleet(
             body_timeout: crate::http::BODY_TIMEOUT_DEFAULT,
         };
         let (serve_pool, url, stop) = (db::pool(url, 16)?, url.to_string(), stop.clone());
-        running.spawn(async move {
+        server = Some(tokio::spawn(async move {
             if let Err(e) = crate::http::serve_on(listener, serve_pool, &url, config, stop).await {
                 eprintln!("idle: serve failed: {e}");
             }
-        });
+        }));
     }
     for n in 0..workers {
         let config = WorkerConfig {
@@ -189,7 +192,7 @@ async fn fleet(
                 TaskTypeUpdate::default(),
             );
         }
-        let stop = stop.clone();
+        let stop = stop_workers.clone();
         running.spawn(async move {
             if let Some(maintainer) = maintainer {
                 tokio::spawn(maintainer.run(stop.clone()));
@@ -199,10 +202,23 @@ async fn fleet(
             }
         });
     }
+    // every worker started (its heartbeat row written: its types registered, its first claims
+    // made), then the settling time
+    let started = Instant::now();
+    while api::list_workers(&pool.get().await?, 3600.0, None).await?.len() < workers
+        && started.elapsed() < Duration::from_secs(300)
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     tokio::time::sleep(settle).await;
     let cost = measure(pool, server_pid, seconds).await;
-    stop.cancel();
+    // the workers first, then the server they are on
+    stop_workers.cancel();
     while running.join_next().await.is_some() {}
+    stop.cancel();
+    if let Some(server) = server {
+        let _ = server.await;
+    }
     pooling::set_mode(pooling::PoolMode::Session);
     // the stopped fleet's last statements are counted before the next run starts
     tokio::time::sleep(Duration::from_secs(2)).await;
