@@ -437,7 +437,7 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
 CREATE FUNCTION asyncflow.maintenance_functions() RETURNS SETOF text
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 4 lines, sha256 8107bb8b35df9167
+    AS -- body: 4 lines, sha256 d6abc96f95543c3a
 
 CREATE FUNCTION asyncflow.match_waits(p_task_type text, p_task_ids text[], p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -814,6 +814,11 @@ CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending 
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
     AS -- body: 12 lines, sha256 7ad60a2c10930288
+
+CREATE FUNCTION asyncflow.take_lead(p_id text, p_host text, p_lease_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 20 lines, sha256 3eeac3ab51d78d66
 
 CREATE FUNCTION asyncflow.task_counter_totals() RETURNS TABLE(task_type text, claimed bigint, succeeded bigint, failed bigint, retried bigint, rescued bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1835,6 +1840,8 @@ GRANT ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_
 
 REVOKE ALL ON FUNCTION asyncflow.status_counts() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.status_counts() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.take_lead(p_id text, p_host text, p_lease_seconds double precision, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_counter_totals() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.task_counter_totals() TO asyncflow_client;
