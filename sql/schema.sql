@@ -437,7 +437,7 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
 CREATE FUNCTION asyncflow.maintenance_functions() RETURNS SETOF text
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 4 lines, sha256 d6abc96f95543c3a
+    AS -- body: 5 lines, sha256 602b4d477d51e181
 
 CREATE FUNCTION asyncflow.match_waits(p_task_type text, p_task_ids text[], p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER

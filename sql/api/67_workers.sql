@@ -132,7 +132,8 @@ language sql immutable security invoker set search_path = pg_catalog, pg_temp as
   select unnest(array['rescue_expired', 'expire_waits', 'drop_expired_events', 'roll_shard', 'advance_begin_pos', 'drop_expired_shards',
     'list_task_types', 'shard_positions', 'list_schedules', 'release_schedule_tick', 'note_schedule',
     'drop_expired_unique_keys', 'sample_stats', 'prune_workers', 'prune_rate_buckets', 'check_runs',
-    'claim_callbacks', 'record_callback', 'drop_expired_runs', 'note_leader', 'leave_leadership', 'take_lead'])
+    'claim_callbacks', 'record_callback', 'drop_expired_runs', 'note_leader', 'leave_leadership', 'take_lead',
+    'status_counts'])
 $$;
 
 -- can_maintain: whether the calling role may run every maintenance service, and if not, which

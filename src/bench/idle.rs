@@ -231,7 +231,7 @@ fn maintainer(pool: &DbPool, url: &str) -> Maintainer {
     let tasks = MaintenanceConfig::default();
     let mut services = crate::maintenance::services(pool, &tasks);
     services.extend(crate::workflow::services(pool, &crate::workflow::ServiceConfig::default()));
-    Maintainer::new(url, tasks.leader_check, services)
+    Maintainer::new(url, tasks.leader_check, services).with_quiet_probe(pool.clone())
 }
 
 /// The figures of one run: transactions/s beyond the baseline (with `bar`) and the server's CPU.

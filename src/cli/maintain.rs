@@ -98,7 +98,8 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
         callbacks: callback_config(args.callback_secret, args.callback_allow),
     };
     let pool = db::pool(url, 4)?;
-    let maintainer = Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows));
+    let maintainer =
+        Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows)).with_quiet_probe(pool.clone());
     if args.once {
         db::migrate::check_current(url).await?;
         check_may_maintain(&pool).await?;

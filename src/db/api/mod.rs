@@ -456,6 +456,14 @@ pub async fn next_due<C: GenericClient>(c: &C, task_type: &str) -> Result<Option
     get(&row, "due")
 }
 
+/// Tasks pending or running, of every type, from the status counters
+/// (`asyncflow.status_counts`): zero when the task engine has nothing to do.
+pub async fn live_tasks<C: GenericClient>(c: &C) -> Result<i64> {
+    let row =
+        query_one(c, "select coalesce(sum(pending + running), 0)::bigint as n from asyncflow.status_counts()", &[]).await?;
+    get(&row, "n")
+}
+
 /// `asyncflow.next_due` of each of `task_types`, in one statement: (type, next due time).
 pub async fn next_due_each<C: GenericClient>(
     c: &C,
