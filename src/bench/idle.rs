@@ -29,6 +29,7 @@ use super::{BenchArgs, Figure, Progress};
 use crate::db::{self, api, pooling, DbPool};
 use crate::error::{Error, Result};
 use crate::ids::{TypeName, WorkerId};
+use crate::maintenance::leader::Identity;
 use crate::maintenance::{Maintainer, MaintenanceConfig};
 use crate::task_type::TaskTypeUpdate;
 use crate::function::{StageCall, StageReply};
@@ -172,11 +173,11 @@ async fn fleet(
         let (worker, maintainer) = match &route {
             Route::Direct => {
                 let own = db::pool(url, 1)?;
-                (Worker::new(own.clone(), url, config), Some(maintainer(&own, url)))
+                (Worker::new(own.clone(), url, config), Some(maintainer(&own, url, n)))
             }
             Route::Pooled { pooled, .. } => {
                 let own = db::pool(pooled, 1)?;
-                (Worker::new(own.clone(), pooled, config), Some(maintainer(&own, pooled)))
+                (Worker::new(own.clone(), pooled, config), Some(maintainer(&own, pooled, n)))
             }
             Route::Server => {
                 let base = format!("http://{}", server_addr.ok_or_else(|| Error::Unexpected("no server".into()))?);
@@ -226,12 +227,16 @@ async fn fleet(
 }
 
 /// A maintenance participant on `url` with every service on the worker's `pool`, as a worker
-/// process runs one.
-fn maintainer(pool: &DbPool, url: &str) -> Maintainer {
+/// process runs one; `n` tells it from the other participants of this process (a lease is held
+/// by its identity).
+fn maintainer(pool: &DbPool, url: &str, n: usize) -> Maintainer {
     let tasks = MaintenanceConfig::default();
     let mut services = crate::maintenance::services(pool, &tasks);
     services.extend(crate::workflow::services(pool, &crate::workflow::ServiceConfig::default()));
-    Maintainer::new(url, tasks.leader_check, services).with_quiet_probe(pool.clone())
+    let me = Identity::of_this_process();
+    Maintainer::new(url, tasks.leader_check, services)
+        .with_quiet_probe(pool.clone())
+        .with_identity(Identity { id: format!("{}-{n}", me.id), host: me.host })
 }
 
 /// The figures of one run: transactions/s beyond the baseline (with `bar`) and the server's CPU.
