@@ -46,6 +46,21 @@ struct Cost {
     server_cpu_percent: Option<f64>,
 }
 
+/// Refuses bad --idle-* options (before any phase runs).
+pub(super) fn check(args: &BenchArgs) -> Result<()> {
+    if !(1..=1000).contains(&args.idle_workers)
+        || !(1..=1000).contains(&args.idle_types)
+        || !(args.idle_seconds > 0.0 && args.idle_seconds <= 3600.0)
+        || !(0.0..=3600.0).contains(&args.idle_settle)
+    {
+        return Err(Error::Config(
+            "--idle-workers and --idle-types must be 1..=1000, --idle-seconds in (0, 3600], --idle-settle in [0, 3600]"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) async fn run(
     pool: &DbPool,
     url: &str,
@@ -54,6 +69,7 @@ pub(super) async fn run(
     progress: &mut Progress,
 ) -> Result<()> {
     let (workers, types) = (args.idle_workers, args.idle_types);
+
     let seconds = Duration::try_from_secs_f64(args.idle_seconds)
         .map_err(|_| Error::Config("--idle-seconds must be a number of seconds".into()))?;
     let settle = Duration::try_from_secs_f64(args.idle_settle)
@@ -241,7 +257,8 @@ fn maintainer(pool: &DbPool, url: &str, n: usize) -> Maintainer {
 
 /// The figures of one run: transactions/s beyond the baseline (with `bar`) and the server's CPU.
 fn push(figures: &mut Vec<Figure>, key: &str, name: &str, cost: &Cost, baseline: Option<&Cost>, bar: Option<(String, Option<bool>)>) {
-    let beyond = cost.transactions_per_second - baseline.map_or(0.0, |b| b.transactions_per_second);
+    // below the baseline is within its noise: nothing measurable beyond it
+    let beyond = (cost.transactions_per_second - baseline.map_or(0.0, |b| b.transactions_per_second)).max(0.0);
     let mut figure = Figure::new(key, name, beyond, "tx/s");
     if let Some((bar, pass)) = bar {
         figure = figure.bar(&bar, pass);

@@ -293,6 +293,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
     if !(10..=1_000_000_000).contains(&args.dashboard_tasks) {
         return Err(Error::Config("--dashboard-tasks must be 10..=1000000000".into()));
     }
+    idle::check(args)?;
     let name = format!("asyncflow_bench_{}", std::process::id());
     let bench_url = db::with_database(url, &name)?;
     let admin_pool = db::pool(url, 1)?;
