@@ -50,7 +50,8 @@ struct Cost {
 pub(super) fn check(args: &BenchArgs) -> Result<()> {
     if !(1..=1000).contains(&args.idle_workers)
         || !(1..=1000).contains(&args.idle_types)
-        || !(args.idle_seconds > 0.0 && args.idle_seconds <= 3600.0)
+        || !(0.0..=3600.0).contains(&args.idle_seconds)
+        || args.idle_seconds == 0.0
         || !(0.0..=3600.0).contains(&args.idle_settle)
     {
         return Err(Error::Config(
