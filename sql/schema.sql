@@ -486,7 +486,7 @@ CREATE FUNCTION asyncflow.maintenance_due(p_now timestamp with time zone DEFAULT
 CREATE FUNCTION asyncflow.maintenance_functions() RETURNS SETOF text
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 4 lines, sha256 8107bb8b35df9167
+    AS -- body: 5 lines, sha256 602b4d477d51e181
 
 CREATE FUNCTION asyncflow.match_waits(p_task_type text, p_task_ids text[], p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
@@ -885,6 +885,11 @@ CREATE FUNCTION asyncflow.status_counts() RETURNS TABLE(task_type text, pending 
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET jit TO 'off'
     AS -- body: 12 lines, sha256 39de8f8e99b4b118
+
+CREATE FUNCTION asyncflow.take_lead(p_id text, p_host text, p_lease_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 20 lines, sha256 3eeac3ab51d78d66
 
 CREATE FUNCTION asyncflow.task_children(task_id text, p_limit integer DEFAULT 100) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -2008,6 +2013,8 @@ GRANT ALL ON FUNCTION asyncflow.stats_history(p_task_type text, p_range text, p_
 
 REVOKE ALL ON FUNCTION asyncflow.status_counts() FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.status_counts() TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.take_lead(p_id text, p_host text, p_lease_seconds double precision, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.task_children(task_id text, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.task_children(task_id text, p_limit integer) TO asyncflow_client;

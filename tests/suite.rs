@@ -47,6 +47,7 @@ mod nginx_cluster;
 mod openapi;
 mod openapi_fuzz;
 mod openapi_schemas;
+mod pgbouncer;
 mod packages;
 mod pid1;
 mod queue_rate_limits;

@@ -86,6 +86,36 @@ language sql security definer set search_path = pg_catalog, pg_temp as $$
   delete from asyncflow.maintenance_leader m where m.id = p_id
 $$;
 
+-- take_lead: the maintenance lead as a lease, for processes that reach the database through a
+-- pooler in transaction mode, where a session advisory lock cannot be held. The caller leads when
+-- the row is its own or was last renewed more than p_lease_seconds ago, and leading renews it
+-- (as note_leader). Two callers at once on an expired row: the second waits on the first's row
+-- lock, then finds the row renewed by someone else, and does not lead.
+create or replace function asyncflow.take_lead(p_id text, p_host text, p_lease_seconds double precision,
+  p_now timestamptz default null) returns boolean
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_now timestamptz := asyncflow.check_now(p_now);
+  v_led boolean;
+begin
+  if p_id is null or length(p_id) not between 1 and 255 or p_host is null or length(p_host) > 255 then
+    perform asyncflow.raise_error('AF006', 'leader id and host must be strings of at most 255 characters');
+  end if;
+  if p_lease_seconds is null or not (p_lease_seconds between 0.01 and 86400) then
+    perform asyncflow.raise_error('AF006', 'the lease must be between 0.01 and 86400 seconds');
+  end if;
+  insert into asyncflow.maintenance_leader as m (one, id, host, since, last_seen)
+  values (true, p_id, p_host, v_now, v_now)
+  on conflict (one) do update set
+    since = case when m.id = excluded.id and m.host = excluded.host then m.since else excluded.since end,
+    id = excluded.id, host = excluded.host, last_seen = excluded.last_seen
+  where (m.id = excluded.id and m.host = excluded.host)
+    or m.last_seen < v_now - make_interval(secs => p_lease_seconds)
+  returning true into v_led;
+  return coalesce(v_led, false);
+end
+$$;
+
 -- current_leader: the maintenance leader, if it said so within p_within_seconds of p_now.
 create or replace function asyncflow.current_leader(p_within_seconds double precision, p_now timestamptz default null)
 returns table (id text, host text, since timestamptz, last_seen timestamptz)
@@ -95,14 +125,15 @@ language sql stable security definer set search_path = pg_catalog, pg_temp as $$
 $$;
 
 -- maintenance_functions: the functions the maintenance services call (src/maintenance, the
--- workflows' services in src/workflow and the leader's note_leader/leave_leadership). A test
+-- workflows' services in src/workflow and the leader's note_leader/leave_leadership/take_lead). A test
 -- runs every service as a role granted exactly these, so the list cannot fall behind.
 create or replace function asyncflow.maintenance_functions() returns setof text
 language sql immutable security invoker set search_path = pg_catalog, pg_temp as $$
   select unnest(array['rescue_expired', 'expire_waits', 'drop_expired_events', 'roll_shard', 'advance_begin_pos', 'drop_expired_shards',
     'list_task_types', 'shard_positions', 'list_schedules', 'release_schedule_tick', 'note_schedule',
     'drop_expired_unique_keys', 'sample_stats', 'prune_workers', 'prune_rate_buckets', 'check_runs',
-    'claim_callbacks', 'record_callback', 'drop_expired_runs', 'note_leader', 'leave_leadership'])
+    'claim_callbacks', 'record_callback', 'drop_expired_runs', 'note_leader', 'leave_leadership', 'take_lead',
+    'status_counts'])
 $$;
 
 -- can_maintain: whether the calling role may run every maintenance service, and if not, which

@@ -374,7 +374,7 @@ type StartTimes = Arc<Mutex<HashMap<u64, Instant>>>;
 /// Each worker given idle on a type of its own; tasks created one per transaction at `rate` per
 /// second, in turn for each type, `duration` x `rate` per type; per worker, the time from calling
 /// create_task to the function starting.
-async fn idle_workers_latency<const N: usize>(
+pub(super) async fn idle_workers_latency<const N: usize>(
     pool: &DbPool,
     duration: Duration,
     rate: f64,

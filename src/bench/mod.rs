@@ -44,6 +44,10 @@
 //!                    waiters' check in report and finish (see waiters.rs)
 //!   packages         the Python package: an async function at concurrency 200 beside
 //!                    concurrency 1, and its enqueue beside psycopg's own (see packages.rs)
+//!   idle             50 idle workers over 20 types: the server's transactions/s and CPU beside
+//!                    no asyncflow process, directly, through PgBouncer, and on a server (idle.rs)
+//!   wake_pgbouncer   the wake latency of a worker through PgBouncer with a direct LISTEN, beside
+//!                    a direct one (pooled.rs)
 //! ```
 //!
 //! The timed phases (baselines, enqueue, parts) and the burn-downs also give the CPU per operation:
@@ -60,10 +64,13 @@ mod cpu;
 mod dashboard;
 mod dropin;
 mod events;
+mod idle;
 mod limit;
 mod load;
 mod output;
 mod packages;
+pub mod pgbouncer;
+mod pooled;
 mod waiters;
 
 use std::io::{IsTerminal, Write};
@@ -129,7 +136,7 @@ pub struct BenchArgs {
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, limit, burndown,
     /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, children, dropin, dropin3,
-    /// waiters, packages).
+    /// waiters, packages, idle, wake_pgbouncer).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -141,10 +148,22 @@ pub struct BenchArgs {
     /// Keep the benchmark database instead of dropping it at the end.
     #[arg(long)]
     pub keep_database: bool,
+    /// Idle workers in the idle phase (each with its pool, LISTEN and election connection).
+    #[arg(long, default_value_t = 50)]
+    pub idle_workers: usize,
+    /// Task types every idle worker serves.
+    #[arg(long, default_value_t = 20)]
+    pub idle_types: usize,
+    /// Seconds each idle run is measured over (the bar is for 60).
+    #[arg(long, default_value_t = 60.0)]
+    pub idle_seconds: f64,
+    /// Seconds each idle run settles first (idle maintenance backs off over about 40 s).
+    #[arg(long, default_value_t = 60.0)]
+    pub idle_settle: f64,
 }
 
 /// The phases, in running order.
-pub const PHASES: [&str; 20] = [
+pub const PHASES: [&str; 22] = [
     "update",
     "insert",
     "enqueue",
@@ -165,6 +184,8 @@ pub const PHASES: [&str; 20] = [
     "dropin3",
     "waiters",
     "packages",
+    "idle",
+    "wake_pgbouncer",
 ];
 
 /// One measured figure.
@@ -301,6 +322,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<BenchResults> {
     if !(1..=100_000_000).contains(&args.waiting_tasks) {
         return Err(Error::Config("--waiting-tasks must be 1..=100000000".into()));
     }
+    idle::check(args)?;
     let name = format!("asyncflow_bench_{}", std::process::id());
     let bench_url = db::with_database(url, &name)?;
     let admin_pool = db::pool(url, 1)?;
@@ -670,6 +692,14 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     if wants(args, "packages") {
         progress.phase("packages: async Python at concurrency 200, enqueue through the Python client");
         packages::run(pool, url, args, &mut figures, &mut progress).await?;
+    }
+    if wants(args, "idle") {
+        progress.phase("idle workers: server transactions/s and CPU");
+        idle::run(pool, url, args, &mut figures, &mut progress).await?;
+    }
+    if wants(args, "wake_pgbouncer") {
+        progress.phase("wake latency through PgBouncer");
+        pooled::run(pool, url, args, &mut figures, &mut progress).await?;
     }
     progress.finish();
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -98,11 +98,12 @@ pub(super) async fn run(url: &str, args: MaintainArgs) -> Result<()> {
         callbacks: callback_config(args.callback_secret, args.callback_allow),
     };
     let pool = db::pool(url, 4)?;
-    let maintainer = Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows));
+    let maintainer =
+        Maintainer::new(url, tasks.leader_check, services(&pool, &tasks, &workflows)).with_quiet_probe(pool.clone());
     if args.once {
         db::migrate::check_current(url).await?;
         check_may_maintain(&pool).await?;
-        maintain_once(url, &maintainer).await?;
+        maintain_once(url, &pool, &maintainer).await?;
     } else {
         let shutdown = shutdown_on_signal();
         if !db::wait_for_database(url, &shutdown).await? {
@@ -132,9 +133,20 @@ async fn check_may_maintain(pool: &DbPool) -> Result<()> {
     )))
 }
 
-async fn maintain_once(url: &str, maintainer: &Maintainer) -> Result<()> {
-    let (client, _driver) = db::connect(url).await?;
-    if !db::api::try_lead(&client, leader::MAINTENANCE_LOCK).await? {
+async fn maintain_once(url: &str, pool: &DbPool, maintainer: &Maintainer) -> Result<()> {
+    // the lock (or, through a pooler in transaction mode, the lease) is held for the pass
+    let mut _held = None;
+    let leading = if db::pooling::mode() == db::pooling::PoolMode::Transaction {
+        let me = leader::Identity::of_this_process();
+        let lease = leader::session_limits(crate::maintenance::LEADER_CHECK_DEFAULT).idle.as_secs_f64();
+        db::api::take_lead(&pool.get().await?, &me.id, &me.host, lease, None).await?
+    } else {
+        let (client, driver) = db::connect(url).await?;
+        let led = db::api::try_lead(&client, leader::MAINTENANCE_LOCK).await?;
+        _held = Some((client, driver));
+        led
+    };
+    if !leading {
         crate::outln!("another process leads maintenance; nothing done");
         return Ok(());
     }

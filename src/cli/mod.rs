@@ -44,6 +44,15 @@ pub struct Cli {
     /// Connections in the pool.
     #[arg(long, env = "ASYNCFLOW_POOL_SIZE", default_value_t = POOL_SIZE_DEFAULT, global = true)]
     pub pool_size: usize,
+    /// How the database URL reaches PostgreSQL: `session` (directly, or a pooler in session
+    /// mode) or `transaction` (a pooler in transaction mode, such as PgBouncer's default
+    /// deployments: unnamed statements, a lease for leadership, no LISTEN but on --listen-url).
+    #[arg(long, env = "ASYNCFLOW_POOL_MODE", value_enum, default_value = "session", global = true)]
+    pub pool_mode: db::pooling::PoolMode,
+    /// A direct PostgreSQL URL (bypassing the pooler) for the LISTEN connection and migrations,
+    /// with --pool-mode transaction; without it such a process polls (docs/scaling.md).
+    #[arg(long, env = "ASYNCFLOW_LISTEN_URL", global = true)]
+    pub listen_url: Option<String>,
     /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
     #[arg(long, env = "ASYNCFLOW_LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: crate::logging::LogFormat,
@@ -212,7 +221,7 @@ pub fn shutdown_on_signal() -> CancellationToken {
 /// Migrates the database at `url` when asked (`--migrate`), or else checks that it is current.
 async fn migrate_or_check(url: &str, migrate: bool) -> Result<()> {
     if migrate {
-        db::migrate::migrate(url).await.map(|_| ())
+        db::migrate::migrate(&db::pooling::migration_url(url)?).await.map(|_| ())
     } else {
         db::migrate::check_current(url).await
     }
@@ -252,6 +261,11 @@ async fn admin_client(target: &target::Target, url: Option<&str>) -> Result<crat
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
+    db::pooling::set_mode(cli.pool_mode);
+    if let Some(direct) = cli.listen_url.clone().filter(|u| !u.is_empty()) {
+        db::config(&direct)?;
+        db::pooling::set_direct_url(direct);
+    }
     if matches!(
         cli.command,
         Command::Task { .. }
@@ -316,7 +330,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let (url, _embedded) = db_config.resolve(embedded).await?;
     match cli.command {
         Command::Migrate => {
-            let report = db::migrate::migrate(&url).await?;
+            let report = db::migrate::migrate(&db::pooling::migration_url(&url)?).await?;
             if report.applied.is_empty() {
                 crate::outln!("database is current (version {})", report.version);
             } else {

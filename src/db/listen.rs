@@ -59,8 +59,11 @@ pub const ENDED_CHANNEL: &str = "asyncflow_ended";
 /// Longest pause between two attempts to connect again.
 pub const RECONNECT_MAX: Duration = Duration::from_secs(1);
 
-/// Time between two pings of an idle LISTEN connection, and the time a ping may take.
-const PING_INTERVAL: Duration = Duration::from_secs(10);
+/// Time between two pings of an idle LISTEN connection: each costs the server a transaction, so
+/// an idle fleet pings rarely (TCP keepalive finds a peer that is gone sooner).
+const PING_INTERVAL: Duration = Duration::from_secs(60);
+/// The time a ping may take.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the listener fans out.
 #[derive(Clone)]
@@ -147,10 +150,10 @@ async fn listen_once(url: &str, tx: &Channels, failures: &mut u32) -> Result<(),
         // that does not answer in time ends it, and the reconnect wakes everyone.
         loop {
             tokio::time::sleep(PING_INTERVAL).await;
-            match tokio::time::timeout(PING_INTERVAL, api::ping(&client)).await {
+            match tokio::time::timeout(PING_TIMEOUT, api::ping(&client)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(e.to_string()),
-                Err(_) => return Err(format!("no answer to a ping within {PING_INTERVAL:?}")),
+                Err(_) => return Err(format!("no answer to a ping within {PING_TIMEOUT:?}")),
             }
         }
     };

@@ -6,6 +6,7 @@ pub mod api;
 pub mod embedded;
 pub mod listen;
 pub mod migrate;
+pub mod pooling;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -15,7 +16,8 @@ use tokio_postgres::NoTls;
 
 use crate::error::{Error, Result};
 
-pub use deadpool_postgres::{GenericClient, Pool as DbPool};
+pub use deadpool_postgres::Pool as DbPool;
+pub use pooling::GenericClient;
 
 /// Connect timeout when `DATABASE_URL` gives none (`connect_timeout`), per host tried.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);

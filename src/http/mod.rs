@@ -203,8 +203,9 @@ pub async fn serve_on(
     config.listen = listener.local_addr()?;
     config.validate()?;
     tracing::info!(listen = %listener.local_addr()?, auth = !config.tokens.is_empty(), "serving the HTTP API");
-    let channels = crate::db::listen::spawn(url.to_string(), shutdown.child_token());
-    let app = router_listening(pool, &config, Some(&channels), shutdown.clone());
+    // through a pooler in transaction mode without a direct URL: no LISTEN, holds answer at once
+    let channels = crate::db::pooling::listen_url(url).map(|u| crate::db::listen::spawn(u, shutdown.child_token()));
+    let app = router_listening(pool, &config, channels.as_ref(), shutdown.clone());
     server::run(listener, app, config.header_timeout, shutdown).await?;
     Ok(())
 }

@@ -11,8 +11,8 @@ use super::{ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::error::Error;
 
-/// A worker is listed while its last heartbeat is this recent (it writes one every few seconds).
-pub(super) const WORKER_SEEN_WITHIN_SECS: f64 = 30.0;
+/// A worker is listed while its last heartbeat is this recent (every 5 s while busy, 30 s idle).
+pub(super) const WORKER_SEEN_WITHIN_SECS: f64 = 60.0;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/v1/stats/history", get(history)).route("/v1/workers", get(workers))

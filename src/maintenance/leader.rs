@@ -4,11 +4,20 @@
 //!   process A                         PostgreSQL                      process B
 //!   dedicated connection ---- pg_try_advisory_lock(K) = true
 //!   is_leader = true                                    <---- pg_try_advisory_lock(K) = false
-//!   ping every check interval                                       retry every check interval
-//!   connection dies  ==> lock released by the server
-//!   is_leader = false, reconnect                        <---- pg_try_advisory_lock(K) = true
-//!                                                                   is_leader = true
+//!   note_leader every check interval                  <---- pg_advisory_lock(K): waits there,
+//!                                                            at most FOLLOWER_WAIT, then again
+//!   connection dies  ==> lock released by the server  ----> granted
+//!   is_leader = false, reconnect                                    is_leader = true
 //! ```
+//!
+//! A participant that does not lead waits for the lock on the server (`lock_timeout` =
+//! [`FOLLOWER_WAIT`], then it asks again): an idle fleet's followers cost the server one
+//! statement a minute each, and the lock passes as soon as the leader's session ends. The
+//! leader's check is the write of its row (`note_leader`): one statement per check interval.
+//!
+//! **Through a pooler in transaction mode** ([`crate::db::pooling`]) no session outlives a
+//! transaction, so no session lock can be held: the lead is a lease instead
+//! ([`crate::maintenance::lease`]), the same row renewed at each check.
 //!
 //! The lock is a session lock, so it lives exactly as long as the connection: a leader whose
 //! connection is gone steps down on its next check (or as soon as the connection task ends),
@@ -28,8 +37,10 @@
 //!   old leader has stopped before anyone else can lead; TCP keepalive and `tcp_user_timeout`
 //!   on the session (set like idle_session_timeout, see [`session_limits`]) end it too when the
 //!   peer is gone;
-//! - another participant tries every `c`, so it leads at most `3c + t` (8 s) after the old
-//!   leader's last answered check.
+//! - another participant waits for the lock, so it leads as soon as the server ended the old
+//!   session: at most `2c + t` (6 s) after the old leader's last answered check, `3c + t` (8 s)
+//!   if its own connection had to be made again. A waiting participant whose own network path
+//!   failed holds the lock it is granted only until its idle session ends (`2c + t`).
 //!
 //! **Only a role that can lead.** A maintenance participant ([`spawn_maintenance`]) asks
 //! `asyncflow.can_maintain()` before it first tries for the lock: a role that may not run every
@@ -58,6 +69,14 @@ pub struct LeaderHandle {
 }
 
 impl LeaderHandle {
+    pub(super) fn new(
+        is_leader: watch::Receiver<bool>,
+        backend_pid: watch::Receiver<Option<i32>>,
+        resign: mpsc::UnboundedSender<Duration>,
+    ) -> Self {
+        LeaderHandle { is_leader, backend_pid, resign }
+    }
+
     /// Gives the lead up, if held, and stays out of the election for `pause`.
     pub fn resign(&self, pause: Duration) {
         let _ = self.resign.send(pause);
@@ -98,8 +117,13 @@ pub fn session_limits(check: Duration) -> api::SessionLimits {
         keepalive_interval: Duration::from_secs(1),
         keepalive_count: 2,
         user_timeout: idle,
+        lock_wait: FOLLOWER_WAIT,
     }
 }
+
+/// The longest one wait of a participant for the lock lasts before it asks again (see the
+/// module docs): an idle fleet's participants cost the server one statement each per wait.
+pub const FOLLOWER_WAIT: Duration = Duration::from_secs(60);
 
 /// The longest a cut-off leader keeps leading after its last answered check (`c + t`).
 pub fn step_down_bound(check: Duration) -> Duration {
@@ -132,6 +156,9 @@ pub fn spawn_noted(
 /// able to run every maintenance service (`asyncflow.can_maintain()`); a role that is not takes
 /// no part, and says so once.
 pub fn spawn_maintenance(url: String, check: Duration, stop: CancellationToken, identity: Identity) -> LeaderHandle {
+    if db::pooling::mode() == db::pooling::PoolMode::Transaction {
+        return super::lease::start(url, check, stop, identity, true);
+    }
     start(url, MAINTENANCE_LOCK, check, stop, Some(identity), true)
 }
 
@@ -178,6 +205,34 @@ fn start(
                         Err(_) => tracing::warn!(?timeout, "leader connection did not answer its set-up in time"),
                     }
                     while pid_tx.borrow().is_some() {
+                        if able && !*leader_tx.borrow() {
+                            // wait on the server for the lock rather than ask again every check
+                            tokio::select! {
+                                got = api::wait_lead(&client, key) => match got {
+                                    // the check below records the leader at once
+                                    Ok(true) => {
+                                        leader_tx.send_replace(true);
+                                    }
+                                    Ok(false) => continue,
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "leader connection failed while waiting for the lead");
+                                        break;
+                                    }
+                                },
+                                _ = &mut driver => {
+                                    tracing::warn!("leader connection closed");
+                                    break;
+                                }
+                                asked = resigned.recv() => {
+                                    if let Some(p) = asked {
+                                        pause = p;
+                                        able = !must_be_able;
+                                    }
+                                    break;
+                                }
+                                _ = stop.cancelled() => break,
+                            }
+                        }
                         let leading = *leader_tx.borrow();
                         let checked = async {
                             if !able {
@@ -188,10 +243,14 @@ fn start(
                                 able = true;
                             }
                             let held = if leading {
-                                api::ping(&client).await.map(|_| true)?
+                                if identity.is_none() {
+                                    api::ping(&client).await?;
+                                }
+                                true
                             } else {
                                 api::try_lead(&client, key).await?
                             };
+                            // the leader's row, written at each check, is its ping too
                             if let (true, Some(me)) = (held, &identity) {
                                 // only shown, never relied on: a failure costs the row, not the lead
                                 if let Err(e) = api::note_leader(&client, &me.id, &me.host, None).await {

@@ -25,6 +25,7 @@
 
 mod history;
 pub mod leader;
+mod lease;
 mod presence;
 mod rate_buckets;
 mod rescuer;
@@ -72,7 +73,20 @@ pub trait Service: Send + Sync {
     /// Leaves alone the leases of these workers, which run in this process (only the rescuer
     /// acts on leases; see [`Maintainer::with_own_workers`]).
     fn leave_leases_of(&mut self, _workers: &[WorkerId]) {}
+    /// Whether passes that keep changing nothing may come less often (see [`service_loop`]);
+    /// false for work that comes due by the clock (the scheduler, while there are schedules).
+    fn backs_off_when_idle(&self) -> bool {
+        true
+    }
 }
+
+/// How long a service's passes change nothing, the database having no task pending or running,
+/// before they come less often.
+pub const IDLE_BEFORE_BACK_OFF: Duration = Duration::from_secs(10);
+/// How often the leader asks whether any task is pending or running (see [`service_loop`]).
+pub const QUIET_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest interval an idle service backs off to (its own interval if that is longer).
+pub const IDLE_INTERVAL_MAX: Duration = Duration::from_secs(60);
 
 /// Intervals of the task engine's services, and of the leadership check.
 #[derive(Debug, Clone)]
@@ -199,8 +213,23 @@ pub const FAILED_PASSES_TO_RESIGN: u32 = 5;
 /// How long a leader that stepped down because its services failed stays out of the election.
 pub const RESIGN_PAUSE_DEFAULT: Duration = Duration::from_secs(30);
 
+/// Tells `quiet` every [`QUIET_PROBE_INTERVAL`] whether no task is pending or running (a failed
+/// question says not quiet), until `stop`.
+async fn probe_quiet(pool: DbPool, quiet: tokio::sync::watch::Sender<bool>, stop: CancellationToken) {
+    loop {
+        let live = async { crate::db::api::live_tasks(&pool.get().await?).await }.await;
+        quiet.send_if_modified(|q| std::mem::replace(q, matches!(live, Ok(0))) != matches!(live, Ok(0)));
+        tokio::select! {
+            _ = tokio::time::sleep(QUIET_PROBE_INTERVAL) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
 /// Starts and stops all services as one group as leadership comes and goes.
 pub struct Maintainer {
+    /// Where the leader asks whether the database is quiet (None: never quiet, no back-off).
+    probe: Option<DbPool>,
     database_url: String,
     leader_check: Duration,
     services: Vec<Box<dyn Service>>,
@@ -213,12 +242,20 @@ impl Maintainer {
     /// or checking leadership on `database_url` every `leader_check`.
     pub fn new(database_url: impl Into<String>, leader_check: Duration, services: Vec<Box<dyn Service>>) -> Self {
         Maintainer {
+            probe: None,
             database_url: database_url.into(),
             leader_check,
             services,
             identity: leader::Identity::of_this_process(),
             resign_pause: RESIGN_PAUSE_DEFAULT,
         }
+    }
+
+    /// Lets idle services back off while no task is pending or running, asked on `pool` (see
+    /// [`service_loop`]); without it they keep their intervals.
+    pub fn with_quiet_probe(mut self, pool: DbPool) -> Self {
+        self.probe = Some(pool);
+        self
     }
 
     /// Records this maintainer as `identity` while it leads (by default `<host>-<pid>`).
@@ -272,8 +309,12 @@ impl Maintainer {
                 (true, None) => {
                     tracing::info!("maintenance: leading; starting services");
                     let token = shutdown.child_token();
+                    let (quiet_tx, quiet) = tokio::sync::watch::channel(false);
+                    if let Some(pool) = &self.probe {
+                        tokio::spawn(probe_quiet(pool.clone(), quiet_tx, token.clone()));
+                    }
                     for service in &services {
-                        tokio::spawn(service_loop(service.clone(), token.clone(), failing_tx.clone()));
+                        tokio::spawn(service_loop(service.clone(), quiet.clone(), token.clone(), failing_tx.clone()));
                     }
                     group = Some(token);
                 }
@@ -308,19 +349,49 @@ impl Maintainer {
 /// Runs `service` every interval until `stop`; a pass under way when `stop` fires is dropped.
 /// Says on `failing` when the service cannot do its work here: a pass refused for want of a
 /// privilege, or [`FAILED_PASSES_TO_RESIGN`] failed passes in a row.
+///
+/// An idle database costs the leader little: while no task is pending or running (asked every
+/// [`QUIET_PROBE_INTERVAL`] by [`probe_quiet`]) and a service's passes changed nothing for
+/// [`IDLE_BEFORE_BACK_OFF`], the time to the next pass is as long as they have changed nothing
+/// (so it doubles), up to [`IDLE_INTERVAL_MAX`]; it is back at the interval as soon as a task is
+/// pending or running, or after a pass that changed something (for the services that
+/// [`Service::backs_off_when_idle`]). With no task pending or running for a while, a run's
+/// deadline is so seen, a callback sent, an event wait's timeout or a first schedule's first
+/// tick released up to 60 s late rather than within the service's interval.
 async fn service_loop(
     service: Arc<dyn Service>,
+    mut quiet: tokio::sync::watch::Receiver<bool>,
     stop: CancellationToken,
     failing: mpsc::UnboundedSender<(&'static str, String)>,
 ) {
-    let mut tick = tokio::time::interval(service.interval());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let base = service.interval();
+    let longest = IDLE_INTERVAL_MAX.max(base);
+    let mut next = tokio::time::Instant::now();
+    // since when passes change nothing
+    let mut quiet_since = tokio::time::Instant::now();
     let mut failures: u32 = 0;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.cancelled() => return,
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => break,
+                _ = stop.cancelled() => return,
+                changed = quiet.changed() => {
+                    // work arrived: the pass comes at its interval again, at once if overdue
+                    if changed.is_ok() && !*quiet.borrow_and_update() {
+                        quiet_since = tokio::time::Instant::now();
+                        next = next.min(quiet_since + base);
+                    }
+                }
+            }
         }
+        let started = tokio::time::Instant::now();
+        let unchanged = started.duration_since(quiet_since);
+        let wait = if *quiet.borrow() && unchanged >= IDLE_BEFORE_BACK_OFF && service.backs_off_when_idle() {
+            unchanged.clamp(base, longest)
+        } else {
+            base
+        };
+        next = started + wait;
         let outcome = tokio::select! {
             outcome = service.run_once(None) => outcome,
             _ = stop.cancelled() => return,
@@ -328,6 +399,9 @@ async fn service_loop(
         match outcome {
             Ok(report) => {
                 failures = 0;
+                if report.changed > 0 {
+                    quiet_since = tokio::time::Instant::now();
+                }
                 if report.changed > 0 {
                     tracing::info!(service = report.service, changed = report.changed, detail = ?report.detail, "maintenance pass")
                 }

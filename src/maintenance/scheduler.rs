@@ -39,12 +39,14 @@ pub const SCHEDULE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 pub struct Scheduler {
     pool: DbPool,
     interval: Duration,
+    /// Whether the last pass found any schedule (see [`Service::backs_off_when_idle`]).
+    any: std::sync::atomic::AtomicBool,
 }
 
 impl Scheduler {
     /// The scheduler, run every `interval`.
     pub fn new(pool: DbPool, interval: Duration) -> Self {
-        Scheduler { pool, interval }
+        Scheduler { pool, interval, any: std::sync::atomic::AtomicBool::new(true) }
     }
 
     async fn release(
@@ -81,6 +83,11 @@ impl Scheduler {
 }
 
 impl Service for Scheduler {
+    /// Due by the clock while there are schedules: backs off only while there are none.
+    fn backs_off_when_idle(&self) -> bool {
+        !self.any.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn name(&self) -> &'static str {
         "scheduler"
     }
@@ -94,8 +101,10 @@ impl Service for Scheduler {
             let (schedules, clock) = {
                 let client = self.pool.get().await?;
                 let schedules = api::list_schedules(&client).await?;
+                self.any.store(!schedules.is_empty(), std::sync::atomic::Ordering::Relaxed);
                 let clock = match now {
                     Some(t) => t,
+                    None if schedules.is_empty() => Utc::now(),
                     None => api::database_now(&client).await?,
                 };
                 (schedules, clock)

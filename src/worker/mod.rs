@@ -97,6 +97,10 @@ pub struct WorkerConfig {
     /// deliver, a scheduled run to begin, a node or run past its deadline), for a worker that
     /// runs the maintenance services beside it (see [`folder::run`]).
     pub idle_waits_for_maintenance: bool,
+    /// Where a worker on the database LISTENs for wake-ups, when not on its database URL: a
+    /// direct connection, for a pool that goes through a pooler in transaction mode (see
+    /// [`db::pooling`]). Without it, such a worker polls each type at its schedule_interval.
+    pub listen_url: Option<String>,
 }
 
 impl Default for WorkerConfig {
@@ -111,6 +115,7 @@ impl Default for WorkerConfig {
             max_runtime: None,
             hold_window: HOLD_WINDOW_DEFAULT,
             idle_waits_for_maintenance: false,
+            listen_url: None,
         }
     }
 }
@@ -262,6 +267,10 @@ struct Shared {
     /// The database's `max_context_bytes`, read by the presence loop; 0 until read (a hold then
     /// chains no stages, see hold::chainable).
     context_limit: AtomicUsize,
+    /// Whether wake-ups come from a LISTEN connection, which hears every type's new work: an
+    /// idle producer then sleeps until a wake-up or its next due task, and only the worker's
+    /// sweep ([`sweep`]) looks for what a wake-up missed.
+    listening: bool,
 }
 
 impl Shared {
@@ -348,9 +357,11 @@ pub struct Worker {
 impl Worker {
     /// A worker on the database, with no functions yet.
     pub fn new(pool: DbPool, database_url: impl Into<String>, config: WorkerConfig) -> Self {
+        // no LISTEN through a pooler in transaction mode: only on a direct URL, when given
+        let listen_url = config.listen_url.clone().or_else(|| db::pooling::listen_url(&database_url.into()));
         Worker {
             backend: Backend::Database(pool),
-            listen_url: Some(database_url.into()),
+            listen_url,
             config,
             functions: BTreeMap::new(),
             schedules: Vec::new(),
@@ -510,6 +521,7 @@ impl Worker {
             hold_wait: (matches!(self.backend, Backend::Server(_)) && !self.config.exit_when_idle)
                 .then_some(remote::HOLD_WAIT),
             context_limit: AtomicUsize::new(0),
+            listening: listener.is_some(),
         });
         // read once before the first claim, so that the first holds chain stages too (the
         // presence loop reads it again every beat)
@@ -541,6 +553,7 @@ impl Worker {
             self.backend.clone(),
             shared.clone(),
             types.iter().map(|(name, _, _)| name.to_string()).collect(),
+            listener.as_ref().map(|channels| channels.wakes.clone()),
             presence_stop.clone(),
         )));
         let heartbeat_stop = CancellationToken::new();

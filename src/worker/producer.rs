@@ -1,7 +1,8 @@
 //! The producer: one loop per task type. It claims at most the free slots (and at most the
 //! type's schedule_limit), hands each task to an executor, and when nothing is ready sleeps until
 //! the first of: a NOTIFY for its type, the next delayed task's time, the poll interval
-//! (schedule_interval, the fallback when a NOTIFY is lost), a freed slot, or shutdown. On a
+//! (schedule_interval, only without a LISTEN connection: with one, the worker's sweep finds
+//! what a lost NOTIFY missed), a freed slot, or shutdown. On a
 //! server (no NOTIFY) it sends a hold that waits there for ready work instead (a long-poll, see
 //! [`wait_on_server`]), and wakes on its worker's own reports that queue tasks again. A claim
 //! that fails is tried again after a jittered back-off (0.1 s doubling to 25.6 s), which ends
@@ -30,6 +31,9 @@ const RECHECK_AFTER_WAKE: Duration = Duration::from_millis(25);
 /// The first pause after a claim that found nothing although tasks were due, when claims are
 /// not held (with held claims the pause starts at the hold window).
 const EMPTY_CLAIM_PAUSE: Duration = Duration::from_millis(10);
+
+/// Longest sleep of an idle producer that LISTENs (see the wait in [`run`]).
+const IDLE_SLEEP_MAX: Duration = Duration::from_secs(3600);
 
 /// Longest wait for more free slots before claiming a small batch while saturated.
 const FILL_WAIT: Duration = Duration::from_millis(3);
@@ -168,9 +172,14 @@ pub(super) async fn run(
         // Nothing more ready: sleep until something may be. Right after a wake-up, look once
         // more shortly: transactions that committed alongside the notifying one skipped their
         // own NOTIFY (see asyncflow.wake).
+        // With a LISTEN connection every task made ready wakes the producer, so only the next
+        // due task (delayed, or a retry's back-off) bounds the sleep; the worker's sweep stands
+        // in for a wake-up that went missing. Without one, poll at schedule_interval.
+        let idle_cap = if shared.listening { IDLE_SLEEP_MAX } else { poll };
         let mut wait = match shared.backend.next_due(&task_type).await {
-            Ok(Some(due)) => due.min(poll),
-            _ => poll,
+            Ok(Some(due)) => due.min(idle_cap),
+            Ok(None) => idle_cap,
+            Err(_) => poll,
         };
         let held_back = wait.is_zero() && got_none;
         if held_back {

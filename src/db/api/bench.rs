@@ -343,3 +343,23 @@ pub async fn bench_waiter_elsewhere<C: GenericClient>(c: &C, task_type: &TypeNam
     .await
     .map(|_| ())
 }
+
+/// The transactions the server ended in this database so far (`pg_stat_database`: commits and
+/// rollbacks), for the idle phase; each call is one more.
+pub async fn bench_transactions<C: GenericClient>(c: &C) -> Result<i64> {
+    let row = query_one(
+        c,
+        "select (xact_commit + xact_rollback)::bigint as n from pg_catalog.pg_stat_database \
+         where datname = pg_catalog.current_database()",
+        &[],
+    )
+    .await?;
+    get(&row, "n")
+}
+
+/// The server's data directory (its `postmaster.pid` names the process whose CPU the idle phase
+/// counts); None for a role that may not read it.
+pub async fn bench_data_directory<C: GenericClient>(c: &C) -> Result<Option<String>> {
+    let row = query_one(c, "select pg_catalog.current_setting('data_directory', true) as dir", &[]).await?;
+    get(&row, "dir")
+}

@@ -1,7 +1,7 @@
 //! The statements of `asyncflow migrate` (src/db/migrate.rs): the schema history, and the SQL API
 //! of sql/api/ applied as a whole with the templates of the per-type functions.
 
-use super::{get, GenericClient};
+use super::{get, query_direct, query_direct_one, query_one, GenericClient};
 use crate::error::{Error, Result};
 
 /// What `asyncflow.schema_state()` says of a database: how far it is migrated.
@@ -25,10 +25,7 @@ pub enum SchemaState {
 pub async fn schema_state<C: GenericClient>(c: &C) -> Result<SchemaState> {
     use tokio_postgres::error::SqlState;
     let sql = "select version, sql_api_checksum from asyncflow.schema_state()";
-    let rows = match c.prepare_cached(sql).await {
-        Ok(stmt) => c.query(&stmt, &[]).await,
-        Err(e) => Err(e),
-    };
+    let rows = super::run(c, sql, &[]).await;
     match rows {
         Ok(rows) => match rows.first() {
             Some(r) => {
@@ -81,17 +78,15 @@ pub async fn create_schema(c: &tokio_postgres::Client) -> Result<()> {
 
 /// The migrations applied, as (version, name), oldest first; empty on a database never migrated.
 pub async fn schema_history(c: &tokio_postgres::Client) -> Result<Vec<(i64, String)>> {
-    let row = c
-        .query_one("select to_regclass('asyncflow.refinery_schema_history') is not null as migrated", &[])
-        .await
-        .map_err(Error::from_db)?;
+    let row =
+        query_direct_one(c, "select to_regclass('asyncflow.refinery_schema_history') is not null as migrated", &[])
+            .await?;
     if !get::<bool>(&row, "migrated")? {
         return Ok(Vec::new());
     }
-    let rows = c
-        .query("select version::bigint as version, name from asyncflow.refinery_schema_history order by version", &[])
-        .await
-        .map_err(Error::from_db)?;
+    let rows =
+        query_direct(c, "select version::bigint as version, name from asyncflow.refinery_schema_history order by version", &[])
+            .await?;
     rows.iter().map(|r| Ok((get(r, "version")?, get(r, "name")?))).collect()
 }
 
@@ -102,15 +97,12 @@ pub async fn schema_version(c: &tokio_postgres::Client) -> Result<Option<i64>> {
 
 /// The checksum of the SQL API last applied (`asyncflow.sql_api`), None if never applied.
 pub async fn sql_api_checksum(c: &tokio_postgres::Client) -> Result<Option<String>> {
-    let row = c
-        .query_one("select to_regclass('asyncflow.sql_api') is not null as present", &[])
-        .await
-        .map_err(Error::from_db)?;
+    let row = query_direct_one(c, "select to_regclass('asyncflow.sql_api') is not null as present", &[]).await?;
     if !get::<bool>(&row, "present")? {
         return Ok(None);
     }
-    let row = c.query_opt("select checksum from asyncflow.sql_api", &[]).await.map_err(Error::from_db)?;
-    row.map(|r| get(&r, "checksum")).transpose()
+    let rows = query_direct(c, "select checksum from asyncflow.sql_api", &[]).await?;
+    rows.first().map(|r| get(r, "checksum")).transpose()
 }
 
 /// In one transaction: stores the templates (name, text) in `asyncflow.function_templates`, runs
@@ -157,6 +149,6 @@ pub async fn missing_grants<C: GenericClient>(
     task_types: Option<&[String]>,
 ) -> Result<(String, Vec<String>)> {
     let sql = "select current_user::text as me, asyncflow.missing_grants($1, $2) as missing";
-    let row = c.query_one(sql, &[&role, &task_types]).await.map_err(Error::from_db)?;
+    let row = query_one(c, sql, &[&role, &task_types]).await?;
     Ok((get(&row, "me")?, get(&row, "missing")?))
 }

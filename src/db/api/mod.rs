@@ -44,13 +44,14 @@ use crate::task::{
 };
 use crate::task_type::{TaskTypeSettings, TaskTypeUpdate};
 
+/// Runs `sql`: prepared once per connection, or sent unnamed through a pooler in transaction
+/// mode (see [`crate::db::pooling`]).
 async fn query<C: GenericClient>(
     c: &C,
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<Vec<Row>> {
-    let stmt = c.prepare_cached(sql).await.map_err(Error::from_db)?;
-    c.query(&stmt, params).await.map_err(Error::from_db)
+    run(c, sql, params).await.map_err(Error::from_db)
 }
 
 async fn query_one<C: GenericClient>(
@@ -58,8 +59,55 @@ async fn query_one<C: GenericClient>(
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<Row> {
-    let stmt = c.prepare_cached(sql).await.map_err(Error::from_db)?;
-    c.query_one(&stmt, params).await.map_err(Error::from_db)
+    one_row(query(c, sql, params).await?)
+}
+
+/// The one row of a statement that returns one.
+fn one_row(mut rows: Vec<Row>) -> Result<Row> {
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(Error::Unexpected(format!("a statement that returns one row returned {n}"))),
+    }
+}
+
+/// [`query`], its error left as the driver's (for callers that look at its SQLSTATE).
+async fn run<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+    if crate::db::pooling::unnamed_statements() {
+        match crate::db::pooling::typed(params) {
+            Ok(typed) => return c.query_unnamed(sql, &typed).await,
+            // not reached with asyncflow's parameters: the named statement tells the error
+            Err(e) => tracing::warn!(error = %e, "sending a named statement"),
+        }
+    }
+    let stmt = c.prepare_cached(sql).await?;
+    c.query(&stmt, params).await
+}
+
+/// [`query`] on a connection of its own (not pooled): a named statement, or an unnamed one
+/// through a pooler in transaction mode.
+async fn query_direct(
+    c: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<Row>> {
+    if crate::db::pooling::unnamed_statements() {
+        let typed = crate::db::pooling::typed(params)?;
+        return c.query_typed(sql, &typed).await.map_err(Error::from_db);
+    }
+    c.query(sql, params).await.map_err(Error::from_db)
+}
+
+/// [`query_direct`] of a statement that returns one row.
+async fn query_direct_one(
+    c: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Row> {
+    one_row(query_direct(c, sql, params).await?)
 }
 
 /// Runs `sql`, a call of a type's own function (`type_claim__<type>`, `type_report__<type>`,
@@ -70,8 +118,8 @@ async fn query_type_function<C: GenericClient>(
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<Option<Vec<Row>>> {
-    match c.prepare_cached(sql).await {
-        Ok(stmt) => c.query(&stmt, params).await.map(Some).map_err(Error::from_db),
+    match run(c, sql, params).await {
+        Ok(rows) => Ok(Some(rows)),
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => Ok(None),
         Err(e) => Err(Error::from_db(e)),
     }
@@ -443,6 +491,24 @@ pub async fn next_due<C: GenericClient>(c: &C, task_type: &str) -> Result<Option
     get(&row, "due")
 }
 
+/// Tasks pending, running or waiting, of every type, from the status counters
+/// (`asyncflow.status_counts`): zero when the task engine has nothing to do (a waiting task
+/// counts: its wait's timeout is maintenance's to end on time).
+pub async fn live_tasks<C: GenericClient>(c: &C) -> Result<i64> {
+    let row =
+        query_one(c, "select coalesce(sum(pending + running + waiting), 0)::bigint as n from asyncflow.status_counts()", &[]).await?;
+    get(&row, "n")
+}
+
+/// `asyncflow.next_due` of each of `task_types`, in one statement: (type, next due time).
+pub async fn next_due_each<C: GenericClient>(
+    c: &C,
+    task_types: &[String],
+) -> Result<Vec<(String, Option<DateTime<Utc>>)>> {
+    let rows = query(c, "select t, asyncflow.next_due(t) as due from unnest($1::text[]) t", &[&task_types]).await?;
+    rows.iter().map(|r| Ok((get(r, "t")?, get(r, "due")?))).collect()
+}
+
 /// `asyncflow.rescue_expired`: each task whose lease ran out, its new status and the try rescued.
 pub async fn rescue_expired<C: GenericClient>(
     c: &C,
@@ -654,6 +720,23 @@ pub async fn held_tasks<C: GenericClient>(c: &C, task_type: &str, owner: &Worker
 pub async fn try_lead(c: &tokio_postgres::Client, key: i32) -> Result<bool> {
     let row = c.query_one("select pg_try_advisory_lock(16710, $1) as led", &[&key]).await.map_err(Error::from_db)?;
     get(&row, "led")
+}
+
+/// Waits for the session advisory lock `key` (class 16710, as [`try_lead`]) for at most the
+/// session's `lock_timeout` (see [`SessionLimits`]): true once held, false when the wait ran
+/// out (ask again). A participant that waits costs the server nothing until then, where one
+/// that tried every few seconds cost a transaction each time.
+pub async fn wait_lead(c: &tokio_postgres::Client, key: i32) -> Result<bool> {
+    match c.execute("select pg_advisory_lock(16710, $1)", &[&key]).await {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+                || e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(Error::from_db(e)),
+    }
 }
 
 /// Round trip that proves the connection is alive.

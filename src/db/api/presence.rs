@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{get, query, query_one};
+use super::{get, query, query_direct_one, query_one};
 use crate::db::GenericClient;
 use crate::error::{Error, Result};
 
@@ -102,6 +102,26 @@ pub async fn leave_leadership(c: &tokio_postgres::Client, id: &str) -> Result<()
     c.execute("select asyncflow.leave_leadership($1)", &[&id]).await.map(|_| ()).map_err(Error::from_db)
 }
 
+/// `asyncflow.take_lead`: whether `id` leads maintenance by the lease (its own row, or one not
+/// renewed for `lease_seconds`), renewing it if so. Through the pool: for processes behind a
+/// pooler in transaction mode (see `maintenance::leader`).
+pub async fn take_lead<C: GenericClient>(
+    c: &C,
+    id: &str,
+    host: &str,
+    lease_seconds: f64,
+    now: Option<DateTime<Utc>>,
+) -> Result<bool> {
+    let row = query_one(c, "select asyncflow.take_lead($1, $2, $3, $4) as led", &[&id, &host, &lease_seconds, &now])
+        .await?;
+    get(&row, "led")
+}
+
+/// `asyncflow.leave_leadership` through the pool (the lease form of [`leave_leadership`]).
+pub async fn leave_lease<C: GenericClient>(c: &C, id: &str) -> Result<()> {
+    query(c, "select asyncflow.leave_leadership($1)", &[&id]).await.map(|_| ())
+}
+
 /// `asyncflow.current_leader`: the leader, if it said so within `within_seconds`.
 pub async fn current_leader<C: GenericClient>(
     c: &C,
@@ -132,7 +152,7 @@ pub async fn max_context_bytes<C: GenericClient>(c: &C) -> Result<i32> {
 /// `asyncflow.can_maintain`: whether this connection's role may run every maintenance service;
 /// if not, the functions it may not execute (or that are missing).
 pub async fn can_maintain(c: &tokio_postgres::Client) -> Result<(bool, Vec<String>)> {
-    let row = c.query_one("select ok, denied from asyncflow.can_maintain()", &[]).await.map_err(Error::from_db)?;
+    let row = query_direct_one(c, "select ok, denied from asyncflow.can_maintain()", &[]).await?;
     Ok((get(&row, "ok")?, get(&row, "denied")?))
 }
 
@@ -157,6 +177,9 @@ pub struct SessionLimits {
     /// `tcp_user_timeout`: data the server sent that stays unacknowledged this long ends the
     /// connection.
     pub user_timeout: std::time::Duration,
+    /// `lock_timeout` (and `statement_timeout`, which would end the wait sooner, set to it): the
+    /// longest one wait for the lock lasts ([`wait_lead`]) before it is asked again.
+    pub lock_wait: std::time::Duration,
 }
 
 /// Sets, for this session only, how long the server keeps it once it goes silent (a client that
@@ -168,13 +191,15 @@ pub async fn limit_session(c: &tokio_postgres::Client, limits: &SessionLimits) -
     c.execute(
         "select set_config('idle_session_timeout', $1, false), set_config('tcp_keepalives_idle', $2, false), \
          set_config('tcp_keepalives_interval', $3, false), set_config('tcp_keepalives_count', $4, false), \
-         set_config('tcp_user_timeout', $5, false)",
+         set_config('tcp_user_timeout', $5, false), set_config('lock_timeout', $6, false), \
+         set_config('statement_timeout', $6, false)",
         &[
             &ms(limits.idle),
             &s(limits.keepalive_idle),
             &s(limits.keepalive_interval),
             &limits.keepalive_count.to_string(),
             &ms(limits.user_timeout),
+            &ms(limits.lock_wait),
         ],
     )
     .await
@@ -184,6 +209,6 @@ pub async fn limit_session(c: &tokio_postgres::Client, limits: &SessionLimits) -
 
 /// The role this connection acts as (`current_user`), for messages.
 pub async fn current_role(c: &tokio_postgres::Client) -> Result<String> {
-    let row = c.query_one("select current_user::text as r", &[]).await.map_err(Error::from_db)?;
+    let row = query_direct_one(c, "select current_user::text as r", &[]).await?;
     get(&row, "r")
 }
