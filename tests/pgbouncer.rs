@@ -165,12 +165,8 @@ async fn worker_maintain_serve_and_the_cli_run_through_pgbouncer_in_transaction_
     let served = {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let log = logs.join("serve.log");
-        let child = spawn(
-            &pooled,
-            None,
-            &["serve", "--listen", &format!("127.0.0.1:{port}"), "--insecure-no-auth"],
-            &log,
-        );
+        let child =
+            spawn(&pooled, None, &["serve", "--listen", &format!("127.0.0.1:{port}"), "--insecure-no-auth"], &log);
         let base = format!("http://127.0.0.1:{port}");
         let client = reqwest::Client::new();
         let ready = format!("{base}/readyz");
@@ -238,8 +234,9 @@ async fn waves_of_ephemeral_workers_drain_a_queue_through_pgbouncer() {
     ok(&run(&pooled, None, &["type", "set", "burst", r#"{"schedule_interval": 1}"#]));
     {
         let c = db.conn().await;
-        let tasks: Vec<NewTask> =
-            (0..TASKS).map(|i| NewTask { context: Some(serde_json::json!({ "i": i })), ..Default::default() }).collect();
+        let tasks: Vec<NewTask> = (0..TASKS)
+            .map(|i| NewTask { context: Some(serde_json::json!({ "i": i })), ..Default::default() })
+            .collect();
         asyncflow::db::api::create_tasks(&c, "burst", &tasks).await.unwrap();
     }
     let logs = std::env::temp_dir().join(format!("af-pgbouncer-waves-{}", uuid::Uuid::new_v4().simple()));
@@ -268,7 +265,8 @@ async fn waves_of_ephemeral_workers_drain_a_queue_through_pgbouncer() {
     }
     // what the waves left (a worker that found the queue empty exits at once) is drained by one more
     let log = logs.join("last.log");
-    let child = spawn(&pooled, None, &["worker", "--functions", &functions, "--exit-when-idle", "--no-maintenance"], &log);
+    let child =
+        spawn(&pooled, None, &["worker", "--functions", &functions, "--exit-when-idle", "--no-maintenance"], &log);
     let (status, _) = common::process::wait_child(child, Duration::from_secs(120)).await;
     assert!(status.success());
     assert_eq!(counts(&db, "burst").await, (TASKS, TASKS));

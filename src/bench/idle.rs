@@ -28,11 +28,11 @@ use super::pgbouncer::PgBouncer;
 use super::{BenchArgs, Figure, Progress};
 use crate::db::{self, api, pooling, DbPool};
 use crate::error::{Error, Result};
+use crate::function::{StageCall, StageReply};
 use crate::ids::{TypeName, WorkerId};
 use crate::maintenance::leader::Identity;
 use crate::maintenance::{Maintainer, MaintenanceConfig};
 use crate::task_type::TaskTypeUpdate;
-use crate::function::{StageCall, StageReply};
 use crate::worker::{Worker, WorkerConfig};
 
 /// The bar: 50 idle database workers over 20 types, connected directly, cost the server at most
@@ -76,8 +76,7 @@ pub(super) async fn run(
     let settle = Duration::try_from_secs_f64(args.idle_settle)
         .map_err(|_| Error::Config("--idle-settle must be a number of seconds".into()))?;
     // "t<n>": a type name may not end in _<digits> (the names of its shards)
-    let names: Vec<TypeName> =
-        (0..types).map(|i| TypeName::new(&format!("bench_idle_t{i}"))).collect::<Result<_>>()?;
+    let names: Vec<TypeName> = (0..types).map(|i| TypeName::new(&format!("bench_idle_t{i}"))).collect::<Result<_>>()?;
     for name in &names {
         api::register_task_type(&pool.get().await?, name, &TaskTypeUpdate::default()).await?;
     }
@@ -257,7 +256,14 @@ fn maintainer(pool: &DbPool, url: &str, n: usize) -> Maintainer {
 }
 
 /// The figures of one run: transactions/s beyond the baseline (with `bar`) and the server's CPU.
-fn push(figures: &mut Vec<Figure>, key: &str, name: &str, cost: &Cost, baseline: Option<&Cost>, bar: Option<(String, Option<bool>)>) {
+fn push(
+    figures: &mut Vec<Figure>,
+    key: &str,
+    name: &str,
+    cost: &Cost,
+    baseline: Option<&Cost>,
+    bar: Option<(String, Option<bool>)>,
+) {
     // below the baseline is within its noise: nothing measurable beyond it
     let beyond = (cost.transactions_per_second - baseline.map_or(0.0, |b| b.transactions_per_second)).max(0.0);
     let mut figure = Figure::new(key, name, beyond, "tx/s");

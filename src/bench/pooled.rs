@@ -49,9 +49,13 @@ pub(super) async fn run(
         ..WorkerConfig::default()
     };
     progress.detail("direct");
-    let [direct] =
-        load::idle_workers_latency(pool, duration, args.wake_rate, [("bench_wake_direct", Worker::new(pool.clone(), url, config()))])
-            .await?;
+    let [direct] = load::idle_workers_latency(
+        pool,
+        duration,
+        args.wake_rate,
+        [("bench_wake_direct", Worker::new(pool.clone(), url, config()))],
+    )
+    .await?;
     progress.detail("through PgBouncer, LISTEN direct");
     let database = db::config(url)?.get_dbname().unwrap_or("postgres").to_string();
     let pooled_url = bouncer.url(&database);
@@ -59,7 +63,8 @@ pub(super) async fn run(
     let pooled = async {
         let pooled_pool = db::pool(&pooled_url, 16)?;
         let worker = Worker::new(pooled_pool.clone(), &pooled_url, config());
-        let measured = load::idle_workers_latency(pool, duration, args.wake_rate, [("bench_wake_pooled", worker)]).await;
+        let measured =
+            load::idle_workers_latency(pool, duration, args.wake_rate, [("bench_wake_pooled", worker)]).await;
         pooled_pool.close();
         measured
     }

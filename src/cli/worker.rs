@@ -106,6 +106,9 @@ impl WorkerArgs {
             callbacks: callback_config(self.callback_secret.clone(), self.callback_allow.clone()),
             ..Default::default()
         };
-        Some(Maintainer::new(database_url, tasks.leader_check, services(pool, &tasks, &workflows)).with_quiet_probe(pool.clone()))
+        Some(
+            Maintainer::new(database_url, tasks.leader_check, services(pool, &tasks, &workflows))
+                .with_quiet_probe(pool.clone()),
+        )
     }
 }

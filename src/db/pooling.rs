@@ -153,9 +153,7 @@ const CANDIDATES: &[Type] = &[
 ];
 
 /// The PostgreSQL type of each parameter (see [`CANDIDATES`]), for a statement sent unnamed.
-pub fn typed<'a>(
-    params: &[&'a (dyn ToSql + Sync)],
-) -> Result<Vec<(&'a (dyn ToSql + Sync), Type)>> {
+pub fn typed<'a>(params: &[&'a (dyn ToSql + Sync)]) -> Result<Vec<(&'a (dyn ToSql + Sync), Type)>> {
     let mut scratch = bytes::BytesMut::new();
     params
         .iter()
@@ -186,9 +184,6 @@ mod tests {
         let list = vec!["a".to_string()];
         let params: Vec<&(dyn ToSql + Sync)> = vec![&text, &int, &big, &json, &none, &list];
         let types: Vec<Type> = typed(&params).unwrap().into_iter().map(|(_, t)| t).collect();
-        assert_eq!(
-            types,
-            vec![Type::TEXT, Type::INT4, Type::INT8, Type::JSONB, Type::TIMESTAMPTZ, Type::TEXT_ARRAY]
-        );
+        assert_eq!(types, vec![Type::TEXT, Type::INT4, Type::INT8, Type::JSONB, Type::TIMESTAMPTZ, Type::TEXT_ARRAY]);
     }
 }

@@ -84,9 +84,12 @@ pub async fn schema_history(c: &tokio_postgres::Client) -> Result<Vec<(i64, Stri
     if !get::<bool>(&row, "migrated")? {
         return Ok(Vec::new());
     }
-    let rows =
-        query_direct(c, "select version::bigint as version, name from asyncflow.refinery_schema_history order by version", &[])
-            .await?;
+    let rows = query_direct(
+        c,
+        "select version::bigint as version, name from asyncflow.refinery_schema_history order by version",
+        &[],
+    )
+    .await?;
     rows.iter().map(|r| Ok((get(r, "version")?, get(r, "name")?))).collect()
 }
 

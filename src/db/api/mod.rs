@@ -495,8 +495,12 @@ pub async fn next_due<C: GenericClient>(c: &C, task_type: &str) -> Result<Option
 /// (`asyncflow.status_counts`): zero when the task engine has nothing to do (a waiting task
 /// counts: its wait's timeout is maintenance's to end on time).
 pub async fn live_tasks<C: GenericClient>(c: &C) -> Result<i64> {
-    let row =
-        query_one(c, "select coalesce(sum(pending + running + waiting), 0)::bigint as n from asyncflow.status_counts()", &[]).await?;
+    let row = query_one(
+        c,
+        "select coalesce(sum(pending + running + waiting), 0)::bigint as n from asyncflow.status_counts()",
+        &[],
+    )
+    .await?;
     get(&row, "n")
 }
 

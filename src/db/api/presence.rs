@@ -112,8 +112,8 @@ pub async fn take_lead<C: GenericClient>(
     lease_seconds: f64,
     now: Option<DateTime<Utc>>,
 ) -> Result<bool> {
-    let row = query_one(c, "select asyncflow.take_lead($1, $2, $3, $4) as led", &[&id, &host, &lease_seconds, &now])
-        .await?;
+    let row =
+        query_one(c, "select asyncflow.take_lead($1, $2, $3, $4) as led", &[&id, &host, &lease_seconds, &now]).await?;
     get(&row, "led")
 }
 
