@@ -13,10 +13,12 @@ mod children;
 mod events;
 mod explain;
 mod migration;
+mod monitoring;
 mod presence;
 mod progress;
 mod rate_limit;
 mod schedule;
+mod session;
 mod stats;
 mod task_search;
 mod workflow;
@@ -27,10 +29,12 @@ pub use children::*;
 pub use events::*;
 pub use explain::*;
 pub use migration::*;
+pub use monitoring::*;
 pub use presence::*;
 pub use progress::*;
 pub use rate_limit::*;
 pub use schedule::*;
+pub use session::*;
 pub use stats::*;
 pub use task_search::*;
 pub use workflow::*;
@@ -491,19 +495,6 @@ pub async fn next_due<C: GenericClient>(c: &C, task_type: &str) -> Result<Option
     get(&row, "due")
 }
 
-/// Tasks pending, running or waiting, of every type, from the status counters
-/// (`asyncflow.status_counts`): zero when the task engine has nothing to do (a waiting task
-/// counts: its wait's timeout is maintenance's to end on time).
-pub async fn live_tasks<C: GenericClient>(c: &C) -> Result<i64> {
-    let row = query_one(
-        c,
-        "select coalesce(sum(pending + running + waiting), 0)::bigint as n from asyncflow.status_counts()",
-        &[],
-    )
-    .await?;
-    get(&row, "n")
-}
-
 /// `asyncflow.next_due` of each of `task_types`, in one statement: (type, next due time).
 pub async fn next_due_each<C: GenericClient>(
     c: &C,
@@ -714,183 +705,6 @@ pub async fn held_tasks<C: GenericClient>(c: &C, task_type: &str, owner: &Worker
                 stage: get(r, "stage")?,
                 attempt: get(r, "attempt")?,
                 lease_until: get(r, "lease_until")?,
-            })
-        })
-        .collect()
-}
-
-/// Session advisory lock for maintenance leadership; true when this session now holds it.
-/// (Dedicated connections only: a pooled connection would carry the lock back into the pool.)
-pub async fn try_lead(c: &tokio_postgres::Client, key: i32) -> Result<bool> {
-    let row = c.query_one("select pg_try_advisory_lock(16710, $1) as led", &[&key]).await.map_err(Error::from_db)?;
-    get(&row, "led")
-}
-
-/// Waits for the session advisory lock `key` (class 16710, as [`try_lead`]) for at most the
-/// session's `lock_timeout` (see [`SessionLimits`]): true once held, false when the wait ran
-/// out (ask again). A participant that waits costs the server nothing until then, where one
-/// that tried every few seconds cost a transaction each time.
-pub async fn wait_lead(c: &tokio_postgres::Client, key: i32) -> Result<bool> {
-    match c.execute("select pg_advisory_lock(16710, $1)", &[&key]).await {
-        Ok(_) => Ok(true),
-        Err(e)
-            if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
-                || e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) =>
-        {
-            Ok(false)
-        }
-        Err(e) => Err(Error::from_db(e)),
-    }
-}
-
-/// Round trip that proves the connection is alive.
-pub async fn ping(c: &tokio_postgres::Client) -> Result<()> {
-    c.simple_query("select 1").await.map(|_| ()).map_err(Error::from_db)
-}
-
-/// Subscribes the (dedicated) connection to the wake-up, cancel and ended-task channels.
-pub async fn listen(c: &tokio_postgres::Client) -> Result<()> {
-    c.batch_execute("listen asyncflow; listen asyncflow_cancel; listen asyncflow_ended").await.map_err(Error::from_db)
-}
-
-/// The backend pid of this connection (tests terminate leaders by it).
-pub async fn backend_pid(c: &tokio_postgres::Client) -> Result<i32> {
-    let row = c.query_one("select pg_backend_pid() as pid", &[]).await.map_err(Error::from_db)?;
-    get(&row, "pid")
-}
-
-/// Waits for a session advisory lock (class, key).
-pub async fn advisory_lock(c: &tokio_postgres::Client, key: (i32, i32)) -> Result<()> {
-    c.execute("select pg_advisory_lock($1, $2)", &[&key.0, &key.1]).await.map(|_| ()).map_err(Error::from_db)
-}
-
-/// Releases a session advisory lock (class, key).
-pub async fn advisory_unlock(c: &tokio_postgres::Client, key: (i32, i32)) -> Result<()> {
-    c.execute("select pg_advisory_unlock($1, $2)", &[&key.0, &key.1]).await.map(|_| ()).map_err(Error::from_db)
-}
-
-/// Per-type figures for `GET /metrics` that `queue_depth` does not give.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskTypeFigures {
-    /// Task type.
-    pub task_type: String,
-    /// Ids handed out by the type's sequence: tasks created, plus creations rolled back (0 when
-    /// this role may not read the sequence).
-    pub created: i64,
-    /// Stored tasks per status (finished tasks leave when retention drops their shard).
-    pub pending: i64,
-    /// See `pending`.
-    pub running: i64,
-    /// See `pending`.
-    pub succeeded: i64,
-    /// See `pending`.
-    pub failed: i64,
-    /// See `pending`.
-    pub cancelled: i64,
-    /// Seconds since the longest-held running task was claimed (0 when none runs).
-    pub oldest_running_age: f64,
-    /// See `pending`: tasks waiting for an event or for their children.
-    pub waiting: i64,
-}
-
-/// Figures of every registered type, by name. The counts per status come from the counters the
-/// SQL API keeps (`asyncflow.status_counts`), so they cost the same at any number of tasks.
-pub async fn task_type_figures<C: GenericClient>(c: &C) -> Result<Vec<TaskTypeFigures>> {
-    let rows = query(
-        c,
-        "select task_type, created, pending, running, succeeded, failed, cancelled, oldest_running_age, waiting \
-         from asyncflow.task_type_figures()",
-        &[],
-    )
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(TaskTypeFigures {
-                task_type: get(r, "task_type")?,
-                created: get(r, "created")?,
-                pending: get(r, "pending")?,
-                running: get(r, "running")?,
-                succeeded: get(r, "succeeded")?,
-                failed: get(r, "failed")?,
-                cancelled: get(r, "cancelled")?,
-                oldest_running_age: get(r, "oldest_running_age")?,
-                waiting: get(r, "waiting")?,
-            })
-        })
-        .collect()
-}
-
-/// Monotonic per-type counters (summed over their slots), for `GET /metrics`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TypeCounters {
-    /// Task type.
-    pub task_type: String,
-    /// Claims.
-    pub claimed: i64,
-    /// Tasks that succeeded.
-    pub succeeded: i64,
-    /// Tasks failed for good (by a report or by the rescuer).
-    pub failed: i64,
-    /// Failed tries that will be tried again.
-    pub retried: i64,
-    /// Leases that ran out.
-    pub rescued: i64,
-}
-
-/// Stage call durations of one (type, stage): `buckets[k]` counts the calls with exactly k of
-/// `bounds` below their duration.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct StageTimes {
-    /// Task type.
-    pub task_type: String,
-    /// Stage.
-    pub stage: String,
-    /// Calls reported.
-    pub calls: i64,
-    /// Their total duration.
-    pub seconds: f64,
-    /// Bucket upper bounds, seconds.
-    pub bounds: Vec<f64>,
-    /// Non-cumulative counts, one more than `bounds`.
-    pub buckets: Vec<i64>,
-}
-
-/// The counters of every type.
-pub async fn type_counters<C: GenericClient>(c: &C) -> Result<Vec<TypeCounters>> {
-    let rows = query(
-        c,
-        "select task_type, claimed, succeeded, failed, retried, rescued from asyncflow.task_counter_totals()",
-        &[],
-    )
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(TypeCounters {
-                task_type: get(r, "task_type")?,
-                claimed: get(r, "claimed")?,
-                succeeded: get(r, "succeeded")?,
-                failed: get(r, "failed")?,
-                retried: get(r, "retried")?,
-                rescued: get(r, "rescued")?,
-            })
-        })
-        .collect()
-}
-
-/// Stage call durations of every (type, stage).
-pub async fn stage_times<C: GenericClient>(c: &C) -> Result<Vec<StageTimes>> {
-    let rows =
-        query(c, "select task_type, stage, calls, seconds, bounds, buckets from asyncflow.stage_time_totals()", &[])
-            .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(StageTimes {
-                task_type: get(r, "task_type")?,
-                stage: get(r, "stage")?,
-                calls: get(r, "calls")?,
-                seconds: get(r, "seconds")?,
-                bounds: get(r, "bounds")?,
-                buckets: get(r, "buckets")?,
             })
         })
         .collect()
