@@ -18,14 +18,14 @@
 //! waiting hold looks again every [`RECHECK_POLLING`]: bounded polling on the server, one
 //! claim and one `next_due` per look.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::keyed_watch::KeyedWatch;
 use super::{ApiResult, AppState};
 use crate::db::api;
 use crate::db::listen::Wake;
@@ -49,7 +49,7 @@ const HELD_BACK_PAUSE: Duration = Duration::from_millis(25);
 /// waiting on a type are woken by its notifications.
 #[derive(Default)]
 pub struct Wakeups {
-    types: Mutex<HashMap<String, watch::Sender<u64>>>,
+    types: KeyedWatch,
 }
 
 impl Wakeups {
@@ -74,29 +74,13 @@ impl Wakeups {
 
     /// A receiver that changes whenever work of `task_type` may be ready.
     fn subscribe(&self, task_type: &str) -> watch::Receiver<u64> {
-        let mut types = self.types.lock().unwrap_or_else(|p| p.into_inner());
-        types.entry(task_type.to_string()).or_insert_with(|| watch::channel(0).0).subscribe()
+        self.types.subscribe(task_type)
     }
 
     /// Wakes the holds waiting on `task_type` (None: on every type), and forgets the types no
     /// hold waits on any more.
     fn wake(&self, task_type: Option<&str>) {
-        let mut types = self.types.lock().unwrap_or_else(|p| p.into_inner());
-        match task_type {
-            Some(name) => {
-                if let Some(sender) = types.get(name) {
-                    if sender.receiver_count() == 0 {
-                        types.remove(name);
-                    } else {
-                        sender.send_modify(|n| *n = n.wrapping_add(1));
-                    }
-                }
-            }
-            None => types.retain(|_, sender| {
-                sender.send_modify(|n| *n = n.wrapping_add(1));
-                sender.receiver_count() > 0
-            }),
-        }
+        self.types.wake(task_type)
     }
 }
 
@@ -179,9 +163,9 @@ mod tests {
         drop(b);
         wakeups.wake(Some("b"));
         wakeups.wake(Some("nobody"));
-        assert_eq!(wakeups.types.lock().unwrap().keys().collect::<Vec<_>>(), vec!["a"]);
+        assert_eq!(wakeups.types.watched(), vec!["a"]);
         drop(a);
         wakeups.wake(None);
-        assert!(wakeups.types.lock().unwrap().is_empty());
+        assert!(wakeups.types.watched().is_empty());
     }
 }

@@ -21,6 +21,7 @@ mod events;
 mod explain;
 mod health;
 mod hold_wait;
+mod keyed_watch;
 mod metrics;
 pub mod openapi;
 mod request_span;

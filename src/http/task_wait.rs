@@ -16,14 +16,14 @@
 //! was down are lost). Without a LISTEN (the router alone) a waiting read looks again after
 //! 20 ms, doubling to 0.5 s.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::keyed_watch::KeyedWatch;
 use super::{ApiError, ApiResult, AppState};
 use crate::db::api;
 use crate::db::listen::Wake;
@@ -42,7 +42,7 @@ const POLL_MAX: Duration = Duration::from_millis(500);
 /// waiting on a task are woken by its notification.
 #[derive(Default)]
 pub struct Waiters {
-    tasks: Mutex<HashMap<String, watch::Sender<u64>>>,
+    tasks: KeyedWatch,
 }
 
 impl Waiters {
@@ -73,33 +73,17 @@ impl Waiters {
 
     /// A receiver that changes when the task `id` may have ended.
     fn subscribe(&self, id: &str) -> watch::Receiver<u64> {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        tasks.entry(id.to_string()).or_insert_with(|| watch::channel(0).0).subscribe()
+        self.tasks.subscribe(id)
     }
 
     /// Forgets `id` when no request waits on it any more (its last receiver just dropped).
     fn leave(&self, id: &str) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        if tasks.get(id).is_some_and(|s| s.receiver_count() == 0) {
-            tasks.remove(id);
-        }
+        self.tasks.leave(id)
     }
 
     /// Wakes the requests waiting on `id` (None: on every task).
     fn wake(&self, id: Option<&str>) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        let bump = |s: &watch::Sender<u64>| s.send_modify(|n| *n = n.wrapping_add(1));
-        match id {
-            Some(id) => {
-                if let Some(sender) = tasks.get(id) {
-                    bump(sender);
-                }
-            }
-            None => tasks.retain(|_, sender| {
-                bump(sender);
-                sender.receiver_count() > 0
-            }),
-        }
+        self.tasks.wake(id)
     }
 }
 
@@ -176,9 +160,9 @@ mod tests {
         assert!(a.has_changed().unwrap() && b.has_changed().unwrap());
         drop(b);
         waiters.leave("t-1-2");
-        assert_eq!(waiters.tasks.lock().unwrap().keys().collect::<Vec<_>>(), vec!["t-1-1"]);
+        assert_eq!(waiters.tasks.watched(), vec!["t-1-1"]);
         drop(a);
         waiters.wake(None);
-        assert!(waiters.tasks.lock().unwrap().is_empty());
+        assert!(waiters.tasks.watched().is_empty());
     }
 }
