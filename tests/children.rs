@@ -567,3 +567,54 @@ async fn cancelling_a_parent_does_not_wait_for_a_child_a_worker_is_writing() {
     assert_eq!(task(&**c, "leaf-1-2").await["status"], json!("cancelled"));
     assert_eq!(task(&**c, &id).await["status"], json!("cancelled"));
 }
+
+/// A child whose context no worker could read (written past the API) fails at its claim, by a
+/// plain claim, a fair claim or either's hold, and that end counts on its parent's join as a
+/// failure by a reply does.
+#[tokio::test]
+async fn a_child_failed_at_its_claim_for_an_unreadable_context_counts_on_the_join() {
+    use asyncflow::TypeName;
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    let fair = json!({"fair_queues": true, "max_retry_num": 0});
+    let plain = json!({"max_retry_num": 0});
+    register(&**c, "fan", json!({})).await;
+    for (ty, settings) in [("plain", &plain), ("fair", &fair), ("held", &plain), ("held_fair", &fair)] {
+        register(&**c, ty, settings.clone()).await;
+    }
+    let id = api::create_task(&c, "fan", &Default::default()).await.unwrap();
+    let w = worker("w");
+    let now = Utc::now();
+    let call = claim(&c, "fan", &w, 1, now).await.remove(0);
+    let kids = json!([{"type": "plain"}, {"type": "fair"}, {"type": "held"}, {"type": "held_fair"}]);
+    assert!(report(&c, &w, &call, spawn(kids, "join"), now).await);
+    // past the API: a number no reader can parse, in every child's context
+    let n = c
+        .execute(
+            "update asyncflow.tasks set context = '{\"x\": 1e400}'::text::jsonb where parent_id = $1",
+            &[&id.as_str()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 4);
+    for ty in ["plain", "fair"] {
+        assert!(claim(&c, ty, &w, 10, now).await.is_empty(), "{ty}: nothing handed out");
+        assert_eq!(explain(&c, id.as_str()).await["reason"], json!("waiting_children"), "{ty}");
+    }
+    for ty in ["held", "held_fair"] {
+        let mut conn = db.pool.get().await.unwrap();
+        let tx = conn.transaction().await.unwrap();
+        let held = api::hold_tasks(&tx, &TypeName::new(ty).unwrap(), &w, 10).await.unwrap();
+        assert!(held.is_empty(), "{ty}: nothing held");
+        tx.commit().await.unwrap();
+    }
+    let parent = task(&**c, id.as_str()).await;
+    assert_eq!(parent["status"], json!("pending"), "the join started: {parent}");
+    let children = wake(&c, id.as_str()).await["children"].clone();
+    let children = children.as_array().unwrap();
+    assert_eq!(children.len(), 4);
+    for k in children {
+        assert_eq!(k["status"], json!("failed"), "{k}");
+        assert!(k["error"].as_str().unwrap_or_default().starts_with("context cannot be read"), "{k}");
+    }
+}

@@ -254,8 +254,9 @@ begin
           claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now, last_error = picked.unreadable, --@hold
           finished_at = v_now, updated_at = v_now --@hold
         from picked where picked.unreadable is not null and t.shard = picked.shard and t.id = picked.id --@hold
-        returning t.id --@hold
-      ), claimed as (
+        returning t.id, t.parent_id --@hold
+      ), {{> child_ends rows = failed; ended = true}}, claimed as ( --@hold
+      ), claimed as ( --@claim
         update asyncflow.{{tasks}} t set --@claim
           -- a context no worker could read fails the task for good here, as in claim_plain.sql --@claim
           status = case when picked.unreadable is null then 'running' else 'failed' end::asyncflow.task_status, --@claim
@@ -268,10 +269,11 @@ begin
         from picked --@claim
         where t.shard = picked.shard and t.id = picked.id --@claim
         returning row({{> claimed_task t = t}})::asyncflow.claimed_task --@claim
-          as task, picked.k, picked.ord, picked.turn, t.id, picked.unreadable --@claim
+          as task, picked.k, picked.ord, picked.turn, t.id, picked.unreadable, t.parent_id --@claim
         -- locked, not updated: the values the claim will have when the finish writes it (picked) --@hold
         select p.task, p.k, p.ord, p.turn, p.id, p.unreadable from picked p --@hold
-      )
+      ) --@hold
+      ), {{> child_ends rows = claimed; ended = c.unreadable is not null}} --@claim
       select array_agg(c.task order by c.turn, c.ord) filter (where c.unreadable is null),
         array_agg(c.k order by c.turn, c.ord) filter (where c.unreadable is null),
         array_agg(c.id) filter (where c.unreadable is null), count(*) filter (where c.unreadable is not null)

@@ -43,8 +43,8 @@ begin
       updated_at = v_now
     from picked
     where t.shard = picked.shard and t.id = picked.id
-    returning row({{> claimed_task t = t}})::asyncflow.claimed_task as task, picked.unreadable
-  ), counted as (
+    returning row({{> claimed_task t = t}})::asyncflow.claimed_task as task, picked.unreadable, t.parent_id
+  ), {{> child_ends rows = claimed; ended = c.unreadable is not null}}, counted as (
     insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
     select v_task_type, pg_backend_pid() % 16, count(*) filter (where c.unreadable is null),
       count(*) filter (where c.unreadable is not null), -count(*), count(*) filter (where c.unreadable is null),

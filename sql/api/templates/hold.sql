@@ -54,8 +54,8 @@ begin
       claimed_at = v_now, last_error = p.unreadable, finished_at = v_now, updated_at = v_now
     from picked p
     where p.unreadable is not null and t.shard = p.shard and t.id = p.id
-    returning t.id
-  ), counted as (
+    returning t.id, t.parent_id
+  ), {{> child_ends rows = failed; ended = true}}, counted as (
     insert into asyncflow.type_counters as k (task_type, slot, failed, in_pending, in_failed)
     select v_task_type, pg_backend_pid() % 16, count(*), -count(*), count(*) from failed having count(*) > 0
     {{> add_counts}}
