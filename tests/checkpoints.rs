@@ -1,7 +1,7 @@
 //! Checkpoints: a running call saves its context without ending (`asyncflow.checkpoint_task`,
-//! `POST /v1/worker/checkpoint`, `StageCall::checkpoint`, a warm instance's checkpoint line, the
-//! Python library's `checkpoint` and `step`), fenced like every report; a retry of the stage
-//! starts from the last context saved.
+//! `POST /v1/worker/checkpoint`, `StageCall::checkpoint`, a warm instance's checkpoint line, a
+//! process run per call's stderr line, the Python library's `checkpoint` and `step`), fenced like
+//! every report; a retry of the stage starts from the last context saved.
 use crate::common;
 
 use std::path::PathBuf;
@@ -244,8 +244,8 @@ async def handle(call):
 run(handle)
 "#;
 
-fn warm_python(dir: &std::path::Path, concurrency: usize) -> asyncflow::function::warm::WarmFunction {
-    use asyncflow::function::warm::{WarmFunction, WarmOptions};
+/// The command that runs [`STEP_FIXTURE`] from `dir` (its marks kept there too).
+fn step_fixture(dir: &std::path::Path) -> Vec<String> {
     let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("functions/sdk/python");
     std::fs::write(dir.join("fixture.py"), STEP_FIXTURE).unwrap();
     let script = format!(
@@ -254,6 +254,11 @@ fn warm_python(dir: &std::path::Path, concurrency: usize) -> asyncflow::function
         dir.display(),
         dir.join("fixture.py").display()
     );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+fn warm_python(dir: &std::path::Path, concurrency: usize) -> asyncflow::function::warm::WarmFunction {
+    use asyncflow::function::warm::{WarmFunction, WarmOptions};
     let options = WarmOptions {
         instances: 1,
         concurrency,
@@ -262,7 +267,7 @@ fn warm_python(dir: &std::path::Path, concurrency: usize) -> asyncflow::function
         max_reply: asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,
         idle_stop: Duration::from_secs(30),
     };
-    WarmFunction::new("steps", vec!["sh".into(), "-c".into(), script], dir.to_path_buf(), vec![], options)
+    WarmFunction::new("steps", step_fixture(dir), dir.to_path_buf(), vec![], options)
 }
 
 /// How many times the fixture's step ran its fn (its marks in `dir`).
@@ -337,6 +342,73 @@ async fn a_warm_python_step_survives_a_failure_through_a_real_worker_on_the_data
     assert_eq!(task.status, TaskStatus::Succeeded, "{task:?}");
     let result = task.result.unwrap();
     assert_eq!(result["receipt"], json!({"receipt": "r-1"}));
+    assert_eq!(result["context"], json!({"order": 7, "_steps": {"charge": {"receipt": "r-1"}}}));
+    assert_eq!(task.attempt, 2, "the first try failed after its checkpoint");
+    assert_eq!(charges(&dir), 1, "the step ran once across the retry");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The fixture of [`STEP_FIXTURE`] as an executable run once per call.
+fn per_call_python(dir: &std::path::Path) -> asyncflow::function::exec::ExecFunction {
+    asyncflow::function::exec::ExecFunction::new(
+        "steps",
+        step_fixture(dir),
+        dir.to_path_buf(),
+        asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,
+    )
+}
+
+#[tokio::test]
+async fn a_process_run_per_call_checkpoints_on_stderr_before_its_reply_and_step_runs_once_across_a_retry() {
+    let dir = std::env::temp_dir().join(format!("af-checkpoints-exec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = per_call_python(&dir);
+    let saved = Arc::new(Mutex::new(Vec::new()));
+    // a context far longer than a logged stderr line: the checkpoint line is taken whole
+    let blob = "x".repeat(50_000);
+    let reply = f.call(recorded_call(1, json!({"order": 7, "blob": blob}), &saved)).await;
+    assert!(matches!(&reply, StageReply::Failed { error, retry: true } if error.contains("crashed")), "{reply:?}");
+    let checkpointed = saved.lock().unwrap().clone();
+    assert_eq!(checkpointed, vec![json!({"order": 7, "blob": blob, "_steps": {"charge": {"receipt": "r-1"}}})]);
+    let reply = f.call(recorded_call(2, checkpointed[0].clone(), &saved)).await;
+    let StageReply::Succeeded { result } = reply else { panic!("{reply:?}") };
+    assert_eq!(result["receipt"], json!({"receipt": "r-1"}));
+    assert_eq!(charges(&dir), 1, "the step ran once across the retry");
+    // a checkpoint the worker cannot write fails the call, with retry, whatever its reply said
+    let reply = f.call(recorded_call(1, json!({"bad": true}), &saved)).await;
+    assert!(
+        matches!(&reply, StageReply::Failed { error, retry: true } if error.contains("a checkpoint was refused")),
+        "{reply:?}"
+    );
+    assert_eq!(saved.lock().unwrap().len(), 1, "nothing more written");
+    // so does a checkpoint line that is not JSON
+    let broken = asyncflow::function::exec::ExecFunction::new(
+        "broken",
+        vec!["sh".into(), "-c".into(), r#"echo 'asyncflow:checkpoint {"cut' >&2; echo '{"result": 1}'"#.into()],
+        dir.clone(),
+        asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,
+    );
+    let reply = broken.call(recorded_call(1, json!({}), &saved)).await;
+    assert!(
+        matches!(&reply, StageReply::Failed { error, retry: true } if error.contains("checkpoint line is not JSON")),
+        "{reply:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_python_step_run_per_call_survives_a_failure_through_a_real_worker_on_the_database() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "steps", json!({})).await;
+    let dir = std::env::temp_dir().join(format!("af-checkpoints-exec-worker-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let id = api::create_task(&c, "steps", &asyncflow::task::NewTask::with_context(json!({"order": 7}))).await.unwrap();
+    let task = work_until_ended(&db, None, "steps", id.as_str(), per_call_python(&dir)).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{task:?}");
+    let result = task.result.unwrap();
     assert_eq!(result["context"], json!({"order": 7, "_steps": {"charge": {"receipt": "r-1"}}}));
     assert_eq!(task.attempt, 2, "the first try failed after its checkpoint");
     assert_eq!(charges(&dir), 1, "the step ran once across the retry");

@@ -32,10 +32,10 @@
 // context becomes `context` (an object), and a retry of the stage (after a failure, a crash, a
 // lost lease) starts from it. In warm mode it is one line on stdout, {"id", "checkpoint": {...}},
 // which the worker writes to the database before it reads the call's reply; the promise resolves
-// once the line is written. step(name, fn) runs fn() once per task: its result is kept in the
-// context under "_steps" and checkpointed, so a retry gets the kept result instead of running fn
-// again. In the one-process-per-call mode nothing reaches the worker before the reply, so a
-// checkpoint only changes call.context (the reply's context, when the reply keeps it).
+// once the line is written. In the one-process-per-call mode it is one line on stderr,
+// `asyncflow:checkpoint {...}`, which the worker writes while the process runs on, and before the
+// call's reply. step(name, fn) runs fn() once per task: its result is kept in the context under
+// "_steps" and checkpointed, so a retry gets the kept result instead of running fn again.
 
 const readline = require('readline');
 const { AsyncLocalStorage } = require('async_hooks');
@@ -89,7 +89,10 @@ function checkpoint(context) {
   }
   store.call.context = context;
   if (store.id === undefined || store.write === undefined) {
-    return Promise.resolve(); // one process per call: nothing reaches the worker before the reply
+    // one process per call: a stderr line (a pipe: written at once on Linux, before the reply),
+    // which the worker writes to the database before the reply
+    process.stderr.write('asyncflow:checkpoint ' + JSON.stringify(context) + '\n');
+    return Promise.resolve();
   }
   return store.write({ id: store.id, checkpoint: context });
 }

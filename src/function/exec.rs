@@ -7,6 +7,10 @@
 //!   log    <── lines ─────────── stderr  ┘   (a line `asyncflow:progress <json>` is the call's
 //! ```                                          progress instead: see [`PROGRESS_PREFIX`])
 //!
+//! A line `asyncflow:checkpoint <json>` on stderr saves the call's context while it runs (see
+//! [`CHECKPOINT_PREFIX`]): the worker writes each such line in order, and all of them before the
+//! reply, so a failure's retry starts from the last one.
+//!
 //! Exit 0 means "the reply is on stdout". A non-zero exit, a reply that is not one of the four
 //! forms, or stdout past the limit (which kills the process group at once) is a failure with
 //! retry, its error taken from the stderr tail.
@@ -21,10 +25,15 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::process::{command, exit_text, keep_tail, progress_line, read_stderr, tail, GroupGuard};
+use super::process::{
+    checkpoint_refused, command, exit_text, keep_tail, progress_line, read_stderr, tail, write_checkpoint, GroupGuard,
+    CHECKPOINT_PREFIX,
+};
 use super::{BoxFuture, Function, StageCall, StageReply};
 
-pub use super::process::{kill_running_groups, PROGRESS_PREFIX, WORKER_CREDENTIALS};
+pub use super::process::{
+    kill_running_groups, CHECKPOINT_PREFIX as CHECKPOINT_LINE_PREFIX, PROGRESS_PREFIX, WORKER_CREDENTIALS,
+};
 
 /// Largest reply read from stdout (and the longest reply line of a warm function).
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;
@@ -123,10 +132,35 @@ impl ExecInner {
         };
         let (name, task) = (self.name.clone(), call.task_id.clone());
         let progress = call.progress.clone();
+        // `asyncflow:checkpoint <json>` lines, written in their order by a task of their own
+        // while the process runs on, and all of them before the reply (waited for below)
+        let (checkpoint_tx, mut checkpoint_rx) =
+            tokio::sync::mpsc::unbounded_channel::<Result<serde_json::Value, String>>();
+        let (checkpoints, call_id) = (call.checkpoints.clone(), call.task_id.clone());
+        let checkpoint_writer = tokio::spawn(async move {
+            let mut refused = None;
+            while let Some(line) = checkpoint_rx.recv().await {
+                let written = match line {
+                    Ok(context) => write_checkpoint(&checkpoints, &call_id, context).await,
+                    Err(why) => Err(why),
+                };
+                if let Err(why) = written {
+                    refused.get_or_insert(why);
+                }
+            }
+            refused
+        });
         let kept = &mut err;
         let read_err = read_stderr(
             stderr,
             move |line| {
+                if let Some(json) = line.strip_prefix(CHECKPOINT_PREFIX) {
+                    let context =
+                        serde_json::from_str(json).map_err(|e| format!("the checkpoint line is not JSON: {e}"));
+                    // the writer ends only once this sender is gone
+                    let _ = checkpoint_tx.send(context);
+                    return;
+                }
                 // `asyncflow:progress <json>`: the call's progress, sent with the next heartbeat (a
                 // call id it names can only be this process's one call)
                 if let Some((_, json)) = progress_line(line) {
@@ -138,6 +172,7 @@ impl ExecInner {
                 tracing::info!(function = %name, task = %task, "stderr: {line}")
             },
             |chunk| keep_tail(kept, chunk),
+            limit,
         );
         let mut pipes = Box::pin(async {
             tokio::join!(write, read_out, read_err);
@@ -159,6 +194,12 @@ impl ExecInner {
             tracing::warn!(function = %self.name, task = %call.task_id, "the function exited, but a process it started outside its group holds its pipes open: not waiting for it");
         }
         drop(pipes);
+        // the checkpoints read go to the database before the reply does (the stderr reader, and
+        // with it the writer's sender, is gone now)
+        if let Ok(Some(why)) = checkpoint_writer.await {
+            return StageReply::read(checkpoint_refused(&why), &call.progress)
+                .unwrap_or_else(|e| StageReply::Failed { error: e, retry: true });
+        }
         if out.len() > limit {
             return StageReply::fail(format!("the reply on stdout is larger than {limit} bytes"));
         }

@@ -6,7 +6,10 @@ use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::process::Stdio;
 
+use serde_json::Value;
 use tokio::io::AsyncReadExt;
+
+use super::Checkpoints;
 
 /// The worker's own credentials, taken out of the environment a function inherits: a function
 /// is handed a task, not the queue's database or the server's tokens.
@@ -18,6 +21,14 @@ pub const WORKER_CREDENTIALS: [&str; 4] =
 /// heartbeat and shown by `get_task` as `progress`. It is not logged. A warm instance may name
 /// the call it reports for: `asyncflow:progress:<call id> <json>` ([`progress_line`]).
 pub const PROGRESS_PREFIX: &str = "asyncflow:progress ";
+
+/// A stderr line starting with this saves the running call's context (a process run per call:
+/// a warm instance sends `{"id", "checkpoint"}` on stdout instead): the rest of the line is the
+/// whole new context, a JSON object (see [`crate::function::StageCall::checkpoint`]). The worker
+/// writes the checkpoints in their order, and all of them before the call's reply; one the
+/// database refuses fails the call, with retry. It is not logged, and may be as long as the
+/// function's reply may be.
+pub const CHECKPOINT_PREFIX: &str = "asyncflow:checkpoint ";
 
 /// A progress line's parts: the call id it names (`asyncflow:progress:<id> <json>`), if any, and
 /// its JSON text; None for any other line.
@@ -33,7 +44,7 @@ pub(crate) fn progress_line(line: &str) -> Option<(Option<&str>, &str)> {
 /// How much of stderr is kept for an error message.
 pub(crate) const STDERR_TAIL_BYTES: usize = 2048;
 /// Longest piece of a stderr line logged at once.
-const STDERR_LINE_BYTES: usize = 4096;
+pub(crate) const STDERR_LINE_BYTES: usize = 4096;
 
 /// The command for `argv` (`argv[0]` already resolved), run in `dir`: it inherits neither the
 /// worker's credentials nor the variables named in `hidden`, its stdin, stdout and stderr are
@@ -131,14 +142,17 @@ pub(crate) fn keep_tail(kept: &mut VecDeque<u8>, chunk: &[u8]) {
 }
 
 /// Reads a function's stderr to its end, logging each line (`log`, lossily decoded, a line
-/// without end in pieces of [`STDERR_LINE_BYTES`]) and handing every chunk read to `keep`.
+/// without end in pieces of [`STDERR_LINE_BYTES`], or of `checkpoint_bytes` for a line that
+/// starts with [`CHECKPOINT_PREFIX`]) and handing every chunk read to `keep`.
 /// Reading to the end whatever comes matters: stopping early would close the pipe and kill the
 /// function with SIGPIPE at its next write.
 pub(crate) async fn read_stderr(
     mut stderr: impl tokio::io::AsyncRead + Unpin,
     log: impl Fn(&str),
     mut keep: impl FnMut(&[u8]),
+    checkpoint_bytes: usize,
 ) {
+    let prefix = CHECKPOINT_PREFIX.as_bytes();
     let mut line: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 8192];
     let log_line = |line: &[u8]| {
@@ -151,7 +165,12 @@ pub(crate) async fn read_stderr(
             Ok(n) => n,
         };
         for &b in &chunk[..n] {
-            if b == b'\n' || line.len() >= STDERR_LINE_BYTES {
+            let longest = if line.starts_with(prefix) {
+                checkpoint_bytes.max(STDERR_LINE_BYTES) + prefix.len()
+            } else {
+                STDERR_LINE_BYTES
+            };
+            if b == b'\n' || line.len() >= longest {
                 log_line(&line);
                 line.clear();
             }
@@ -173,4 +192,25 @@ pub(crate) fn exit_text(status: &std::process::ExitStatus) -> String {
         (None, Some(sig)) => format!("killed by signal {sig}"),
         _ => "abnormal exit".to_string(),
     }
+}
+
+/// Writes a call's checkpoint; why it was not taken when the database refused it (a stale
+/// claim is no error: the call's reply will be refused as well).
+pub(super) async fn write_checkpoint(checkpoints: &Checkpoints, id: &str, context: Value) -> Result<(), String> {
+    match checkpoints.write(context).await {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            tracing::debug!(call = id, "checkpoint of a call no longer running: not written");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(call = id, error = %e, "checkpoint refused: the call fails");
+            Err(e.to_string())
+        }
+    }
+}
+
+/// The reply that stands for a call whose checkpoint was refused: a failure, with retry.
+pub(super) fn checkpoint_refused(why: &str) -> Value {
+    serde_json::json!({"error": format!("a checkpoint was refused: {why}"), "retry": true})
 }

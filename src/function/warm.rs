@@ -38,7 +38,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::process::{command, exit_text, keep_tail, progress_line, read_stderr, tail, GroupGuard};
+use super::process::{
+    checkpoint_refused, command, exit_text, keep_tail, progress_line, read_stderr, tail, write_checkpoint, GroupGuard,
+    STDERR_LINE_BYTES,
+};
 use super::{BoxFuture, Checkpoints, Function, Progress, StageCall, StageReply};
 
 /// How long an instance may sit idle before it is stopped.
@@ -364,6 +367,8 @@ impl Pool {
                     None => tracing::info!(function = %name, pid, "stderr: {line}"),
                 },
                 |chunk| keep_tail(&mut kept.lock().unwrap_or_else(|p| p.into_inner()), chunk),
+                // a warm instance checkpoints on stdout: its stderr lines are only logged
+                STDERR_LINE_BYTES,
             )
             .await
         });
@@ -563,25 +568,4 @@ pub(super) fn checkpoint_line(map: &mut serde_json::Map<String, Value>) -> Optio
     } else {
         None
     }
-}
-
-/// Writes a warm call's checkpoint; why it was not taken when the database refused it (a stale
-/// claim is no error: the call's reply will be refused as well).
-pub(super) async fn write_checkpoint(checkpoints: &Checkpoints, id: &str, context: Value) -> Result<(), String> {
-    match checkpoints.write(context).await {
-        Ok(true) => Ok(()),
-        Ok(false) => {
-            tracing::debug!(call = id, "checkpoint of a call no longer running: not written");
-            Ok(())
-        }
-        Err(e) => {
-            tracing::warn!(call = id, error = %e, "checkpoint refused: the call fails");
-            Err(e.to_string())
-        }
-    }
-}
-
-/// The reply that stands for a call whose checkpoint was refused: a failure, with retry.
-pub(super) fn checkpoint_refused(why: &str) -> Value {
-    serde_json::json!({"error": format!("a checkpoint was refused: {why}"), "retry": true})
 }

@@ -214,7 +214,7 @@ async fn read_replies(shared: Arc<Shared>, stdout: BufReader<ChildStdout>, limit
         // a checkpoint line is written before the next line is read (the call's reply above all)
         if let Some(context) = super::warm::checkpoint_line(&mut map) {
             if let Some(checkpoints) = shared.in_flight.checkpoints(&id) {
-                if let Err(why) = super::warm::write_checkpoint(&checkpoints, &id, context).await {
+                if let Err(why) = super::process::write_checkpoint(&checkpoints, &id, context).await {
                     refused.entry(id).or_insert(why);
                 }
             }
@@ -240,7 +240,7 @@ async fn read_replies(shared: Arc<Shared>, stdout: BufReader<ChildStdout>, limit
         };
         shared.in_flight.remove(&id);
         let reply = match refused.remove(&id) {
-            Some(why) => super::warm::checkpoint_refused(&why),
+            Some(why) => super::process::checkpoint_refused(&why),
             None => Value::Object(map),
         };
         if let Some(waiter) = waiter {

@@ -98,3 +98,29 @@ test('step runs its fn once across a retry: its result is checkpointed before th
   assert.ok(saved.every((r) => r.checkpoint.n === Number(r.id) && r.checkpoint.seen));
   await assert.rejects(checkpoint({}), /inside the handler/);
 });
+
+test('one call per process sends its checkpoint on stderr, before its reply', async () => {
+  const { step } = require('../function');
+  const h = harness(async (call) => {
+    await step('a', () => 1);
+    return { next_stage: 'b', context: call.context };
+  });
+  const written = [];
+  const original = process.stderr.write;
+  process.stderr.write = (chunk, ...rest) => {
+    if (String(chunk).startsWith('asyncflow:checkpoint ')) {
+      written.push({ line: String(chunk), replies: h.replies.length });
+      return true;
+    }
+    return original.call(process.stderr, chunk, ...rest);
+  };
+  try {
+    h.send({ attempt: 1, context: { k: 'v' } });
+    h.input.end();
+    await h.done;
+  } finally {
+    process.stderr.write = original;
+  }
+  assert.deepStrictEqual(written, [{ line: 'asyncflow:checkpoint {"k":"v","_steps":{"a":1}}\n', replies: 0 }]);
+  assert.deepStrictEqual(h.replies, [{ next_stage: 'b', context: { k: 'v', _steps: { a: 1 } } }]);
+});

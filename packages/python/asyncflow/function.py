@@ -36,11 +36,12 @@ no heartbeat to send.
 `checkpoint(context)` saves the running call's context without ending it: the task's whole
 context becomes `context` (a dict), and a retry of the stage (after a failure, a crash, a lost
 lease) starts from it. In warm mode it is one line on stdout, `{"id": ..., "checkpoint": {...}}`,
-which the worker writes to the database before it reads the call's reply. `step(name, fn)` runs
+which the worker writes to the database before it reads the call's reply; in the
+one-process-per-call mode it is one line on stderr, `asyncflow:checkpoint {...}`, which the worker
+writes while the process runs on, and before the call's reply. `step(name, fn)` runs
 `fn()` once per task: its result is kept in the context under `"_steps"` and checkpointed, so a
 retry gets the kept result instead of running `fn` again (in an `async def` handler, `await
-step(...)`, whether `fn` is async or not). In the one-process-per-call mode nothing reaches the worker before the reply, so a
-checkpoint only changes `call["context"]` (the reply's context, when the reply keeps it).
+step(...)`, whether `fn` is async or not).
 """
 
 from __future__ import annotations
@@ -276,7 +277,8 @@ def checkpoint(context: Dict[str, Any]) -> None:
 
     The task's whole context becomes `context`; a retry of the stage starts from it. In warm mode
     the line is written (and flushed) before this returns, so the reply that follows comes after
-    it. Raises TypeError for a context that is not a dict or that JSON cannot hold, RuntimeError
+    it; with one process per call it is a line on stderr, written by the worker before the
+    reply. Raises TypeError for a context that is not a dict or that JSON cannot hold, RuntimeError
     outside a call. A checkpoint the database refuses (larger than its max_context_bytes) fails
     the call, with retry.
     """
@@ -292,7 +294,10 @@ def checkpoint(context: Dict[str, Any]) -> None:
     call["context"] = context
     call_id, out = _call_id.get(), _out.get()
     if call_id is None or out is None:
-        return  # one process per call: nothing reaches the worker before the reply
+        # one process per call: a stderr line, which the worker writes before the reply
+        sys.stderr.write("asyncflow:checkpoint %s\n" % text)
+        sys.stderr.flush()
+        return
     line = '{"id":%s,"checkpoint":%s}\n' % (json.dumps(call_id), text)
     with _write_lock:
         out.write(line.encode())

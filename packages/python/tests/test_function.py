@@ -1,6 +1,7 @@
 """The function loop (standard library only; no database)."""
 
 import asyncio
+import contextlib
 import io
 import json
 import sys
@@ -131,14 +132,17 @@ class Checkpoints(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             function.checkpoint({})
 
-    def test_one_call_per_process_keeps_the_checkpoint_in_the_calls_context(self):
+    def test_one_call_per_process_sends_its_checkpoint_on_stderr_and_keeps_it_in_the_calls_context(self):
         def handle(call):
             function.step("a", lambda: 1)
             return {"next_stage": "b", "context": call["context"]}
 
-        out = io.BytesIO()
-        function.serve(handle, lines({"attempt": 1, "context": {"k": "v"}}), out)
+        out, err = io.BytesIO(), io.StringIO()
+        with contextlib.redirect_stderr(err):
+            function.serve(handle, lines({"attempt": 1, "context": {"k": "v"}}), out)
         self.assertEqual(replies(out), [{"next_stage": "b", "context": {"k": "v", "_steps": {"a": 1}}}])
+        # the line the worker writes to the database before the reply
+        self.assertEqual(err.getvalue(), 'asyncflow:checkpoint {"k":"v","_steps":{"a":1}}\n')
 
 
 class _Slow(io.RawIOBase):
