@@ -124,7 +124,7 @@ CREATE FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) RETURN
 CREATE FUNCTION asyncflow.cancel_children(p_task_type text, p_shard integer, p_id bigint, p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 18 lines, sha256 5eced089e1ab9405
+    AS -- body: 24 lines, sha256 dc55a5748c97f624
 
 CREATE FUNCTION asyncflow.cancel_run(run_id text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER

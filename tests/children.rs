@@ -618,3 +618,42 @@ async fn a_child_failed_at_its_claim_for_an_unreadable_context_counts_on_the_joi
         assert!(k["error"].as_str().unwrap_or_default().starts_with("context cannot be read"), "{k}");
     }
 }
+
+/// A grandchild's end counts on its parent's join (holding that join's row) and starts the join
+/// (writing the parent's row) while its grandparent is cancelled: the cancel takes a child's join
+/// before the child's row, as the counting does, so neither waits for the other in a cycle (a
+/// deadlock error, one of them rolled back) and the child that went on is cancelled too.
+#[tokio::test]
+async fn cancelling_a_grandparent_while_a_grandchild_ends_is_no_deadlock() {
+    let db = TestDb::new().await;
+    let c = db.conn().await;
+    register(&**c, "mid", json!({})).await;
+    let id = fanned_out(&c, json!([{"type": "mid"}])).await;
+    let w = worker("w");
+    let mid = claim(&c, "mid", &w, 1, t0()).await.remove(0);
+    assert!(report(&c, &w, &mid, spawn(json!([{"type": "leaf"}]), "join"), t0()).await);
+    let key = mid.task_id.clone();
+    // the grandchild's ending statement: it has counted on mid's join, and holds its row
+    let mut counter = db.conn().await;
+    let ending = counter.transaction().await.unwrap();
+    ending
+        .execute(
+            "select 1 from asyncflow.joins where task_type = $1 and shard = $2 and id = $3 for update",
+            &[&key.task_type(), &key.shard(), &key.number()],
+        )
+        .await
+        .unwrap();
+    let cancel = {
+        let pool = db.pool.clone();
+        let id = id.clone();
+        tokio::spawn(async move { api::cancel_task(&pool.get().await.unwrap(), &id).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // its count reaches the total: the join starts, writing mid's row
+    ending.execute("select asyncflow.count_child_ends(array[$1])", &[&key.as_str()]).await.unwrap();
+    ending.commit().await.unwrap();
+    let cancelled = tokio::time::timeout(std::time::Duration::from_secs(10), cancel).await.unwrap().unwrap();
+    assert!(cancelled.unwrap());
+    assert_eq!(task(&**c, &id).await["status"], json!("cancelled"));
+    assert_eq!(task(&**c, key.as_str()).await["status"], json!("cancelled"), "mid went on, then was cancelled");
+}

@@ -202,7 +202,9 @@ $$;
 -- unfinished children are cancelled (theirs too, through cancel_task). A child a worker is
 -- writing at that moment (its report, or a held claim's finish, holds its row) is not waited
 -- for: that worker's statement waits for this join's row, which this transaction holds, so
--- waiting for it would be a deadlock; it ends as that worker writes it. Returns how many.
+-- waiting for it would be a deadlock; it ends as that worker writes it. A child's own join is
+-- waited for (a grandchild's end may be counting on it), before the child's row is taken.
+-- Returns how many.
 create or replace function asyncflow.cancel_children(p_task_type text, p_shard integer, p_id bigint, p_now timestamptz)
 returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -214,6 +216,12 @@ begin
   delete from asyncflow.joins j where j.task_type = p_task_type and j.shard = p_shard and j.id = p_id
   returning j.children into v_children;
   foreach v_child in array coalesce(v_children, '{}') loop
+    -- the child's own join before its row, as cancel_task takes them (and as a grandchild's end
+    -- does: its count, then the join's start writes the child): holding the child's row while
+    -- waiting for its join would close a cycle with that grandchild's statement
+    perform 1 from asyncflow.joins j where j.task_type = split_part(v_child, '-', 1)
+      and j.shard = split_part(v_child, '-', 2)::integer and j.id = split_part(v_child, '-', 3)::bigint
+    for update;
     perform 1 from asyncflow.tasks t where t.task_type = split_part(v_child, '-', 1)
       and t.shard = split_part(v_child, '-', 2)::integer and t.id = split_part(v_child, '-', 3)::bigint
       and t.status in ('pending', 'running', 'waiting')
