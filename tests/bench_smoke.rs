@@ -18,6 +18,8 @@ impl Drop for OutDir {
 
 #[tokio::test]
 async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
+    // the PgBouncer phases (wake_pgbouncer, ephemeral) run, not left out for want of it
+    tokio::task::spawn_blocking(common::process::install_pgbouncer).await.unwrap();
     let db = TestDb::new().await;
     // the bench makes (and drops) a database of its own on the same server
     let server_url = db.url.split('?').next().unwrap_or(&db.url).to_string();
@@ -27,6 +29,7 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         .args(["--wake-rate", "40", "--dropin-tasks", "200", "--fork-tasks", "5", "--dashboard-tasks", "2000"])
         .args(["--waiting-tasks", "20000"])
         .args(["--idle-workers", "2", "--idle-types", "2", "--idle-seconds", "1", "--idle-settle", "0"])
+        .args(["--ephemeral-tasks", "300", "--ephemeral-workers", "6", "--ephemeral-waves", "2"])
         .args(["--json", "--out"])
         .arg(&out.0)
         .env("DATABASE_URL", &server_url)
@@ -84,6 +87,9 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for key in ["children_plain", "children_burndown", "children_join"] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    for key in ["wake_direct_p50", "wake_pgbouncer_p50", "ephemeral_direct", "ephemeral_fleet"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for key in ["idle_baseline", "idle_direct_2w_2t", "idle_remote_2w_2t"] {

@@ -12,31 +12,10 @@ use crate::common;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use asyncflow::bench::pgbouncer::{self, PgBouncer};
+use asyncflow::bench::pgbouncer::PgBouncer;
 use asyncflow::task::NewTask;
 use common::cli::ok;
 use common::TestDb;
-
-fn install_pgbouncer() {
-    if pgbouncer::binary().is_some() {
-        return;
-    }
-    assert!(
-        nix::unistd::Uid::effective().is_root(),
-        "this test needs PgBouncer: install it (`apt-get install pgbouncer`, as root) or set PGBOUNCER"
-    );
-    eprintln!("pgbouncer test: installing PgBouncer from Debian's packages (apt-get), once");
-    for args in [&["update"][..], &["install", "-y", "pgbouncer"][..]] {
-        let out = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run apt-get");
-        assert!(out.status.success(), "apt-get {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    assert!(pgbouncer::binary().is_some(), "apt-get install pgbouncer ran but no pgbouncer binary was found");
-}
 
 /// `asyncflow --pool-mode transaction ARGS` through the pooler (`pooled`), with `direct` as
 /// --listen-url when given.
@@ -90,7 +69,7 @@ async fn counts(db: &TestDb, ty: &str) -> (i64, i64) {
 
 #[tokio::test]
 async fn worker_maintain_serve_and_the_cli_run_through_pgbouncer_in_transaction_mode() {
-    tokio::task::spawn_blocking(install_pgbouncer).await.unwrap();
+    tokio::task::spawn_blocking(common::process::install_pgbouncer).await.unwrap();
     let db = TestDb::new().await;
     let bouncer = PgBouncer::start(&db.url, 4).expect("start pgbouncer");
     let pooled = bouncer.url(&db.name);
@@ -221,7 +200,7 @@ async fn waves_of_ephemeral_workers_drain_a_queue_through_pgbouncer() {
     const WAVES: usize = 4;
     const PER_WAVE: usize = 10;
     const TASKS: i64 = 2_000;
-    tokio::task::spawn_blocking(install_pgbouncer).await.unwrap();
+    tokio::task::spawn_blocking(common::process::install_pgbouncer).await.unwrap();
     let db = TestDb::new().await;
     let bouncer = PgBouncer::start(&db.url, 10).expect("start pgbouncer");
     let pooled = bouncer.url(&db.name);

@@ -59,7 +59,7 @@ pub struct BenchArgs {
     pub dashboard_tasks: i64,
     /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, limit, burndown,
     /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, children, dropin, dropin3,
-    /// waiters, packages, idle, wake_pgbouncer).
+    /// waiters, packages, idle, wake_pgbouncer, ephemeral).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Print the results as JSON.
@@ -83,6 +83,15 @@ pub struct BenchArgs {
     /// Seconds each idle run settles first (idle maintenance backs off over about 40 s).
     #[arg(long, default_value_t = 60.0)]
     pub idle_settle: f64,
+    /// Tasks each drain of the ephemeral phase works (4 direct workers, then the fleet).
+    #[arg(long, default_value_t = 100_000)]
+    pub ephemeral_tasks: usize,
+    /// Worker processes in the ephemeral fleet (through PgBouncer, poll-only).
+    #[arg(long, default_value_t = 200)]
+    pub ephemeral_workers: usize,
+    /// Waves the fleet starts in, a quarter of a second apart.
+    #[arg(long, default_value_t = 8)]
+    pub ephemeral_waves: usize,
 }
 
 impl BenchArgs {
@@ -119,6 +128,11 @@ impl BenchArgs {
         }
         if !(1..=100_000_000).contains(&self.waiting_tasks) {
             return Err(Error::Config("--waiting-tasks must be 1..=100000000".into()));
+        }
+        if self.ephemeral_tasks == 0 || !(1..=2000).contains(&self.ephemeral_workers) || self.ephemeral_waves == 0 {
+            return Err(Error::Config(
+                "--ephemeral-tasks must be positive, --ephemeral-workers 1..=2000, --ephemeral-waves positive".into(),
+            ));
         }
         super::idle::check(self)
     }

@@ -295,13 +295,13 @@ impl Drop for Folder {
 }
 
 /// A local HTTP no-op of `stages` stages, served from this process.
-struct HttpNoop {
-    port: u16,
+pub(super) struct HttpNoop {
+    pub(super) port: u16,
     stop: tokio_util::sync::CancellationToken,
 }
 
 impl HttpNoop {
-    async fn start(stages: u32) -> Result<HttpNoop> {
+    pub(super) async fn start(stages: u32) -> Result<HttpNoop> {
         let app = axum::Router::new().route(
             "/",
             axum::routing::post(move |axum::Json(call): axum::Json<serde_json::Value>| async move {
@@ -326,7 +326,7 @@ impl HttpNoop {
         Ok(HttpNoop { port, stop })
     }
 
-    fn stop(&self) {
+    pub(super) fn stop(&self) {
         self.stop.cancel();
     }
 }

@@ -48,6 +48,9 @@
 //!                    no asyncflow process, directly, through PgBouncer, and on a server (idle.rs)
 //!   wake_pgbouncer   the wake latency of a worker through PgBouncer with a direct LISTEN, beside
 //!                    a direct one (pooled.rs)
+//!   ephemeral        200 short-lived workers in waves through PgBouncer, poll-only, against a
+//!                    private server of max_connections 100, beside 4 long-lived direct workers
+//!                    draining as many tasks (ephemeral.rs)
 //! ```
 //!
 //! The timed phases (baselines, enqueue, parts) and the burn-downs also give the CPU per operation:
@@ -64,6 +67,7 @@ mod children;
 mod cpu;
 mod dashboard;
 mod dropin;
+mod ephemeral;
 mod events;
 mod idle;
 mod limit;
@@ -85,7 +89,7 @@ use crate::db::{self, api, DbPool};
 use crate::error::{Error, Result};
 
 /// The phases, in running order.
-pub const PHASES: [&str; 22] = [
+pub const PHASES: [&str; 23] = [
     "update",
     "insert",
     "enqueue",
@@ -108,6 +112,7 @@ pub const PHASES: [&str; 22] = [
     "packages",
     "idle",
     "wake_pgbouncer",
+    "ephemeral",
 ];
 
 /// One measured figure.
@@ -592,6 +597,10 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     if wants(args, "wake_pgbouncer") {
         progress.phase("wake latency through PgBouncer");
         pooled::run(pool, url, args, &mut figures, &mut progress).await?;
+    }
+    if wants(args, "ephemeral") {
+        progress.phase("ephemeral workers: a fleet through PgBouncer beside 4 direct workers");
+        ephemeral::run(args, update, &mut figures, &mut progress).await?;
     }
     progress.finish();
     let command = std::env::args().collect::<Vec<_>>().join(" ");

@@ -363,3 +363,29 @@ pub async fn bench_data_directory<C: GenericClient>(c: &C) -> Result<Option<Stri
     let row = query_one(c, "select pg_catalog.current_setting('data_directory', true) as dir", &[]).await?;
     get(&row, "dir")
 }
+
+/// The connections the server has now (pg_stat_activity's client backends).
+pub async fn server_connections<C: GenericClient>(c: &C) -> Result<i64> {
+    let row = query_one(
+        c,
+        "select count(*) as n from pg_catalog.pg_stat_activity where backend_type = 'client backend'",
+        &[],
+    )
+    .await?;
+    get(&row, "n")
+}
+
+/// What a drain left of the type `task_type`: tasks succeeded, and tasks whose last error says
+/// the connection went wrong (a worker's statement lost to the pooler or the server).
+pub async fn bench_drain_outcome<C: GenericClient>(c: &C, task_type: &str) -> Result<(i64, i64)> {
+    let row = query_one(
+        c,
+        "select count(*) filter (where status = 'succeeded') as succeeded, \
+           count(*) filter (where last_error ilike '%connection%' or last_error ilike '%closed%' \
+             or last_error ilike '%timed out%') as connection_errors \
+         from asyncflow.tasks where task_type = $1",
+        &[&task_type],
+    )
+    .await?;
+    Ok((get(&row, "succeeded")?, get(&row, "connection_errors")?))
+}
