@@ -32,6 +32,7 @@ mod enqueue_first;
 mod events;
 mod examples;
 mod explain;
+mod failover;
 mod fencing;
 mod final_progress;
 mod http;

@@ -133,6 +133,37 @@ pub fn find_bin_dir() -> Result<PathBuf> {
     })
 }
 
+/// Makes `data_dir` a standby of the private server listening on `port`: a copy of it taken with
+/// `pg_basebackup -R -X stream` (the copy streams the server's WAL once started, as
+/// `postgresql.auto.conf` and `standby.signal` say), written as the user the server runs as.
+/// Start it with [`EmbeddedPostgres::start`] on the same `data_dir`; `select pg_promote()` on it
+/// makes it a primary. The server's `pg_hba.conf` (initdb's) lets local replication in.
+pub async fn base_backup(port: u16, data_dir: PathBuf) -> Result<()> {
+    tokio::task::spawn_blocking(move || {
+        let user = server_user()?;
+        let dir = usable_data_dir(&data_dir, &user)?;
+        std::fs::create_dir_all(&dir)?;
+        // the server starts only on a data directory that is its user's alone
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        chown_to(&dir, &user)?;
+        let mut cmd = Command::new(find_bin_dir()?.join("pg_basebackup"));
+        cmd.arg("-D").arg(&dir).args(["-R", "-X", "stream", "-c", "fast", "-h", "127.0.0.1", "-U", "postgres"]);
+        cmd.arg("-p").arg(port.to_string()).stdin(Stdio::null());
+        as_user(&mut cmd, &user);
+        let out = cmd.output().map_err(|e| Error::Embedded(format!("running pg_basebackup: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::Embedded(format!(
+                "pg_basebackup into {} failed: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::Embedded(format!("base backup task failed: {e}")))?
+}
+
 /// When running as root, the server must run as an unprivileged user: `postgres`.
 fn server_user() -> Result<Option<nix::unistd::User>> {
     if !nix::unistd::Uid::effective().is_root() {
