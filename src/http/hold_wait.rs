@@ -14,7 +14,14 @@
 //! Invariants: one LISTEN connection per server process however many holds wait (each wait is a
 //! watch receiver, a few hundred bytes); a waiting hold holds no pooled connection; a
 //! notification sent between a hold's claim and its sleep is not missed (the hold subscribes
-//! before it claims). Without a LISTEN (the router alone, or a pooler that cannot LISTEN) a
+//! before it claims).
+//!
+//! An idle type is looked at once per server, not once per hold: a look that found nothing
+//! ready (and nothing due before its pause ends) leaves the type *quiet* until that pause's end,
+//! marked with the type's wake generation seen before its claim. Until then, or until a wake-up
+//! of the type (which moves its generation on), every other hold of the type, new or renewed,
+//! waits without asking the database. So a fleet of idle workers on a server costs the database
+//! a look per type per [`RECHECK_LISTENING`], whatever the number of workers. Without a LISTEN (the router alone, or a pooler that cannot LISTEN) a
 //! waiting hold looks again every [`RECHECK_POLLING`]: bounded polling on the server, one
 //! claim and one `next_due` per look.
 
@@ -50,6 +57,8 @@ const HELD_BACK_PAUSE: Duration = Duration::from_millis(25);
 #[derive(Default)]
 pub struct Wakeups {
     types: KeyedWatch,
+    /// Types a look found quiet: the generation it saw, and until when (see the module docs).
+    quiet: std::sync::Mutex<std::collections::HashMap<String, (u64, Instant)>>,
 }
 
 impl Wakeups {
@@ -82,6 +91,26 @@ impl Wakeups {
     fn wake(&self, task_type: Option<&str>) {
         self.types.wake(task_type)
     }
+
+    fn quiet_map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (u64, Instant)>> {
+        // a poisoned lock only means a panic elsewhere: the map is still whole
+        self.quiet.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Until when `task_type` is known quiet, if a look at generation `seen` found it so and
+    /// that still holds now.
+    fn quiet_until(&self, task_type: &str, seen: u64) -> Option<Instant> {
+        let now = Instant::now();
+        self.quiet_map().get(task_type).filter(|(generation, until)| *generation == seen && *until > now).map(|q| q.1)
+    }
+
+    /// A look at generation `seen` found `task_type` quiet until `until`.
+    fn set_quiet(&self, task_type: &str, seen: u64, until: Instant) {
+        let now = Instant::now();
+        let mut quiet = self.quiet_map();
+        quiet.retain(|_, (_, until)| *until > now);
+        quiet.insert(task_type.to_string(), (seen, until));
+    }
 }
 
 /// Claims up to `limit` ready tasks of `task_type` for `worker`, waiting up to `wait` for some
@@ -100,31 +129,53 @@ pub(super) async fn claim_waiting(
     let mut held_back: u32 = 0;
     let mut after_wake = false;
     loop {
-        let c = state.pool.get().await.map_err(crate::Error::from)?;
-        let tasks = api::claim_tasks(&c, task_type, worker, limit, None).await?;
-        if !tasks.is_empty() || Instant::now() >= deadline || state.shutdown.is_cancelled() {
-            return Ok(tasks);
-        }
-        let due = api::next_due(&c, task_type).await?;
-        drop(c);
-        let mut pause = match due.map(|due| (due - chrono::Utc::now()).to_std()) {
-            // nothing pending (or the type is paused): until a wake-up
-            None => recheck,
-            Some(Ok(until)) if !until.is_zero() => {
-                held_back = 0;
-                until.min(recheck)
+        // the type's generation before this look: a wake-up from here on moves it on
+        let seen = woken.as_mut().map(|w| *w.borrow_and_update());
+        let known_quiet = match (state.wakeups.as_ref(), seen) {
+            (Some(wakeups), Some(seen)) if !after_wake => wakeups.quiet_until(task_type, seen),
+            _ => None,
+        };
+        let pause = match known_quiet {
+            // another hold's look found the type quiet since the last wake-up: no look of our own
+            Some(quiet_until) => {
+                if Instant::now() >= deadline || state.shutdown.is_cancelled() {
+                    return Ok(Vec::new());
+                }
+                quiet_until.saturating_duration_since(Instant::now())
             }
-            // due, and yet nothing was claimed: held back until a running task ends, which
-            // sends no notification
-            Some(_) => {
-                let pause = HELD_BACK_PAUSE.saturating_mul(1 << held_back.min(10)).min(recheck);
-                held_back = held_back.saturating_add(1);
+            None => {
+                let c = state.pool.get().await.map_err(crate::Error::from)?;
+                let tasks = api::claim_tasks(&c, task_type, worker, limit, None).await?;
+                if !tasks.is_empty() || Instant::now() >= deadline || state.shutdown.is_cancelled() {
+                    return Ok(tasks);
+                }
+                let due = api::next_due(&c, task_type).await?;
+                drop(c);
+                let (mut pause, quiet) = match due.map(|due| (due - chrono::Utc::now()).to_std()) {
+                    // nothing pending (or the type is paused): until a wake-up
+                    None => (recheck, true),
+                    Some(Ok(until)) if !until.is_zero() => {
+                        held_back = 0;
+                        (until.min(recheck), true)
+                    }
+                    // due, and yet nothing was claimed: held back until a running task ends,
+                    // which sends no notification
+                    Some(_) => {
+                        let pause = HELD_BACK_PAUSE.saturating_mul(1 << held_back.min(10)).min(recheck);
+                        held_back = held_back.saturating_add(1);
+                        (pause, false)
+                    }
+                };
+                // a look right after a wake-up is followed by another soon (see
+                // RECHECK_AFTER_WAKE): it leaves no quiet mark for others to trust
+                if std::mem::take(&mut after_wake) {
+                    pause = pause.min(RECHECK_AFTER_WAKE);
+                } else if let (true, Some(wakeups), Some(seen)) = (quiet, state.wakeups.as_ref(), seen) {
+                    wakeups.set_quiet(task_type, seen, Instant::now() + pause);
+                }
                 pause
             }
         };
-        if std::mem::take(&mut after_wake) {
-            pause = pause.min(RECHECK_AFTER_WAKE);
-        }
         let until = (Instant::now() + pause).min(deadline);
         let changed = async {
             // no LISTEN behind this server (or its fan-out ended): the pause alone
@@ -167,5 +218,29 @@ mod tests {
         drop(a);
         wakeups.wake(None);
         assert!(wakeups.types.watched().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_quiet_mark_holds_for_its_generation_until_its_end_or_a_wake_up() {
+        let wakeups = Wakeups::default();
+        let mut a = wakeups.subscribe("a");
+        let seen = *a.borrow_and_update();
+        let until = Instant::now() + Duration::from_secs(60);
+        wakeups.set_quiet("a", seen, until);
+        assert_eq!(wakeups.quiet_until("a", seen), Some(until));
+        assert_eq!(wakeups.quiet_until("b", seen), None, "another type");
+        // a wake-up of the type moves its generation on: the mark no longer holds
+        wakeups.wake(Some("a"));
+        let now = *a.borrow_and_update();
+        assert_ne!(now, seen);
+        assert_eq!(wakeups.quiet_until("a", now), None);
+        // a type forgotten and watched again never gets an old generation back
+        drop(a);
+        wakeups.wake(None);
+        let again = *wakeups.subscribe("a").borrow();
+        assert!(again != seen && again != now);
+        // a mark past its end does not hold
+        wakeups.set_quiet("a", again, Instant::now());
+        assert_eq!(wakeups.quiet_until("a", again), None);
     }
 }

@@ -3,14 +3,18 @@
 //! when notifications may have been lost. A key no one watches any more is forgotten.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use tokio::sync::watch;
 
-/// Watch channels by key; see the module docs.
+/// Watch channels by key; see the module docs. A channel's value is a generation: no value is
+/// ever given twice, to any key, even to one forgotten and watched again, so a generation seen
+/// once names one moment of one key.
 #[derive(Default)]
 pub(super) struct KeyedWatch {
     keys: Mutex<HashMap<String, watch::Sender<u64>>>,
+    generations: AtomicU64,
 }
 
 impl KeyedWatch {
@@ -21,14 +25,17 @@ impl KeyedWatch {
 
     /// A receiver that changes whenever `key` is woken (or every key is).
     pub(super) fn subscribe(&self, key: &str) -> watch::Receiver<u64> {
-        self.keys().entry(key.to_string()).or_insert_with(|| watch::channel(0).0).subscribe()
+        let next = || self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        self.keys().entry(key.to_string()).or_insert_with(|| watch::channel(next()).0).subscribe()
     }
 
     /// Wakes the watchers of `key` (None: of every key), and forgets the keys woken that no one
     /// watches any more.
     pub(super) fn wake(&self, key: Option<&str>) {
         let mut keys = self.keys();
-        let bump = |s: &watch::Sender<u64>| s.send_modify(|n| *n = n.wrapping_add(1));
+        let bump = |s: &watch::Sender<u64>| {
+            s.send_modify(|n| *n = self.generations.fetch_add(1, Ordering::Relaxed) + 1);
+        };
         match key {
             Some(key) => {
                 if let Some(sender) = keys.get(key) {
