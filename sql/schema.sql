@@ -250,7 +250,7 @@ CREATE FUNCTION asyncflow.create_tasks(task_type text, tasks jsonb, p_now timest
 
 CREATE FUNCTION asyncflow.create_type_functions(p_task_type text) RETURNS void
     LANGUAGE plpgsql
-    AS -- body: 49 lines, sha256 d5328a8392dcdc93
+    AS -- body: 52 lines, sha256 ae36e9b23965db68
 
 CREATE FUNCTION asyncflow.current_leader(p_within_seconds double precision, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(id text, host text, since timestamp with time zone, last_seen timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -286,7 +286,7 @@ CREATE FUNCTION asyncflow.end_join(p_task_type text, p_shard integer, p_id bigin
 CREATE FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[], p_now timestamp with time zone) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 23 lines, sha256 fa19a6181ec5e021
+    AS -- body: 13 lines, sha256 ad3e8e872c38972b
 
 CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.task_types
     LANGUAGE plpgsql
@@ -657,7 +657,7 @@ CREATE FUNCTION asyncflow.remove_worker(p_id text) RETURNS boolean
 CREATE FUNCTION asyncflow.render_template(p_name text, p_task_type text, p_variant text DEFAULT 'claim'::text) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 23 lines, sha256 4e30ca1a5b687953
+    AS -- body: 24 lines, sha256 2faf32c511345682
 
 CREATE FUNCTION asyncflow.report_task_arrays(p_owner text, p_task_ids text[], p_claim_seqs bigint[], p_outcomes text[], p_stages text[] DEFAULT NULL::text[], p_contexts jsonb[] DEFAULT NULL::jsonb[], p_results jsonb[] DEFAULT NULL::jsonb[], p_errors text[] DEFAULT NULL::text[], p_retries boolean[] DEFAULT NULL::boolean[], p_delays double precision[] DEFAULT NULL::double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_progress jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(task_id text, accepted boolean, status asyncflow.task_status, lease_until timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER

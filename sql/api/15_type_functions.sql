@@ -6,6 +6,7 @@
 --                         claim_fair.sql's hold variant for a type with fair_queues
 --   type_finish__<type>   finish.sql   ends a hold
 --   type_report__<type>   report.sql   reports as typed arrays
+--   type_end_waits__<type> end_waits.sql  waiting tasks go on (an event, a timeout: 45_events.sql)
 --
 -- What several templates share (the start of a claim, its limit check, the claim's answer
 -- columns, the counter and stage-time updates) is written once in sql/api/templates/fragments/
@@ -15,7 +16,8 @@
 -- used for another (a generic plan over the partitioned parent would walk every type).
 
 -- The text of template p_name for type p_task_type: {{task_type}} becomes the type's name as a
--- literal, {{tasks}} its table, {{claim}}, {{hold}}, {{finish}} and {{report}} its functions;
+-- literal, {{tasks}} its table, {{claim}}, {{hold}}, {{finish}}, {{report}} and {{end_waits}} its
+-- functions;
 -- every identifier is quoted, and the type name has passed check_type_name. A template may hold
 -- two variants: a line ending in --@claim is kept only in the 'claim' variant, one ending in
 -- --@hold only in the 'hold' variant (claim_fair.sql is both a type's claim and its hold).
@@ -37,18 +39,20 @@ begin
   v_body := regexp_replace(v_body, '^[^\n]*--@' || case when p_variant = 'claim' then 'hold' else 'claim' end
     || '[ \t]*\n', '', 'gn');
   v_body := regexp_replace(v_body, '[ \t]*--@' || p_variant || '[ \t]*$', '', 'gn');
-  return replace(replace(replace(replace(replace(replace(v_body,
+  return replace(replace(replace(replace(replace(replace(replace(v_body,
     '{{task_type}}', format('%L', p_task_type)),
     '{{tasks}}', format('%I', 'tasks_' || p_task_type)),
     '{{claim}}', format('%I', 'type_claim__' || p_task_type)),
     '{{hold}}', format('%I', 'type_hold__' || p_task_type)),
     '{{finish}}', format('%I', 'type_finish__' || p_task_type)),
-    '{{report}}', format('%I', 'type_report__' || p_task_type));
+    '{{report}}', format('%I', 'type_report__' || p_task_type)),
+    '{{end_waits}}', format('%I', 'type_end_waits__' || p_task_type));
 end
 $$;
 
--- (Re)creates a type's claim, report, hold and finish functions from the templates, executable by
--- asyncflow_worker only. Called when a type is registered or its fair_queues setting changes,
+-- (Re)creates a type's claim, report, hold, finish and end_waits functions from the templates, the
+-- first four executable by asyncflow_worker only, the last by no one but their owner (it is
+-- called by the security definer functions of sql/api/45_events.sql). Called when a type is registered or its fair_queues setting changes,
 -- and by `asyncflow migrate` for every type after it applies new templates.
 create or replace function asyncflow.create_type_functions(p_task_type text) returns void
 language plpgsql as $$
@@ -85,6 +89,9 @@ begin
     execute 'drop function ' || v_old;
   end loop;
   execute asyncflow.render_template('finish', p_task_type);
+  execute asyncflow.render_template('end_waits', p_task_type);
+  execute format('revoke all on function asyncflow.%I(integer[], bigint[], jsonb[], timestamptz) from public',
+    'type_end_waits__' || p_task_type);
   execute format('revoke all on function asyncflow.%I(text, integer, timestamptz) from public',
     'type_claim__' || p_task_type);
   execute format('grant execute on function asyncflow.%I(text, integer, timestamptz) to asyncflow_worker',

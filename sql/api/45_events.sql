@@ -34,30 +34,20 @@ language sql immutable parallel safe as $$ select 65536 $$;
 
 -- end_waits: waiting tasks of one type go on to the stage they waited to run, pending at once,
 -- each with its wake ({"event": ..., "timed_out": ...}) for the call of that stage. Only tasks
--- still `waiting` change. Counted through status_deltas (this may run in an application's
--- transaction: send_event). The next stage starts from what ended the wait, so that must be
--- durable: the transaction commits durably (commit_durably), an application's too. Returns the
--- number changed.
+-- still `waiting` change (the type's type_end_waits__ function, sql/api/templates/end_waits.sql).
+-- Counted through status_deltas (this may run in an application's transaction: send_event). The
+-- next stage starts from what ended the wait, so that must be durable: the transaction commits
+-- durably (commit_durably), an application's too. Returns the number changed.
 create or replace function asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids bigint[], p_wakes jsonb[],
   p_now timestamptz)
 returns integer
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
-  v_n integer := 0;
-  v_one integer;
+  v_n integer;
 begin
-  -- one primary-key update per task: a join of the tasks to the unnested arrays cost about ten
-  -- times as much per call (send_event wakes one task most often)
-  for k in 1 .. coalesce(cardinality(p_ids), 0) loop
-    update asyncflow.tasks t set status = 'pending', wake = p_wakes[k], owner = null, lease_until = null,
-      order_time = p_now - make_interval(secs => t.priority), updated_at = p_now,
-      schedule_log = asyncflow.append_log(t.schedule_log, jsonb_build_object(
-        'event', case when (p_wakes[k] ->> 'timed_out')::boolean then 'wait timed out' else 'event received' end,
-        'at', p_now))
-    where t.task_type = p_task_type and t.shard = p_shards[k] and t.id = p_ids[k] and t.status = 'waiting';
-    get diagnostics v_one = row_count;
-    v_n := v_n + v_one;
-  end loop;
+  perform asyncflow.check_type_name(p_task_type);
+  execute format('select asyncflow.%I($1, $2, $3, $4)', 'type_end_waits__' || p_task_type)
+    into v_n using p_shards, p_ids, p_wakes, p_now;
   if v_n > 0 then
     perform asyncflow.commit_durably();
     insert into asyncflow.status_deltas (task_type, in_waiting, in_pending) values (p_task_type, -v_n, v_n);

@@ -346,7 +346,7 @@ mod tests {
         assert_eq!(names, sorted);
         assert!(names.contains(&"20_enqueue"), "{names:?}");
         let templates: Vec<&str> = sql_api::TEMPLATES.iter().map(|(n, _)| *n).collect();
-        assert_eq!(templates, ["claim_fair", "claim_plain", "finish", "hold", "report"]);
+        assert_eq!(templates, ["claim_fair", "claim_plain", "end_waits", "finish", "hold", "report"]);
     }
 
     #[test]
