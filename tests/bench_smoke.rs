@@ -28,7 +28,18 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         .args(["bench", "--seconds", "0.3", "--tasks", "300", "--aged-rows", "2000", "--drop-rows", "1000"])
         .args(["--wake-rate", "40", "--dropin-tasks", "200", "--fork-tasks", "5", "--dashboard-tasks", "2000"])
         .args(["--waiting-tasks", "20000"])
-        .args(["--idle-workers", "2", "--idle-types", "2", "--idle-seconds", "1", "--idle-settle", "0"])
+        .args([
+            "--idle-workers",
+            "2",
+            "--idle-types",
+            "2",
+            "--idle-seconds",
+            "1",
+            "--idle-settle",
+            "0",
+            "--idle-large",
+            "3",
+        ])
         .args(["--ephemeral-tasks", "300", "--ephemeral-workers", "6", "--ephemeral-waves", "2"])
         .args(["--json", "--out"])
         .arg(&out.0)
@@ -92,7 +103,8 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     for key in ["wake_direct_p50", "wake_pgbouncer_p50", "ephemeral_direct", "ephemeral_fleet"] {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
-    for key in ["idle_baseline", "idle_direct_2w_2t", "idle_remote_2w_2t"] {
+    for key in ["idle_baseline", "idle_direct_2w_2t", "idle_remote_2w_2t", "idle_remote_3w_2t", "idle_poll_only_3w_2t"]
+    {
         assert!(keys.contains(&key), "{key} missing from {keys:?}");
     }
     for key in ["dropin_rust", "dropin_warm", "dropin_http", "dropin_fork", "dropin_warm_over_fork", "dropin3_warm"] {

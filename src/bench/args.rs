@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// Seconds each idle run settles first (idle maintenance backs off over about 40 s).
     #[arg(long, default_value_t = 60.0)]
     pub idle_settle: f64,
+    /// The idle phase's large fleet: this many workers on a server and poll-only through
+    /// PgBouncer (0: none).
+    #[arg(long, default_value_t = 200)]
+    pub idle_large: usize,
     /// Tasks each drain of the ephemeral phase works (4 direct workers, then the fleet).
     #[arg(long, default_value_t = 100_000)]
     pub ephemeral_tasks: usize,

@@ -15,7 +15,8 @@
 //! every worker has exited. The phase fails (an error, no figure) unless every task succeeded,
 //! none ended with a connection error as its last error, and every worker exited 0. It also
 //! reports the most server connections seen at once during each drain (pg_stat_activity, every
-//! 100 ms).
+//! 100 ms), and the CPU per task of the whole machine and of the worker processes together (the
+//! figures' CPU/op and own/op).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -47,6 +48,10 @@ struct Drain {
     seconds: f64,
     /// The most connections the server had at once while it ran.
     peak_connections: i64,
+    /// The whole machine's busy CPU per task, in microseconds.
+    machine_us: Option<f64>,
+    /// The worker processes' CPU per task (all of them together), in microseconds.
+    workers_us: Option<f64>,
 }
 
 /// Runs the phase; `update` is the UPDATE baseline of this run (the bench's own server), when it ran.
@@ -106,7 +111,8 @@ pub(super) async fn run(
             direct.tasks_per_s,
             "tasks/s",
         )
-        .ratio(update, "UPDATE"),
+        .ratio(update, "UPDATE")
+        .cpu(super::cpu::CpuPerOp { machine_us: direct.machine_us, own_us: direct.workers_us }),
     );
     let pass = fleet.tasks_per_s >= BAR_SHARE * direct.tasks_per_s;
     figures.push(
@@ -117,7 +123,8 @@ pub(super) async fn run(
             "tasks/s",
         )
         .ratio(Some(direct.tasks_per_s), "4 direct workers")
-        .bar(&format!(">= {BAR_SHARE} x {DIRECT_WORKERS} direct workers"), Some(pass)),
+        .bar(&format!(">= {BAR_SHARE} x {DIRECT_WORKERS} direct workers"), Some(pass))
+        .cpu(super::cpu::CpuPerOp { machine_us: fleet.machine_us, own_us: fleet.workers_us }),
     );
     for (key, what, d) in [("direct", "4 direct workers", &direct), ("fleet", "the ephemeral fleet", &fleet)] {
         figures.push(Figure::new(&format!("ephemeral_{key}_seconds"), &format!("drain time, {what}"), d.seconds, "s"));
@@ -221,6 +228,8 @@ async fn drain_staged(
             }
         })
     };
+    let meter = super::cpu::CpuMeter::start();
+    let children = super::cpu::children_seconds();
     let started = Instant::now();
     let mut running = Vec::with_capacity(workers);
     let mut failure = None;
@@ -249,6 +258,9 @@ async fn drain_staged(
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let machine_us = meter.per_op(tasks as u64).machine_us;
+    let workers_us =
+        children.and_then(|before| Some(super::cpu::children_seconds()? - before)).map(|s| s / tasks as f64 * 1e6);
     sampler.abort();
     if let Some(e) = failure {
         return Err(e);
@@ -260,5 +272,11 @@ async fn drain_staged(
             "ephemeral: {name} drained {succeeded} of {tasks} tasks, {connection_errors} with a connection error last"
         )));
     }
-    Ok(Drain { tasks_per_s: tasks as f64 / seconds, seconds, peak_connections: peak.load(Ordering::Relaxed) })
+    Ok(Drain {
+        tasks_per_s: tasks as f64 / seconds,
+        seconds,
+        peak_connections: peak.load(Ordering::Relaxed),
+        machine_us,
+        workers_us,
+    })
 }

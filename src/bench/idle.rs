@@ -11,6 +11,8 @@
 //!   poll-only    the same through PgBouncer without a direct URL: each type polled at its
 //!                schedule_interval (5 s)
 //!   remote       the same number of workers on an in-process `serve` (HTTP worker protocol)
+//!   large        --idle-large workers (200) on the routes that hold that many on one server:
+//!                on a `serve`, and poll-only through PgBouncer
 //! ```
 //!
 //! Each run waits for every worker's heartbeat row (its types registered, its first claims made),
@@ -48,14 +50,16 @@ struct Cost {
 
 /// Refuses bad --idle-* options (before any phase runs).
 pub(super) fn check(args: &BenchArgs) -> Result<()> {
-    if !(1..=1000).contains(&args.idle_workers)
+    if args.idle_large > 2000
+        || !(1..=1000).contains(&args.idle_workers)
         || !(1..=1000).contains(&args.idle_types)
         || !(0.0..=3600.0).contains(&args.idle_seconds)
         || args.idle_seconds == 0.0
         || !(0.0..=3600.0).contains(&args.idle_settle)
     {
         return Err(Error::Config(
-            "--idle-workers and --idle-types must be 1..=1000, --idle-seconds in (0, 3600], --idle-settle in [0, 3600]"
+            "--idle-workers and --idle-types must be 1..=1000, --idle-large 0..=2000, --idle-seconds in (0, 3600], \
+             --idle-settle in [0, 3600]"
                 .into(),
         ));
     }
@@ -124,6 +128,26 @@ pub(super) async fn run(
     let remote = fleet(pool, url, &names, workers, Route::Server, settle, seconds, server_pid).await?;
     let name = format!("idle: {workers} workers over {types} types on one serve, beyond the baseline");
     push(figures, &key("remote"), &name, &remote, Some(&baseline), None);
+
+    // the large fleet, on the routes that hold it: a worker on a server holds no database
+    // connection, and a poll-only one through PgBouncer none of its own (a direct or LISTENing
+    // worker holds two or three: 200 of them do not fit the server's connections)
+    let large = args.idle_large;
+    if large > 0 {
+        let key = |what: &str| format!("idle_{what}_{large}w_{types}t");
+        progress.detail(&format!("{large} idle workers on a server"));
+        let remote = fleet(pool, url, &names, large, Route::Server, settle, seconds, server_pid).await?;
+        let name = format!("idle: {large} workers over {types} types on one serve, beyond the baseline");
+        push(figures, &key("remote"), &name, &remote, Some(&baseline), None);
+        if let Some(Ok(bouncer)) = super::pgbouncer::binary().map(|_| PgBouncer::start(url, 20)) {
+            let database = db::config(url)?.get_dbname().unwrap_or("postgres").to_string();
+            let route = Route::Pooled { pooled: bouncer.url(&database), listen: false };
+            progress.detail(&format!("{large} idle database workers, poll_only"));
+            let cost = fleet(pool, url, &names, large, route, settle, seconds, server_pid).await?;
+            let name = format!("idle: {large} database workers over {types} types, poll_only, beyond the baseline");
+            push(figures, &key("poll_only"), &name, &cost, Some(&baseline), None);
+        }
+    }
     Ok(())
 }
 
