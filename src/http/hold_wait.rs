@@ -16,11 +16,12 @@
 //! notification sent between a hold's claim and its sleep is not missed (the hold subscribes
 //! before it claims).
 //!
-//! An idle type is looked at once per server, not once per hold: a look that found nothing
-//! ready (and nothing due before its pause ends) leaves the type *quiet* until that pause's end,
-//! marked with the type's wake generation seen before its claim. Until then, or until a wake-up
-//! of the type (which moves its generation on), every other hold of the type, new or renewed,
-//! waits without asking the database. So a fleet of idle workers on a server costs the database
+//! An idle type is looked at once per server, not once per hold: one hold looks at a time (the
+//! others wait for its outcome), and a look that found nothing ready (and nothing due before its
+//! pause ends) leaves the type *quiet* until that pause's end, marked with the type's wake
+//! generation seen before its claim. Until then, or until a wake-up of the type (which moves its
+//! generation on: every hold then looks), every other hold of the type, new or renewed, waits
+//! without asking the database. So a fleet of idle workers on a server costs the database
 //! a look per type per [`RECHECK_LISTENING`], whatever the number of workers. Without a LISTEN (the router alone, or a pooler that cannot LISTEN) a
 //! waiting hold looks again every [`RECHECK_POLLING`]: bounded polling on the server, one
 //! claim and one `next_due` per look.
@@ -51,6 +52,9 @@ const RECHECK_AFTER_WAKE: Duration = Duration::from_millis(25);
 /// The first pause when tasks are due but the claim took none (held back by the type's or a
 /// queue key's concurrency, or by another worker's hold); it doubles while that lasts.
 const HELD_BACK_PAUSE: Duration = Duration::from_millis(25);
+/// How long the other holds of a type wait for the outcome of a look under way (see
+/// [`Wakeups::take_look`]); a look that fails leaves them this long at most.
+const LOOK_UNDER_WAY: Duration = Duration::from_millis(200);
 
 /// The wake-ups of the server's LISTEN connection, fanned out per task type: only the holds
 /// waiting on a type are woken by its notifications.
@@ -97,11 +101,20 @@ impl Wakeups {
         self.quiet.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Until when `task_type` is known quiet, if a look at generation `seen` found it so and
-    /// that still holds now.
-    fn quiet_until(&self, task_type: &str, seen: u64) -> Option<Instant> {
+    /// Whether this hold looks at `task_type` now: None when it does (no mark holds for
+    /// generation `seen`: the type's look is then this hold's, marked as under way for
+    /// [`LOOK_UNDER_WAY`] so that the other holds wait for its outcome instead of looking
+    /// beside it), else until when to wait (a look found the type quiet, or one is under way).
+    fn take_look(&self, task_type: &str, seen: u64) -> Option<Instant> {
         let now = Instant::now();
-        self.quiet_map().get(task_type).filter(|(generation, until)| *generation == seen && *until > now).map(|q| q.1)
+        let mut quiet = self.quiet_map();
+        match quiet.get(task_type) {
+            Some((generation, until)) if *generation == seen && *until > now => Some(*until),
+            _ => {
+                quiet.insert(task_type.to_string(), (seen, now + LOOK_UNDER_WAY));
+                None
+            }
+        }
     }
 
     /// A look at generation `seen` found `task_type` quiet until `until`.
@@ -110,6 +123,14 @@ impl Wakeups {
         let mut quiet = self.quiet_map();
         quiet.retain(|_, (_, until)| *until > now);
         quiet.insert(task_type.to_string(), (seen, until));
+    }
+
+    /// A look at generation `seen` found `task_type` not quiet: the other holds look too.
+    fn not_quiet(&self, task_type: &str, seen: u64) {
+        let mut quiet = self.quiet_map();
+        if quiet.get(task_type).is_some_and(|(generation, _)| *generation == seen) {
+            quiet.remove(task_type);
+        }
     }
 }
 
@@ -131,12 +152,16 @@ pub(super) async fn claim_waiting(
     loop {
         // the type's generation before this look: a wake-up from here on moves it on
         let seen = woken.as_mut().map(|w| *w.borrow_and_update());
-        let known_quiet = match (state.wakeups.as_ref(), seen) {
-            (Some(wakeups), Some(seen)) if !after_wake => wakeups.quiet_until(task_type, seen),
+        // right after a wake-up every hold looks (work came); otherwise one look per type at a
+        // time, and none while a look found it quiet
+        let marks = match (state.wakeups.as_ref(), seen) {
+            (Some(wakeups), Some(seen)) if !after_wake => Some((wakeups, seen)),
             _ => None,
         };
+        let known_quiet = marks.and_then(|(wakeups, seen)| wakeups.take_look(task_type, seen));
         let pause = match known_quiet {
-            // another hold's look found the type quiet since the last wake-up: no look of our own
+            // another hold's look found the type quiet since the last wake-up, or is under way:
+            // no look of our own
             Some(quiet_until) => {
                 if Instant::now() >= deadline || state.shutdown.is_cancelled() {
                     return Ok(Vec::new());
@@ -146,7 +171,13 @@ pub(super) async fn claim_waiting(
             None => {
                 let c = state.pool.get().await.map_err(crate::Error::from)?;
                 let tasks = api::claim_tasks(&c, task_type, worker, limit, None).await?;
-                if !tasks.is_empty() || Instant::now() >= deadline || state.shutdown.is_cancelled() {
+                if !tasks.is_empty() {
+                    if let Some((wakeups, seen)) = marks {
+                        wakeups.not_quiet(task_type, seen);
+                    }
+                    return Ok(tasks);
+                }
+                if Instant::now() >= deadline || state.shutdown.is_cancelled() {
                     return Ok(tasks);
                 }
                 let due = api::next_due(&c, task_type).await?;
@@ -170,8 +201,12 @@ pub(super) async fn claim_waiting(
                 // RECHECK_AFTER_WAKE): it leaves no quiet mark for others to trust
                 if std::mem::take(&mut after_wake) {
                     pause = pause.min(RECHECK_AFTER_WAKE);
-                } else if let (true, Some(wakeups), Some(seen)) = (quiet, state.wakeups.as_ref(), seen) {
-                    wakeups.set_quiet(task_type, seen, Instant::now() + pause);
+                } else if let Some((wakeups, seen)) = marks {
+                    if quiet {
+                        wakeups.set_quiet(task_type, seen, Instant::now() + pause);
+                    } else {
+                        wakeups.not_quiet(task_type, seen);
+                    }
                 }
                 pause
             }
@@ -221,19 +256,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_quiet_mark_holds_for_its_generation_until_its_end_or_a_wake_up() {
+    async fn one_look_per_type_at_a_time_and_a_quiet_mark_holds_for_its_generation() {
         let wakeups = Wakeups::default();
         let mut a = wakeups.subscribe("a");
         let seen = *a.borrow_and_update();
+        // the first hold takes the look; another waits for its outcome
+        assert_eq!(wakeups.take_look("a", seen), None);
+        assert!(wakeups.take_look("a", seen).is_some(), "a look is under way");
+        assert_eq!(wakeups.take_look("b", seen), None, "another type has its own");
+        // it found the type quiet: the others wait until the mark's end
         let until = Instant::now() + Duration::from_secs(60);
         wakeups.set_quiet("a", seen, until);
-        assert_eq!(wakeups.quiet_until("a", seen), Some(until));
-        assert_eq!(wakeups.quiet_until("b", seen), None, "another type");
-        // a wake-up of the type moves its generation on: the mark no longer holds
+        assert_eq!(wakeups.take_look("a", seen), Some(until));
+        // a look that found work lets the others look at once
+        wakeups.not_quiet("a", seen);
+        assert_eq!(wakeups.take_look("a", seen), None);
+        // a wake-up of the type moves its generation on: no mark holds for it
+        wakeups.set_quiet("a", seen, until);
         wakeups.wake(Some("a"));
         let now = *a.borrow_and_update();
         assert_ne!(now, seen);
-        assert_eq!(wakeups.quiet_until("a", now), None);
+        assert_eq!(wakeups.take_look("a", now), None);
         // a type forgotten and watched again never gets an old generation back
         drop(a);
         wakeups.wake(None);
@@ -241,6 +284,6 @@ mod tests {
         assert!(again != seen && again != now);
         // a mark past its end does not hold
         wakeups.set_quiet("a", again, Instant::now());
-        assert_eq!(wakeups.quiet_until("a", again), None);
+        assert_eq!(wakeups.take_look("a", again), None);
     }
 }
