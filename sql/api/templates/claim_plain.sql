@@ -43,7 +43,10 @@ begin
       updated_at = v_now
     from picked
     where t.shard = picked.shard and t.id = picked.id
-    returning row({{> claimed_task t = t}})::asyncflow.claimed_task as task, picked.unreadable, t.parent_id
+    -- the answer's columns, taken up by the select at the end (one composite of the answer cost
+    -- a field extraction per column and row there)
+    returning t.shard, t.id, t.stage, t.context, t.priority, t.attempt, t.claim_seq, t.user_id, t.lease_until,
+      t.claimed_at, t.queue_key, t.traceparent, t.wake, picked.unreadable, t.parent_id
   ), {{> child_ends rows = claimed; ended = c.unreadable is not null}}, counted as (
     insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
     select v_task_type, pg_backend_pid() % 16, count(*) filter (where c.unreadable is null),
@@ -52,7 +55,7 @@ begin
     from claimed c having count(*) > 0
     {{> add_counts}}
   )
-  select (c.task).* from claimed c where c.unreadable is null;
+  select {{> claimed_task t = c}} from claimed c where c.unreadable is null;
   if v_type.rate_limited then
     get diagnostics v_started = row_count;
     perform asyncflow.rate_spend(v_task_type, v_started);
