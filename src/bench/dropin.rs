@@ -258,6 +258,27 @@ pub(super) async fn python() -> String {
         .unwrap_or_else(|| "python3".to_string())
 }
 
+/// `asyncflow worker --no-maintenance --exit-when-idle` (this program) on the functions folder
+/// `functions` for the type `name` at `concurrency`, on `url`, logging warnings only, killed when
+/// dropped.
+pub(super) fn worker_command(
+    functions: &Path,
+    url: &str,
+    name: &str,
+    concurrency: usize,
+) -> Result<tokio::process::Command> {
+    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(["worker", "--no-maintenance", "--exit-when-idle", "--functions"])
+        .arg(functions)
+        .args(["--types", name, "--concurrency", &concurrency.to_string()])
+        .env("DATABASE_URL", url)
+        .env("ASYNCFLOW_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    Ok(cmd)
+}
+
 /// Runs `asyncflow worker --exit-when-idle` (this program) on the functions folder `functions`
 /// for the type `name`, with `python_path` on the PYTHONPATH, until it is idle; its summary line.
 pub(super) async fn run_worker(
@@ -267,16 +288,8 @@ pub(super) async fn run_worker(
     name: &str,
     concurrency: usize,
 ) -> Result<String> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
-    let out = tokio::process::Command::new(exe)
-        .args(["worker", "--no-maintenance", "--exit-when-idle", "--functions"])
-        .arg(functions)
-        .args(["--types", name, "--concurrency", &concurrency.to_string()])
-        .env("DATABASE_URL", url)
+    let out = worker_command(functions, url, name, concurrency)?
         .env("PYTHONPATH", python_path)
-        .env("ASYNCFLOW_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| Error::Config(format!("starting asyncflow worker: {e}")))?;

@@ -18,7 +18,7 @@
 //! 100 ms), and the CPU per task of the whole machine and of the worker processes together (the
 //! figures' CPU/op and own/op).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +39,9 @@ const DIRECT_WORKERS: usize = 4;
 /// Each worker's slots (`--concurrency`) and, for the fleet, its pool (`--pool-size`).
 const WORKER_CONCURRENCY: usize = 16;
 const FLEET_POOL_SIZE: usize = 4;
+/// The types the two drains work.
+const DIRECT_TYPE: &str = "bench_ephemeral_direct";
+const FLEET_TYPE: &str = "bench_ephemeral_fleet";
 /// The bar: the fleet drains at least this share of the direct workers' rate.
 pub const BAR_SHARE: f64 = 0.5;
 
@@ -80,18 +83,23 @@ pub(super) async fn run(
         let folder = dir.join("functions");
         let measured = async {
             progress.detail(&format!("{DIRECT_WORKERS} long-lived workers, direct"));
-            write_function(&folder, "bench_ephemeral_direct", noop.port)?;
-            load::queue(&pool, "bench_ephemeral_direct", tasks, None).await?;
-            let direct = drain(&pool, "bench_ephemeral_direct", tasks, || {
-                (0..DIRECT_WORKERS).map(|_| worker(&folder, &url, "bench_ephemeral_direct", &[])).collect()
+            write_function(&folder, DIRECT_TYPE, noop.port)?;
+            load::queue(&pool, DIRECT_TYPE, tasks, None).await?;
+            let direct = drain(&pool, DIRECT_TYPE, tasks, DIRECT_WORKERS, DIRECT_WORKERS, || {
+                worker(&folder, &url, DIRECT_TYPE, &[])
             })
             .await?;
             progress.detail(&format!("{workers} ephemeral workers in {waves} waves, through PgBouncer, poll-only"));
             let bouncer = PgBouncer::start(&url, POOL_CONNECTIONS)?;
             let pooled = bouncer.url("postgres");
-            write_function(&folder, "bench_ephemeral_fleet", noop.port)?;
-            load::queue(&pool, "bench_ephemeral_fleet", tasks, None).await?;
-            let fleet = drain_in_waves(&pool, &folder, &pooled, tasks, workers, waves).await?;
+            write_function(&folder, FLEET_TYPE, noop.port)?;
+            load::queue(&pool, FLEET_TYPE, tasks, None).await?;
+            let pool_size = FLEET_POOL_SIZE.to_string();
+            let extra = ["--pool-mode", "transaction", "--pool-size", pool_size.as_str()];
+            let fleet = drain(&pool, FLEET_TYPE, tasks, workers, workers.div_ceil(waves), || {
+                worker(&folder, &pooled, FLEET_TYPE, &extra)
+            })
+            .await?;
             Ok::<_, Error>((direct, fleet))
         }
         .await;
@@ -147,66 +155,23 @@ fn write_function(folder: &Path, name: &str, port: u16) -> Result<()> {
         .map_err(|e| Error::Config(format!("bench folder {}: {e}", dir.display())))
 }
 
-/// `asyncflow worker --exit-when-idle` (this program) for `name` on `url`, with `extra` options.
+/// `asyncflow worker --exit-when-idle` (this program) for `name` on `url`, with `extra` options,
+/// its output kept.
 fn worker(folder: &Path, url: &str, name: &str, extra: &[&str]) -> Result<tokio::process::Child> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
-    tokio::process::Command::new(exe)
-        .args(["worker", "--no-maintenance", "--exit-when-idle", "--functions"])
-        .arg(folder)
-        .args(["--types", name, "--concurrency", &WORKER_CONCURRENCY.to_string()])
+    super::dropin::worker_command(folder, url, name, WORKER_CONCURRENCY)?
         .args(extra)
-        .env("DATABASE_URL", url)
-        .env("ASYNCFLOW_LOG", "warn")
+        // the route is the one given here, not one this process was started with
         .env_remove("ASYNCFLOW_LISTEN_URL")
         .env_remove("ASYNCFLOW_POOL_MODE")
-        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| Error::Config(format!("starting asyncflow worker: {e}")))
 }
 
-/// The fleet: `workers` processes through the pooler at `pooled`, in `waves` waves a quarter of
-/// a second apart.
-async fn drain_in_waves(
-    pool: &db::DbPool,
-    folder: &Path,
-    pooled: &str,
-    tasks: usize,
-    workers: usize,
-    waves: usize,
-) -> Result<Drain> {
-    let pool_size = FLEET_POOL_SIZE.to_string();
-    let extra = ["--pool-mode", "transaction", "--pool-size", pool_size.as_str()];
-    let folder: PathBuf = folder.to_path_buf();
-    let pooled = pooled.to_string();
-    let per_wave = workers.div_ceil(waves.max(1));
-    drain_staged(pool, "bench_ephemeral_fleet", tasks, workers, per_wave, move || {
-        worker(&folder, &pooled, "bench_ephemeral_fleet", &extra)
-    })
-    .await
-}
-
-/// Starts all of `start()`'s workers at once and times them to the end.
-async fn drain(
-    pool: &db::DbPool,
-    name: &str,
-    tasks: usize,
-    start: impl FnOnce() -> Vec<Result<tokio::process::Child>>,
-) -> Result<Drain> {
-    let children = start();
-    let n = children.len();
-    let mut children = children.into_iter();
-    drain_staged(pool, name, tasks, n, n, move || {
-        children.next().unwrap_or_else(|| Err(Error::Config("no worker left to start".into())))
-    })
-    .await
-}
-
 /// Starts `workers` workers from `next`, `per_wave` at a time a quarter of a second apart, waits
-/// for all of them to exit, and checks what they left.
-async fn drain_staged(
+/// for all of them to exit, and checks what they left. Timed from the first start.
+async fn drain(
     pool: &db::DbPool,
     name: &str,
     tasks: usize,
@@ -246,15 +211,23 @@ async fn drain_staged(
         }
     }
     for handle in running {
-        let out = handle.await.map_err(|e| Error::Config(format!("bench task: {e}")))??;
-        if !out.status.success() && failure.is_none() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-            failure = Some(Error::Config(format!(
-                "ephemeral: a worker of {name} exited {}: {}",
-                out.status,
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            )));
+        let exited = match handle.await {
+            Ok(Ok(out)) if out.status.success() => Ok(()),
+            Ok(Ok(out)) => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+                Err(Error::Config(format!(
+                    "ephemeral: a worker of {name} exited {}: {}",
+                    out.status,
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                )))
+            }
+            Ok(Err(e)) => Err(Error::Config(format!("ephemeral: waiting for a worker of {name}: {e}"))),
+            Err(e) => Err(Error::Config(format!("bench task: {e}"))),
+        };
+        // every worker is waited for (and the sampler stopped) before the first failure is told
+        if let (Err(e), None) = (exited, &failure) {
+            failure = Some(e);
         }
     }
     let seconds = started.elapsed().as_secs_f64();

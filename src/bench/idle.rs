@@ -106,22 +106,32 @@ pub(super) async fn run(
         Some((bar, counts.then_some(beyond <= BAR_TRANSACTIONS_PER_SECOND))),
     );
 
-    match super::pgbouncer::binary().map(|_| PgBouncer::start(url, 20)) {
-        Some(Ok(bouncer)) => {
-            let database = db::config(url)?.get_dbname().unwrap_or("postgres").to_string();
-            let pooled = bouncer.url(&database);
-            for (route, what) in [
-                (Route::Pooled { pooled: pooled.clone(), listen: true }, "pgbouncer"),
-                (Route::Pooled { pooled: pooled.clone(), listen: false }, "poll_only"),
-            ] {
-                progress.detail(&format!("{workers} idle database workers, {what}"));
-                let cost = fleet(pool, url, &names, workers, route, settle, seconds, server_pid).await?;
-                let name = format!("idle: {workers} database workers over {types} types, {what}, beyond the baseline");
-                push(figures, &key(what), &name, &cost, Some(&baseline), None);
-            }
+    // one PgBouncer for every fleet through it (dropped with the phase)
+    let bouncer = match super::pgbouncer::binary().map(|_| PgBouncer::start(url, 20)) {
+        Some(Ok(bouncer)) => Some(bouncer),
+        Some(Err(e)) => {
+            eprintln!("idle: PgBouncer did not start ({e}); its figures are left out");
+            None
         }
-        Some(Err(e)) => eprintln!("idle: PgBouncer did not start ({e}); its figures are left out"),
-        None => eprintln!("idle: pgbouncer is not installed (apt-get install pgbouncer); its figures are left out"),
+        None => {
+            eprintln!("idle: pgbouncer is not installed (apt-get install pgbouncer); its figures are left out");
+            None
+        }
+    };
+    let pooled = match &bouncer {
+        Some(bouncer) => Some(bouncer.url(db::config(url)?.get_dbname().unwrap_or("postgres"))),
+        None => None,
+    };
+    if let Some(pooled) = &pooled {
+        for (route, what) in [
+            (Route::Pooled { pooled: pooled.clone(), listen: true }, "pgbouncer"),
+            (Route::Pooled { pooled: pooled.clone(), listen: false }, "poll_only"),
+        ] {
+            progress.detail(&format!("{workers} idle database workers, {what}"));
+            let cost = fleet(pool, url, &names, workers, route, settle, seconds, server_pid).await?;
+            let name = format!("idle: {workers} database workers over {types} types, {what}, beyond the baseline");
+            push(figures, &key(what), &name, &cost, Some(&baseline), None);
+        }
     }
 
     progress.detail(&format!("{workers} idle workers on a server"));
@@ -139,9 +149,8 @@ pub(super) async fn run(
         let remote = fleet(pool, url, &names, large, Route::Server, settle, seconds, server_pid).await?;
         let name = format!("idle: {large} workers over {types} types on one serve, beyond the baseline");
         push(figures, &key("remote"), &name, &remote, Some(&baseline), None);
-        if let Some(Ok(bouncer)) = super::pgbouncer::binary().map(|_| PgBouncer::start(url, 20)) {
-            let database = db::config(url)?.get_dbname().unwrap_or("postgres").to_string();
-            let route = Route::Pooled { pooled: bouncer.url(&database), listen: false };
+        if let Some(pooled) = &pooled {
+            let route = Route::Pooled { pooled: pooled.clone(), listen: false };
             progress.detail(&format!("{large} idle database workers, poll_only"));
             let cost = fleet(pool, url, &names, large, route, settle, seconds, server_pid).await?;
             let name = format!("idle: {large} database workers over {types} types, poll_only, beyond the baseline");

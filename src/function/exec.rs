@@ -27,13 +27,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::process::{
     checkpoint_refused, command, exit_text, keep_tail, progress_line, read_stderr, tail, write_checkpoint, GroupGuard,
-    CHECKPOINT_PREFIX,
 };
 use super::{BoxFuture, Function, StageCall, StageReply};
 
-pub use super::process::{
-    kill_running_groups, CHECKPOINT_PREFIX as CHECKPOINT_LINE_PREFIX, PROGRESS_PREFIX, WORKER_CREDENTIALS,
-};
+pub use super::process::{kill_running_groups, CHECKPOINT_PREFIX, PROGRESS_PREFIX, WORKER_CREDENTIALS};
 
 /// Largest reply read from stdout (and the longest reply line of a warm function).
 pub const MAX_REPLY_BYTES_DEFAULT: usize = 1024 * 1024;

@@ -21,10 +21,12 @@
 //! pause ends) leaves the type *quiet* until that pause's end, marked with the type's wake
 //! generation seen before its claim. Until then, or until a wake-up of the type (which moves its
 //! generation on: every hold then looks), every other hold of the type, new or renewed, waits
-//! without asking the database. So a fleet of idle workers on a server costs the database
-//! a look per type per [`RECHECK_LISTENING`], whatever the number of workers. Without a LISTEN (the router alone, or a pooler that cannot LISTEN) a
-//! waiting hold looks again every [`RECHECK_POLLING`]: bounded polling on the server, one
-//! claim and one `next_due` per look.
+//! without asking the database. So a fleet of idle workers on a server costs the database a look
+//! per type per [`RECHECK_LISTENING`], whatever the number of workers.
+//!
+//! Without a LISTEN (the router alone, or a pooler that cannot LISTEN) a waiting hold looks
+//! again every [`RECHECK_POLLING`]: bounded polling on the server, one claim and one `next_due`
+//! per look.
 
 use std::sync::Arc;
 use std::time::Duration;
