@@ -41,19 +41,26 @@ pub(super) async fn run(
     };
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     let progress = crate::function::Progress::default();
-    shared.lock_inflight().insert(
-        key.clone(),
-        InFlight {
-            generation,
-            hold: hold.as_ref().map(|(h, _)| h.clone()),
-            claim_seq,
-            lease_until,
-            lease_secs,
-            lost: lost.clone(),
-            progress: progress.clone(),
-            progress_sent: 0,
-        },
-    );
+    {
+        let mut inflight = shared.lock_inflight();
+        if inflight.is_empty() {
+            // the heartbeater waits for a first call (see next_check)
+            shared.started.notify_one();
+        }
+        inflight.insert(
+            key.clone(),
+            InFlight {
+                generation,
+                hold: hold.as_ref().map(|(h, _)| h.clone()),
+                claim_seq,
+                lease_until,
+                lease_secs,
+                lost: lost.clone(),
+                progress: progress.clone(),
+                progress_sent: 0,
+            },
+        );
+    }
 
     // With the type's speculative_chaining, while the hold is open, an advance may run its next
     // stage at once (see hold::Hold::chain), before the advance is committed: the task's next
@@ -246,9 +253,6 @@ pub(super) async fn stop_cancelled_calls(
 
 /// The shortest pause between two looks at the calls in flight.
 const HEARTBEAT_CHECK_MIN: Duration = Duration::from_millis(50);
-/// How often the heartbeater looks while no call is in flight, so that a call with a short lease
-/// that starts meanwhile is seen well before a third of its lease has gone.
-const HEARTBEAT_CHECK_IDLE: Duration = Duration::from_millis(100);
 
 /// A lease is extended once a third of it has gone: an extension then has two thirds of the
 /// lease to arrive (a report's round trip, a busy reporter), and the next look comes after a
@@ -258,14 +262,16 @@ fn extension_due(lease_until: chrono::DateTime<Utc>, lease_secs: i64, now: chron
 }
 
 /// The pause before the next look: a sixth of the shortest lease in flight, at most `every`
-/// (the configured check) and at least [`HEARTBEAT_CHECK_MIN`].
+/// (the configured check) and at least [`HEARTBEAT_CHECK_MIN`]; `every` while no call is in
+/// flight (a call that starts then wakes the heartbeater at once, [`Shared::started`], so that
+/// a short lease is seen well before a third of it has gone).
 fn next_check(shortest_lease_secs: Option<i64>, every: Duration) -> Duration {
     match shortest_lease_secs {
         Some(secs) => {
             let sixth = Duration::from_millis(u64::try_from(secs.max(0)).unwrap_or(0).saturating_mul(1000) / 6);
             sixth.min(every).max(HEARTBEAT_CHECK_MIN)
         }
-        None => HEARTBEAT_CHECK_IDLE.min(every).max(HEARTBEAT_CHECK_MIN),
+        None => every.max(HEARTBEAT_CHECK_MIN),
     }
 }
 
@@ -274,9 +280,11 @@ fn next_check(shortest_lease_secs: Option<i64>, every: Duration) -> Duration {
 /// lost, and the call is abandoned.
 pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: CancellationToken) {
     let mut pause = Duration::ZERO;
+    let mut idle = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
+            _ = shared.started.notified(), if idle => {}
             _ = stop.cancelled() => return,
         }
         let now = Utc::now();
@@ -295,6 +303,7 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
             (due, shortest)
         };
         pause = next_check(shortest, every);
+        idle = shortest.is_none();
         if due.is_empty() {
             continue;
         }
@@ -345,7 +354,7 @@ mod tests {
         assert_eq!(next_check(Some(1), second), Duration::from_millis(166));
         assert_eq!(next_check(Some(300), second), second);
         assert_eq!(next_check(Some(0), second), HEARTBEAT_CHECK_MIN);
-        assert_eq!(next_check(None, second), HEARTBEAT_CHECK_IDLE);
+        assert_eq!(next_check(None, second), second);
         assert_eq!(next_check(Some(60), Duration::from_millis(20)), HEARTBEAT_CHECK_MIN);
     }
 }

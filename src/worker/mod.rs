@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use crate::function::registry::FunctionSpec;
 use chrono::{DateTime, Utc};
-use tokio::sync::{broadcast, watch, Semaphore};
+use tokio::sync::{broadcast, watch, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -250,6 +250,11 @@ struct Shared {
     /// Bumped by every claim and every finished call: an idle check that saw the same value
     /// before and after looking at the database saw a quiet worker throughout.
     activity: AtomicU64,
+    /// Notified when `active` falls to zero: an `exit_when_idle` worker looks then, not on a
+    /// clock (see [`wait_until_idle`]).
+    quiet: Notify,
+    /// Notified when a call starts while none is in flight: the heartbeater then looks at once.
+    started: Notify,
     /// The last InFlight generation handed out.
     generations: AtomicU64,
     /// Fired when the grace period is over: every call still running is abandoned and its task
@@ -317,7 +322,7 @@ impl Shared {
             None => false,
         };
         drop(budget);
-        self.active.fetch_sub(unused, Ordering::SeqCst);
+        self.less_active(unused);
         if limited && unused > 0 {
             self.freed.send_modify(|v| *v = v.wrapping_add(1));
         }
@@ -328,10 +333,17 @@ impl Shared {
     /// waiting for a slot wake up, and so does the type's own if a limit held it back.
     fn calls_ended(&self, task_type: &str, n: usize) {
         self.activity.fetch_add(1, Ordering::SeqCst);
-        self.active.fetch_sub(n, Ordering::SeqCst);
+        self.less_active(n);
         self.freed.send_modify(|v| *v = v.wrapping_add(1));
         if let Some(ended) = self.ended.get(task_type) {
             ended.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    /// `n` claims are no longer active; at zero, an idle check looks ([`Shared::quiet`]).
+    fn less_active(&self, n: usize) {
+        if n > 0 && self.active.fetch_sub(n, Ordering::SeqCst) == n {
+            self.quiet.notify_waiters();
         }
     }
 
@@ -511,6 +523,8 @@ impl Worker {
             tracker: TaskTracker::new(),
             active: std::sync::atomic::AtomicUsize::new(0),
             activity: AtomicU64::new(0),
+            quiet: Notify::new(),
+            started: Notify::new(),
             generations: AtomicU64::new(0),
             release,
             budget: Mutex::new(self.config.max_tasks),
@@ -658,28 +672,49 @@ impl Worker {
 /// How long a stopping worker on a server looks for tasks its given-up holds claimed.
 const SWEEP_PATIENCE: Duration = Duration::from_secs(5);
 
-/// How often an `exit_when_idle` worker looks at its own state (in memory: cheap), so that it
-/// stops within this of its last report rather than up to a tenth of a second later (a tenth of
-/// a second was 4 % of the benchmark's 100,000-task burn-down).
-const IDLE_TICK: Duration = Duration::from_millis(10);
-/// ... and how often at most it asks the database whether tasks are ready, while they are (a
-/// worker waiting behind another's concurrency limit, say).
+/// How long an `exit_when_idle` worker waits for its claims to end before it looks at its own
+/// state again anyway (it is told when they end, [`Shared::quiet`]: this only bounds a look that
+/// a notification would have missed), and how often it looks while a server's backend has
+/// given-up holds to sweep.
+const IDLE_RECHECK: Duration = Duration::from_millis(250);
+const IDLE_UNSETTLED: Duration = Duration::from_millis(10);
+/// After its claims have ended, how long it lets a producer claim again before it looks: most
+/// ends of a batch are followed by the next claim at once.
+const IDLE_SETTLE: Duration = Duration::from_millis(5);
+/// How often at most it asks the database whether tasks are ready, while they are (a worker
+/// waiting behind another's concurrency limit, say).
 const IDLE_QUERY_EVERY: Duration = Duration::from_millis(100);
 
 /// Returns once nothing is in flight or being claimed, the backend holds nothing unaccounted
 /// for, no task of `types` is ready, and (with `maintenance`) no workflow maintenance is due.
+///
+/// It waits for the worker's claims to end rather than looking on a clock: in a fleet of
+/// hundreds of processes on a few cores, a look every few milliseconds per process was most of
+/// the fleet's CPU.
 async fn wait_until_idle(shared: &Shared, types: &[TypeName], maintenance: bool) {
-    let mut tick = tokio::time::interval(IDLE_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut asked: Option<tokio::time::Instant> = None;
     loop {
-        tick.tick().await;
+        let quiet = shared.quiet.notified();
+        tokio::pin!(quiet);
+        // registered before the look below: a fall to zero from here on is not missed
+        quiet.as_mut().enable();
         let before = shared.activity.load(Ordering::SeqCst);
-        if shared.active.load(Ordering::SeqCst) != 0 || !shared.backend.settled() {
+        if shared.active.load(Ordering::SeqCst) != 0 {
+            if tokio::time::timeout(IDLE_RECHECK, quiet).await.is_ok() {
+                tokio::time::sleep(IDLE_SETTLE).await;
+            }
             continue;
         }
-        if asked.is_some_and(|at| at.elapsed() < IDLE_QUERY_EVERY) {
+        if !shared.backend.settled() {
+            tokio::time::sleep(IDLE_UNSETTLED).await;
             continue;
+        }
+        if let Some(at) = asked {
+            let next = at + IDLE_QUERY_EVERY;
+            if tokio::time::Instant::now() < next {
+                tokio::time::sleep_until(next).await;
+                continue;
+            }
         }
         asked = Some(tokio::time::Instant::now());
         let ready = shared.backend.any_ready(types).await || (maintenance && shared.backend.maintenance_due().await);
