@@ -512,7 +512,10 @@ CREATE FUNCTION asyncflow.next_claim_seq(p_claim_seq bigint) RETURNS bigint
 CREATE FUNCTION asyncflow.next_due(p_task_type text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 22 lines, sha256 d0b208e4e7777b38
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    SET enable_sort TO 'off'
+    AS -- body: 24 lines, sha256 dd4e9e9321cd2b57
 
 CREATE FUNCTION asyncflow.note_leader(p_id text, p_host text, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -637,7 +640,7 @@ CREATE FUNCTION asyncflow.refresh_enqueue_info(p_task_type text) RETURNS void
 CREATE FUNCTION asyncflow.register_task_type(task_type text, settings jsonb DEFAULT '{}'::jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 63 lines, sha256 a2c6cb759c9dd77c
+    AS -- body: 77 lines, sha256 31f35d2634649252
 
 CREATE FUNCTION asyncflow.release_schedule_tick(p_name text, p_tick timestamp with time zone, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER

@@ -675,3 +675,48 @@ async fn create_task_follows_settings_shards_and_the_context_limit_as_they_chang
     let err = c.query_one("select asyncflow.create_task('No-Pe', '{}')", &[]).await.expect_err("invalid name");
     assert_eq!(sqlstate(&err), "AF003", "{err}");
 }
+
+/// A worker registers its types at every start: a registration that changes nothing must not wait
+/// for the type's row (a fleet starting at once queued there), and one that changes a setting
+/// still takes it and writes the change.
+#[tokio::test]
+async fn a_registration_that_changes_nothing_takes_no_lock_and_a_change_still_waits_for_one() {
+    let db = TestDb::new().await;
+    let c = db.raw().await;
+    register(&c, "video", json!({"schedule_limit": 50, "concurrency": 3})).await;
+    let mut holder = db.raw().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute("select 1 from asyncflow.task_types where task_type = 'video' for update", &[]).await.unwrap();
+
+    let other = db.raw().await;
+    other.batch_execute("set lock_timeout = '2s'").await.unwrap();
+    let same: Value = other
+        .query_one(
+            "select asyncflow.register_task_type('video', '{\"schedule_limit\": 50, \"concurrency\": 3, \"fair_queues\": false}')",
+            &[],
+        )
+        .await
+        .expect("a registration that changes nothing waits for no lock")
+        .get(0);
+    assert_eq!((same["schedule_limit"].clone(), same["concurrency"].clone()), (json!(50), json!(3)));
+
+    // a change waits for the row: refused here once the lock timeout passes, and nothing changed
+    let e = other
+        .query_one("select asyncflow.register_task_type('video', '{\"schedule_limit\": 60}')", &[])
+        .await
+        .expect_err("a change waits for the type's row");
+    assert_eq!(sqlstate(&e), "55P03", "{e}");
+    tx.rollback().await.unwrap();
+    let limit: i32 = c
+        .query_one("select schedule_limit from asyncflow.task_types where task_type = 'video'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(limit, 50);
+    let changed: Value = other
+        .query_one("select asyncflow.register_task_type('video', '{\"schedule_limit\": 60}')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(changed["schedule_limit"], json!(60));
+}
