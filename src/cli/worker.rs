@@ -44,6 +44,11 @@ pub struct WorkerArgs {
     /// off. At most 1s.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20ms")]
     pub hold_window: Duration,
+    /// The longest a held claim waits: within it, each hold waits as long as the calls in flight
+    /// are expected to take at the rate the worker's held calls have been replying (never less
+    /// than --hold-window). At most 1s; at or below --hold-window, the window is --hold-window.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
+    pub hold_window_max: Duration,
     /// Migrate the database first (as `asyncflow migrate`; needs the schema's owner). Without
     /// it, a database that is not current is refused.
     #[arg(long)]
@@ -76,6 +81,9 @@ impl WorkerArgs {
         if self.hold_window > Duration::from_secs(1) {
             return Err(crate::Error::Config("--hold-window must be at most 1s".into()));
         }
+        if self.hold_window_max > Duration::from_secs(1) {
+            return Err(crate::Error::Config("--hold-window-max must be at most 1s".into()));
+        }
         let worker_id = match &self.worker_id {
             Some(id) => crate::WorkerId::new(id)?,
             None => crate::WorkerId::generate(),
@@ -88,6 +96,7 @@ impl WorkerArgs {
             max_tasks: self.max_tasks,
             max_runtime: self.max_runtime,
             hold_window: self.hold_window,
+            hold_window_max: self.hold_window_max,
             ..WorkerConfig::default()
         };
         let options = FolderOptions { dir: self.functions.clone(), types: self.types.clone() };

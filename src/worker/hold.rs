@@ -54,6 +54,8 @@ pub(super) struct Hold {
     /// By the batch's order: each call's `lost` token, made with the hold so that a call whose
     /// executor has not started yet is abandoned too.
     lost: Vec<CancellationToken>,
+    /// The worker's pace of replies, which each reply taken adds to (see [`super::pace`]).
+    paces: Arc<super::pace::Paces>,
     /// The type's `speculative_chaining`: whether a call's next stage may run in the hold,
     /// before the advance it comes from is committed ([`Hold::chain`]).
     speculative: bool,
@@ -249,12 +251,15 @@ impl Hold {
         }
         state.slots.push(slot);
         self.replied(&mut state);
+        // every call of a hold ends here or in `ended`, once: the worker's pace counts each
+        self.paces.replied();
         Ok(())
     }
 
     /// The call of `task_id` ended otherwise (a reply the hold did not take, or none). Waits for
     /// the end of the hold and says what becomes of the reply.
     pub(super) async fn ended(&self, task_id: &TaskId) -> Answer {
+        self.paces.replied();
         {
             let mut state = self.lock();
             if state.open {
@@ -354,11 +359,14 @@ pub(super) async fn claim(
         all_in: Notify::new(),
         outcome: watch::channel(None).0,
         lost: tasks.iter().map(|_| CancellationToken::new()).collect(),
+        paces: shared.paces.clone(),
         speculative: speculative_chaining,
     });
     let fences: Vec<(TaskId, i64, CallLog)> =
         tasks.iter().map(|t| (t.task_id.clone(), t.claim_seq, CallLog::from(t))).collect();
-    let window = tasks.iter().map(lease_quarter).min().unwrap_or(shared.hold_window).min(shared.hold_window);
+    // the calls in flight: this batch's slots are reserved already (see Shared::reserve)
+    let fitted = shared.paces.window(shared.active.load(Ordering::SeqCst), Instant::now());
+    let window = tasks.iter().map(lease_quarter).min().unwrap_or(fitted).min(fitted);
     shared.tracker.spawn(finish(shared.clone(), conn, hold.clone(), task_type.clone(), fences, window, permit));
     Ok((tasks, Some(hold)))
 }

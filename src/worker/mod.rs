@@ -28,6 +28,7 @@ pub mod backend;
 mod executor;
 pub mod folder;
 mod hold;
+mod pace;
 mod presence;
 mod producer;
 pub mod remote;
@@ -66,6 +67,8 @@ pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 pub const HEARTBEAT_CHECK_DEFAULT: Duration = Duration::from_secs(1);
 /// Default hold window (see [`WorkerConfig::hold_window`]).
 pub const HOLD_WINDOW_DEFAULT: Duration = Duration::from_millis(20);
+/// Default ceiling of the hold window (see [`WorkerConfig::hold_window_max`]).
+pub const HOLD_WINDOW_MAX_DEFAULT: Duration = Duration::from_millis(200);
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -91,8 +94,13 @@ pub struct WorkerConfig {
     /// calls have replied or this long has passed (at most a quarter of the lease): the calls
     /// that succeeded or went on to a next stage by then are written with the claim, as one row
     /// change instead of two; the others are claimed as running then. Zero claims the usual way.
-    /// Unused on a server.
+    /// Unused on a server. The floor of the window: each hold waits as long as the calls in
+    /// flight are expected to take at the rate holds' calls have been replying, up to
+    /// `hold_window_max`.
     pub hold_window: Duration,
+    /// The ceiling of the hold window (see `hold_window`); at or below `hold_window`, the window
+    /// is fixed at `hold_window`.
+    pub hold_window_max: Duration,
     /// With `exit_when_idle`: also wait while workflow maintenance has work due (a callback to
     /// deliver, a scheduled run to begin, a node or run past its deadline), for a worker that
     /// runs the maintenance services beside it (see [`folder::run`]).
@@ -114,6 +122,7 @@ impl Default for WorkerConfig {
             max_tasks: None,
             max_runtime: None,
             hold_window: HOLD_WINDOW_DEFAULT,
+            hold_window_max: HOLD_WINDOW_MAX_DEFAULT,
             idle_waits_for_maintenance: false,
             listen_url: None,
         }
@@ -266,6 +275,8 @@ struct Shared {
     /// Holds that may be open at once (None: claims are not held).
     holds: Option<Arc<Semaphore>>,
     hold_window: Duration,
+    /// Each hold's window, from the pace of the worker's replies (see [`pace`]).
+    paces: Arc<pace::Paces>,
     /// On a server: how long a hold may wait there for ready work (None: holds answer at once,
     /// and producers poll; so with `exit_when_idle`, which stops when nothing is ready).
     hold_wait: Option<Duration>,
@@ -532,6 +543,7 @@ impl Worker {
             holds: (matches!(self.backend, Backend::Database(_)) && !self.config.hold_window.is_zero())
                 .then(|| Arc::new(Semaphore::new(hold::HOLDS_MAX))),
             hold_window: self.config.hold_window,
+            paces: Arc::new(pace::Paces::new(self.config.hold_window, self.config.hold_window_max)),
             hold_wait: (matches!(self.backend, Backend::Server(_)) && !self.config.exit_when_idle)
                 .then_some(remote::HOLD_WAIT),
             context_limit: AtomicUsize::new(0),
