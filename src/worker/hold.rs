@@ -54,7 +54,8 @@ pub(super) struct Hold {
     /// By the batch's order: each call's `lost` token, made with the hold so that a call whose
     /// executor has not started yet is abandoned too.
     lost: Vec<CancellationToken>,
-    /// The worker's pace of replies, which each reply taken adds to (see [`super::pace`]).
+    /// The worker's pace of held calls, which each call of the batch adds to when it ends (see
+    /// [`super::pace`]).
     paces: Arc<super::pace::Paces>,
     /// The type's `speculative_chaining`: whether a call's next stage may run in the hold,
     /// before the advance it comes from is committed ([`Hold::chain`]).

@@ -274,8 +274,8 @@ struct Shared {
     budget_spent: CancellationToken,
     /// Holds that may be open at once (None: claims are not held).
     holds: Option<Arc<Semaphore>>,
-    hold_window: Duration,
-    /// Each hold's window, from the pace of the worker's replies (see [`pace`]).
+    /// Each hold's window, between the configured floor and ceiling, from the pace at which the
+    /// worker's held calls end (see [`pace`]).
     paces: Arc<pace::Paces>,
     /// On a server: how long a hold may wait there for ready work (None: holds answer at once,
     /// and producers poll; so with `exit_when_idle`, which stops when nothing is ready).
@@ -542,7 +542,6 @@ impl Worker {
             budget_spent: CancellationToken::new(),
             holds: (matches!(self.backend, Backend::Database(_)) && !self.config.hold_window.is_zero())
                 .then(|| Arc::new(Semaphore::new(hold::HOLDS_MAX))),
-            hold_window: self.config.hold_window,
             paces: Arc::new(pace::Paces::new(self.config.hold_window, self.config.hold_window_max)),
             hold_wait: (matches!(self.backend, Backend::Server(_)) && !self.config.exit_when_idle)
                 .then_some(remote::HOLD_WAIT),
@@ -686,9 +685,9 @@ const SWEEP_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How long an `exit_when_idle` worker waits for its claims to end before it looks at its own
 /// state again anyway (it is told when they end, [`Shared::quiet`]: this only bounds a look that
-/// a notification would have missed), and how often it looks while a server's backend has
-/// given-up holds to sweep.
+/// a notification would have missed).
 const IDLE_RECHECK: Duration = Duration::from_millis(250);
+/// How often it looks while a server's backend has given-up holds to sweep.
 const IDLE_UNSETTLED: Duration = Duration::from_millis(10);
 /// After its claims have ended, how long it lets a producer claim again before it looks: most
 /// ends of a batch are followed by the next claim at once.

@@ -11,8 +11,8 @@
 //!
 //! ```text
 //!   rate      calls of holds ended per second, worker-wide (replied within their hold or
-//!             after it), measured between two holds'
-//!             starts at least 10 ms apart, averaged (each new measure weighs 0.3)
+//!             after it), measured between two holds' starts at least 10 ms apart, averaged
+//!             (each new measure weighs 0.3)
 //!   expected  calls in flight (the new batch included) / rate
 //!   window    expected <= ceiling             1.25 x expected, within floor .. ceiling
 //!             half of them within ceiling     ceiling
@@ -49,6 +49,12 @@ impl Paces {
             replies: AtomicU64::new(0),
             rate: Mutex::new((Instant::now(), 0, None)),
         }
+    }
+
+    /// The floor of the window (`--hold-window`): also where a producer's pause after a claim
+    /// that found nothing starts.
+    pub(super) fn floor(&self) -> Duration {
+        self.floor
     }
 
     /// A call of a hold ended (its reply taken by the hold or not).

@@ -193,7 +193,7 @@ pub(super) async fn run(
             // the claim that found nothing if that is later, so a limit's slot does not wait out
             // a doubled pause. The floor starts at EMPTY_CLAIM_PAUSE and doubles with the claims
             // that keep finding nothing, up to 16 times, however often the type's calls end.
-            let base = shared.hold_window.max(EMPTY_CLAIM_PAUSE);
+            let base = shared.paces.floor().max(EMPTY_CLAIM_PAUSE);
             wait = base.saturating_mul(1 << empty_claims.min(10)).min(poll);
             empty_claims = empty_claims.saturating_add(1);
         } else {
