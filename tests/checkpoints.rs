@@ -262,6 +262,8 @@ fn warm_python(dir: &std::path::Path, concurrency: usize) -> asyncflow::function
     let options = WarmOptions {
         instances: 1,
         concurrency,
+        // one call at a time: the default of function.toml, calls sent ahead
+        send_ahead: if concurrency == 1 { asyncflow::function::registry::SEND_AHEAD_DEFAULT } else { 0 },
         max_calls_per_instance: None,
         timeout: Some(Duration::from_secs(30)),
         max_reply: asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,

@@ -442,6 +442,7 @@ fn library_function(setup: &Setup, name: &str, idle_stop: Duration) -> asyncflow
     let options = WarmOptions {
         instances: 1,
         concurrency: 1,
+        send_ahead: 0,
         max_calls_per_instance: None,
         timeout: None,
         max_reply: asyncflow::function::exec::MAX_REPLY_BYTES_DEFAULT,
@@ -530,4 +531,134 @@ async fn a_progress_line_naming_another_call_is_not_taken_for_the_call_in_flight
     release(&setup);
     assert!(matches!(running.await.unwrap(), StageReply::Succeeded { .. }));
     f.stop().await;
+}
+
+/// A warm function without the library: it reads stdin in chunks, answers every call of a chunk
+/// in order, and says in each reply how many calls the largest chunk so far held.
+const CHUNKS_FIXTURE: &str = r#"
+import json, os
+buf, most = b"", 0
+while True:
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    *lines, buf = (buf + chunk).split(b"\n")
+    most = max(most, len(lines))
+    out = b""
+    for line in lines:
+        call = json.loads(line)
+        reply = {"id": call["id"], "result": {"pid": os.getpid(), "attempt": call["attempt"], "most": most}}
+        out += json.dumps(reply).encode() + b"\n"
+    os.write(1, out)
+"#;
+
+#[tokio::test]
+async fn calls_sent_ahead_reach_an_instance_many_per_read_and_send_ahead_0_sends_one_at_a_time() {
+    let db = TestDb::new().await;
+    let setup = Setup::running(
+        &[
+            ("ahead", "mode = \"warm\"\ninstances = 1\n"),
+            ("single", "mode = \"warm\"\ninstances = 1\nsend_ahead = 0\n"),
+        ],
+        "exec python3 ../chunks.py",
+    );
+    std::fs::write(setup.folder.0.join("chunks.py"), CHUNKS_FIXTURE).unwrap();
+    register(&db, "ahead", retry_settings(0)).await;
+    register(&db, "single", retry_settings(0)).await;
+    let c = db.conn().await;
+    let ahead = api::create_tasks(&c, "ahead", &vec![NewTask::with_context(json!({})); 200]).await.unwrap();
+    let single = api::create_tasks(&c, "single", &vec![NewTask::with_context(json!({})); 50]).await.unwrap();
+    let child = setup.worker(&db, &["--exit-when-idle", "--concurrency", "100"]);
+    let (status, out) = wait_child(child, Duration::from_secs(60)).await;
+    assert!(status.success(), "{status:?}: {out}");
+    let most = |t: &Task| t.result.as_ref().and_then(|r| r["most"].as_i64()).unwrap_or_default();
+    let mut pids = BTreeSet::new();
+    let mut largest = 0;
+    for id in &ahead {
+        let t = get(&db, id).await;
+        assert_eq!((t.status, t.attempt), (TaskStatus::Succeeded, 1), "{:?}", t.schedule_log);
+        pids.insert(pid_of(&t));
+        largest = largest.max(most(&t));
+    }
+    assert_eq!(pids.len(), 1, "one instance served every call: {pids:?}");
+    assert!(largest > 1, "some read of the instance held several calls: {largest}");
+    for id in &single {
+        let t = get(&db, id).await;
+        assert_eq!(t.status, TaskStatus::Succeeded, "{:?}", t.schedule_log);
+        assert_eq!(most(&t), 1, "with send_ahead = 0 the instance has one call at a time");
+    }
+}
+
+#[tokio::test]
+async fn a_call_sent_ahead_times_out_from_when_its_instance_begins_it() {
+    let db = TestDb::new().await;
+    let setup = Setup::new(&[("warmy", "mode = \"warm\"\ninstances = 1\ntimeout = 2\n")]);
+    register(&db, "warmy", retry_settings(0)).await;
+    let c = db.conn().await;
+    // two calls of 1.2 s on one instance: the second ends 2.4 s after it was sent
+    let ids = api::create_tasks(&c, "warmy", &vec![NewTask::with_context(json!({"sleep": 1.2})); 2]).await.unwrap();
+    let child = setup.worker(&db, &["--exit-when-idle", "--concurrency", "4"]);
+    let (status, out) = wait_child(child, Duration::from_secs(60)).await;
+    assert!(status.success(), "{status:?}: {out}");
+    let pids: BTreeSet<i32> = served_by(&db, &ids).await.into_iter().collect();
+    assert_eq!(pids.len(), 1, "one instance ran both, one after the other");
+    for id in &ids {
+        assert_eq!(get(&db, id).await.attempt, 1);
+    }
+}
+
+/// A call of `sleep` seconds on the one instance, and three calls sent ahead behind it: the long
+/// call, the pid running it, and the calls behind it (claimed, running).
+async fn calls_behind(db: &TestDb, setup: &Setup, sleep: f64) -> (TaskId, i32, Vec<TaskId>) {
+    let long = create(db, "warmy", json!({"sleep": sleep})).await;
+    wait_until(Duration::from_secs(30), "the long call running", || async { !setup.marked("busy").is_empty() }).await;
+    let busy = *setup.marked("busy").iter().next().unwrap();
+    let behind =
+        api::create_tasks(&db.conn().await, "warmy", &vec![NewTask::with_context(json!({})); 3]).await.unwrap();
+    wait_until(Duration::from_secs(30), "the calls behind it claimed", || async {
+        let mut running = 0;
+        for id in &behind {
+            running += usize::from(get(db, id).await.status == TaskStatus::Running);
+        }
+        running == behind.len()
+    })
+    .await;
+    (long, busy, behind)
+}
+
+#[tokio::test]
+async fn the_calls_behind_a_timed_out_call_go_to_a_new_instance_unharmed() {
+    let db = TestDb::new().await;
+    let setup = Setup::new(&[("warmy", "mode = \"warm\"\ninstances = 1\ntimeout = 3\n")]);
+    register(&db, "warmy", retry_settings(0)).await;
+    let _worker = Running(Some(setup.worker(&db, &["--concurrency", "8"])));
+    let (long, busy, behind) = calls_behind(&db, &setup, 60.0).await;
+    let t = finished(&db, &long).await;
+    assert!(first_error(&t).contains("timed out after 3 s"), "{:?}", t.schedule_log);
+    wait_dead(busy).await;
+    for id in &behind {
+        let t = finished(&db, id).await;
+        assert_eq!((t.status, t.attempt, t.retry_count), (TaskStatus::Succeeded, 1, 0), "{:?}", t.schedule_log);
+        assert_ne!(pid_of(&t), busy, "a new instance ran it");
+    }
+}
+
+#[tokio::test]
+async fn a_call_cancelled_while_sent_ahead_lets_the_call_before_it_end_and_never_gets_an_answer() {
+    let db = TestDb::new().await;
+    let setup = Setup::new(&[("warmy", "mode = \"warm\"\ninstances = 1\n")]);
+    register(&db, "warmy", retry_settings(3)).await;
+    let _worker = Running(Some(setup.worker(&db, &["--concurrency", "8"])));
+    let (long, busy, behind) = calls_behind(&db, &setup, 5.0).await;
+    assert!(api::cancel_task(&db.conn().await, behind[0].as_str()).await.unwrap());
+    let t = finished(&db, &long).await;
+    assert_eq!((t.status, t.attempt, pid_of(&t)), (TaskStatus::Succeeded, 1, busy), "{:?}", t.schedule_log);
+    // the cancelled call came first in line next: its instance was killed, not asked
+    wait_dead(busy).await;
+    assert_eq!(get(&db, &behind[0]).await.status, TaskStatus::Cancelled);
+    for id in &behind[1..] {
+        let t = finished(&db, id).await;
+        assert_eq!((t.status, t.attempt, t.retry_count), (TaskStatus::Succeeded, 1, 0), "{:?}", t.schedule_log);
+        assert_ne!(pid_of(&t), busy, "a new instance ran it");
+    }
 }

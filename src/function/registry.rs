@@ -8,6 +8,7 @@
 //! mode = "warm"               # executables: long-lived instances ("fork": one process per call, the default)
 //! instances = 4               # warm: processes at most (default 1)
 //! concurrency = 50             # warm: calls in flight on one instance at once (default 1)
+//! send_ahead = 32              # warm, concurrency 1: calls queued on an instance (default 32)
 //! max_calls_per_instance = 1000 # warm: replace an instance after this many calls (optional)
 //! timeout = "90s"             # per call: seconds (90) or a duration ("90s", "10m"); default 1 h
 //! build = ["cargo", "build"]  # run once in the folder when the worker starts (optional)
@@ -123,6 +124,7 @@ struct FunctionToml {
     mode: Option<String>,
     instances: Option<i64>,
     concurrency: Option<i64>,
+    send_ahead: Option<i64>,
     max_calls_per_instance: Option<i64>,
     timeout: Option<f64>,
     build: Option<Vec<String>>,
@@ -173,6 +175,10 @@ pub enum FunctionKind {
 pub const INSTANCES_MAX: i64 = 1024;
 /// Most calls in flight on one warm instance (`concurrency`).
 pub const CONCURRENCY_MAX: i64 = 10_000;
+/// Calls queued on a warm instance's stdin while it serves one (`send_ahead`), by default.
+pub const SEND_AHEAD_DEFAULT: usize = 32;
+/// Most calls queued on a warm instance's stdin (`send_ahead`).
+pub const SEND_AHEAD_MAX: i64 = 1_000;
 
 /// An executable's warm mode (`mode = "warm"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +187,9 @@ pub struct Warm {
     pub instances: usize,
     /// Calls in flight on one instance at once (`concurrency`, default 1).
     pub concurrency: usize,
+    /// With `concurrency` 1: calls queued on an instance's stdin while it serves one
+    /// (`send_ahead`, default [`SEND_AHEAD_DEFAULT`]; 0 with `concurrency` above 1).
+    pub send_ahead: usize,
     /// Calls an instance serves before it is replaced (`max_calls_per_instance`).
     pub max_calls_per_instance: Option<u64>,
 }
@@ -229,6 +238,7 @@ impl FunctionSpec {
                 WarmOptions {
                     instances: warm.instances,
                     concurrency: warm.concurrency,
+                    send_ahead: warm.send_ahead,
                     max_calls_per_instance: warm.max_calls_per_instance,
                     timeout: Some(self.timeout),
                     max_reply: MAX_REPLY_BYTES_DEFAULT,
@@ -336,27 +346,45 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
             argv[0] = resolved;
             let warm = match parsed.mode.as_deref() {
                 None | Some("fork") => None,
-                Some("warm") => Some(Warm {
-                    instances: match parsed.instances {
-                        None => 1,
-                        Some(n) if (1..=INSTANCES_MAX).contains(&n) => n as usize,
-                        Some(_) => {
-                            return Err(bad(file, "instances", &format!("must be between 1 and {INSTANCES_MAX}")))
-                        }
-                    },
-                    concurrency: match parsed.concurrency {
+                Some("warm") => {
+                    let concurrency = match parsed.concurrency {
                         None => 1,
                         Some(n) if (1..=CONCURRENCY_MAX).contains(&n) => n as usize,
                         Some(_) => {
                             return Err(bad(file, "concurrency", &format!("must be between 1 and {CONCURRENCY_MAX}")))
                         }
-                    },
-                    max_calls_per_instance: match parsed.max_calls_per_instance {
-                        None => None,
-                        Some(n) if n >= 1 => Some(n as u64),
-                        Some(_) => return Err(bad(file, "max_calls_per_instance", "must be at least 1")),
-                    },
-                }),
+                    };
+                    let send_ahead =
+                        match parsed.send_ahead {
+                            None if concurrency > 1 => 0,
+                            None => SEND_AHEAD_DEFAULT,
+                            Some(_) if concurrency > 1 => return Err(bad(
+                                file,
+                                "send_ahead",
+                                "only an instance serving one call at a time (concurrency = 1) has calls sent ahead",
+                            )),
+                            Some(n) if (0..=SEND_AHEAD_MAX).contains(&n) => n as usize,
+                            Some(_) => {
+                                return Err(bad(file, "send_ahead", &format!("must be between 0 and {SEND_AHEAD_MAX}")))
+                            }
+                        };
+                    Some(Warm {
+                        instances: match parsed.instances {
+                            None => 1,
+                            Some(n) if (1..=INSTANCES_MAX).contains(&n) => n as usize,
+                            Some(_) => {
+                                return Err(bad(file, "instances", &format!("must be between 1 and {INSTANCES_MAX}")))
+                            }
+                        },
+                        concurrency,
+                        send_ahead,
+                        max_calls_per_instance: match parsed.max_calls_per_instance {
+                            None => None,
+                            Some(n) if n >= 1 => Some(n as u64),
+                            Some(_) => return Err(bad(file, "max_calls_per_instance", "must be at least 1")),
+                        },
+                    })
+                }
                 Some(other) => {
                     return Err(bad(
                         file,
@@ -369,6 +397,7 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
                 for (field, given) in [
                     ("instances", parsed.instances.is_some()),
                     ("concurrency", parsed.concurrency.is_some()),
+                    ("send_ahead", parsed.send_ahead.is_some()),
                     ("max_calls_per_instance", parsed.max_calls_per_instance.is_some()),
                 ] {
                     if given {
@@ -383,6 +412,7 @@ pub fn load_file(file: &Path) -> Result<FunctionSpec> {
                 ("mode", parsed.mode.is_some()),
                 ("instances", parsed.instances.is_some()),
                 ("concurrency", parsed.concurrency.is_some()),
+                ("send_ahead", parsed.send_ahead.is_some()),
                 ("max_calls_per_instance", parsed.max_calls_per_instance.is_some()),
             ] {
                 if given {
@@ -563,7 +593,10 @@ mod tests {
         let spec = load_file(&f).unwrap();
         match &spec.kind {
             FunctionKind::Exec { warm, .. } => {
-                assert_eq!(warm, &Some(Warm { instances: 3, concurrency: 20, max_calls_per_instance: Some(50) }))
+                assert_eq!(
+                    warm,
+                    &Some(Warm { instances: 3, concurrency: 20, send_ahead: 0, max_calls_per_instance: Some(50) })
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -573,7 +606,15 @@ mod tests {
         let f = write(&tmp, "d", "command = [\"./run\"]\nmode = \"warm\"\n");
         match load_file(&f).unwrap().kind {
             FunctionKind::Exec { warm, .. } => {
-                assert_eq!(warm, Some(Warm { instances: 1, concurrency: 1, max_calls_per_instance: None }))
+                assert_eq!(
+                    warm,
+                    Some(Warm {
+                        instances: 1,
+                        concurrency: 1,
+                        send_ahead: SEND_AHEAD_DEFAULT,
+                        max_calls_per_instance: None
+                    })
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -615,6 +656,10 @@ mod tests {
             ("n4", "command = [\"./run\"]\nmode = \"warm\"\nmax_calls_per_instance = 0\n", "max_calls_per_instance"),
             ("n5", "command = [\"./run\"]\nmode = \"warm\"\nconcurrency = 0\n", "concurrency"),
             ("n6", "command = [\"./run\"]\nconcurrency = 4\n", "concurrency"),
+            ("n7", "command = [\"./run\"]\nmode = \"warm\"\nsend_ahead = -1\n", "send_ahead"),
+            ("n8", "command = [\"./run\"]\nmode = \"warm\"\nsend_ahead = 1001\n", "send_ahead"),
+            ("n9", "command = [\"./run\"]\nmode = \"warm\"\nconcurrency = 2\nsend_ahead = 4\n", "send_ahead"),
+            ("n10", "command = [\"./run\"]\nsend_ahead = 4\n", "send_ahead"),
             ("n5", "url = \"http://127.0.0.1:1/\"\nmode = \"warm\"\n", "mode"),
         ];
         for (name, toml, field) in cases {

@@ -53,7 +53,7 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 /// The longest back-off.
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long the exit status of an instance that closed its stdout is waited for.
-const EXIT_AFTER_EOF: Duration = Duration::from_secs(1);
+pub(super) const EXIT_AFTER_EOF: Duration = Duration::from_secs(1);
 /// How long the last stderr lines of a failed instance are waited for.
 pub(super) const STDERR_AFTER_EXIT: Duration = Duration::from_millis(500);
 
@@ -65,6 +65,9 @@ pub struct WarmOptions {
     /// Calls in flight on one instance at once (1: one at a time, as an instance that knows
     /// nothing of concurrency expects; more: see [`super::warm_shared`]).
     pub concurrency: usize,
+    /// With `concurrency` 1: calls queued on an instance's stdin while it serves one (0: one call
+    /// at a time, none waiting; see [`super::warm_shared`]).
+    pub send_ahead: usize,
     /// Calls an instance serves before it is replaced (None: no limit).
     pub max_calls_per_instance: Option<u64>,
     /// Per call, from when an instance receives it.
@@ -89,6 +92,8 @@ pub(super) struct Pool {
     pub(super) options: WarmOptions,
     /// One permit per instance: a call holds one while it waits for and runs on an instance.
     slots: Arc<Semaphore>,
+    /// The permits of `slots` in all.
+    slots_total: usize,
     state: Mutex<State>,
     /// The last call id handed out.
     pub(super) ids: AtomicU64,
@@ -104,9 +109,10 @@ pub(super) struct State {
     pub(super) start_after: Option<Instant>,
     /// Whether the task that stops idle instances runs.
     janitor: bool,
-    /// With `concurrency` > 1: the instances, each serving many calls at once.
+    /// With `concurrency` > 1 or calls sent ahead: the instances, each with many calls at once.
     pub(super) shared: Vec<Arc<super::warm_shared::Shared>>,
-    /// With `concurrency` > 1: instances being started (counted against `instances`).
+    /// With `concurrency` > 1 or calls sent ahead: instances being started (counted against
+    /// `instances`).
     pub(super) starting: usize,
 }
 
@@ -133,45 +139,58 @@ pub(super) struct Instance {
 /// by a task of its own, so a line may be read after the reply that followed it on stdout: a
 /// progress line that names its call (`asyncflow:progress:<id> <json>`, as the helper libraries
 /// write it) is taken only while that call is in flight, and one that names none is the call's
-/// in flight when there is exactly one. Neither can reach another task's call.
+/// in flight when there is exactly one, or the first in line of calls sent ahead. Neither can
+/// reach another task's call.
 #[derive(Clone, Default)]
-pub(super) struct InFlight(Arc<Mutex<HashMap<String, (Progress, Checkpoints)>>>);
+pub(super) struct InFlight(Arc<Mutex<Calls>>);
+
+#[derive(Default)]
+pub(super) struct Calls {
+    calls: HashMap<String, (Progress, Checkpoints)>,
+    /// Calls sent ahead: the one the instance serves now.
+    first: Option<String>,
+}
 
 impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Progress, Checkpoints)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The one call in flight (an instance serving one call at a time), or none.
     fn set(&self, call: Option<(String, &StageCall)>) {
         let mut calls = self.lock();
-        calls.clear();
-        calls.extend(call.map(|(id, call)| (id, (call.progress.clone(), call.checkpoints.clone()))));
+        calls.calls.clear();
+        calls.calls.extend(call.map(|(id, call)| (id, (call.progress.clone(), call.checkpoints.clone()))));
     }
 
-    /// One more call in flight (an instance serving many).
+    /// One more call in flight (an instance serving many, or calls sent ahead).
     pub(super) fn add(&self, id: &str, call: &StageCall) {
-        self.lock().insert(id.to_string(), (call.progress.clone(), call.checkpoints.clone()));
+        self.lock().calls.insert(id.to_string(), (call.progress.clone(), call.checkpoints.clone()));
+    }
+
+    /// Calls sent ahead: the one the instance serves now (None: none).
+    pub(super) fn first(&self, id: Option<&str>) {
+        self.lock().first = id.map(str::to_string);
     }
 
     /// Where the call `id` in flight writes its checkpoints.
     pub(super) fn checkpoints(&self, id: &str) -> Option<Checkpoints> {
-        self.lock().get(id).map(|(_, c)| c.clone())
+        self.lock().calls.get(id).map(|(_, c)| c.clone())
     }
 
     /// A call no longer in flight.
     pub(super) fn remove(&self, id: &str) {
-        self.lock().remove(id);
+        self.lock().calls.remove(id);
     }
 
-    /// Takes a progress line for the call it names (None: the only call in flight); false when
-    /// that call is not in flight.
+    /// Takes a progress line for the call it names (None: the only call in flight, or the first
+    /// of calls sent ahead); false when that call is not in flight.
     fn progress(&self, named: Option<&str>, json: &str) -> Result<bool, String> {
         let calls = self.lock();
-        let progress = match named {
-            Some(id) => calls.get(id).map(|(p, _)| p),
-            None if calls.len() == 1 => calls.values().next().map(|(p, _)| p),
-            None => None,
+        let progress = match (named, calls.first.as_deref()) {
+            (Some(id), _) | (None, Some(id)) => calls.calls.get(id).map(|(p, _)| p),
+            (None, None) if calls.calls.len() == 1 => calls.calls.values().next().map(|(p, _)| p),
+            (None, None) => None,
         };
         match progress {
             Some(progress) => progress.report_json(json).map(|()| true),
@@ -200,7 +219,9 @@ impl WarmFunction {
     ) -> Self {
         let options =
             WarmOptions { instances: options.instances.max(1), concurrency: options.concurrency.max(1), ..options };
-        let slots = Arc::new(Semaphore::new(options.instances.saturating_mul(options.concurrency)));
+        let per_instance = if options.concurrency == 1 { 1 + options.send_ahead } else { options.concurrency };
+        let slots_total = options.instances.saturating_mul(per_instance);
+        let slots = Arc::new(Semaphore::new(slots_total));
         WarmFunction {
             pool: Arc::new(Pool {
                 name: name.into(),
@@ -209,6 +230,7 @@ impl WarmFunction {
                 hidden,
                 options,
                 slots,
+                slots_total,
                 state: Mutex::new(State::default()),
                 ids: AtomicU64::new(0),
             }),
@@ -253,7 +275,7 @@ impl Pool {
         let Ok(_permit) = self.slots.clone().acquire_owned().await else {
             return StageReply::fail("the function's instances are closed");
         };
-        if self.options.concurrency > 1 {
+        if self.options.concurrency > 1 || self.options.send_ahead > 0 {
             return super::warm_shared::run(&self, call).await;
         }
         let mut instance = match self.take().await {
@@ -435,7 +457,7 @@ async fn stop_idle(pool: Weak<Pool>) {
                 tracing::debug!(function = %pool.name, pid = shared.pid, "idle instance stopped");
                 tokio::spawn(shared.stop(pool.name.clone()));
             }
-            let busy = pool.slots.available_permits() < pool.options.instances;
+            let busy = pool.slots.available_permits() < pool.slots_total;
             if state.idle.is_empty() && state.shared.is_empty() && !busy {
                 state.janitor = false;
             }
