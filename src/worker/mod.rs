@@ -693,7 +693,8 @@ const IDLE_UNSETTLED: Duration = Duration::from_millis(10);
 /// ends of a batch are followed by the next claim at once.
 const IDLE_SETTLE: Duration = Duration::from_millis(5);
 /// How often at most it asks the database whether tasks are ready, while they are (a worker
-/// waiting behind another's concurrency limit, say).
+/// waiting behind another's concurrency limit, say); with none ready, it asks again as soon as a
+/// claim that ran beside the question has ended.
 const IDLE_QUERY_EVERY: Duration = Duration::from_millis(100);
 
 /// Returns once nothing is in flight or being claimed, the backend holds nothing unaccounted
@@ -727,11 +728,18 @@ async fn wait_until_idle(shared: &Shared, types: &[TypeName], maintenance: bool)
                 continue;
             }
         }
-        asked = Some(tokio::time::Instant::now());
         let ready = shared.backend.any_ready(types).await || (maintenance && shared.backend.maintenance_due().await);
-        if !ready && shared.active.load(Ordering::SeqCst) == 0 && shared.activity.load(Ordering::SeqCst) == before {
+        if ready {
+            asked = Some(tokio::time::Instant::now());
+            continue;
+        }
+        if shared.active.load(Ordering::SeqCst) == 0 && shared.activity.load(Ordering::SeqCst) == before {
             return;
         }
+        // nothing ready, but a producer claimed meanwhile (most often nothing): look again once
+        // it is done, not a query period later
+        asked = None;
+        tokio::time::sleep(IDLE_SETTLE).await;
     }
 }
 
