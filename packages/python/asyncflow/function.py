@@ -81,6 +81,10 @@ _call: contextvars.ContextVar[Optional[Dict[str, Any]]] = contextvars.ContextVar
 _out: contextvars.ContextVar[Optional[BinaryIO]] = contextvars.ContextVar("asyncflow_out", default=None)
 # Whether the call is served by the asyncio loop (an async def handler): step() is awaited then.
 _in_async: contextvars.ContextVar[bool] = contextvars.ContextVar("asyncflow_in_async", default=False)
+# The JSON of the lines: made once (json.loads and json.dumps with options build them per call).
+_decode = json.JSONDecoder().decode
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
 # One line at a time on stdout, whichever thread writes it.
 _write_lock = threading.Lock()
 
@@ -114,7 +118,7 @@ def _call_handle(handle: Handler, call: Dict[str, Any]) -> Reply:
     box = _new_progress_box()
     try:
         reply = handle(call)
-        if inspect.isawaitable(reply):
+        if type(reply) is not dict and inspect.isawaitable(reply):
             reply = asyncio.run(_awaited(reply))
     except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
         return _failure(e)
@@ -127,7 +131,7 @@ async def _awaited(value: Awaitable[Reply]) -> Reply:
 
 def _parse(line: bytes, stdin: BinaryIO) -> Any:
     try:
-        return json.loads(line)
+        return _decode(line.decode("utf-8", "surrogatepass"))
     except ValueError:
         # one call per process, written over several lines: the rest of stdin is the call
         return json.loads(line + stdin.read())
@@ -137,6 +141,7 @@ def serve(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
     """Runs the loop on the given binary streams, one call at a time; returns the exit status."""
     real_stdout = sys.stdout
     sys.stdout = sys.stderr
+    _out.set(stdout)
     try:
         while True:
             line = stdin.readline()
@@ -159,7 +164,6 @@ def serve(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
                 return 0
             call_id = call.pop("id")
             _call_id.set(str(call_id))
-            _out.set(stdout)
             reply = dict(_call_handle(handle, call))
             reply["id"] = call_id
             _write(stdout, reply)
@@ -266,7 +270,7 @@ async def _one_call(handle: Handler, call: Dict[str, Any]) -> Any:
 
 
 def _write(stdout: BinaryIO, reply: Reply) -> None:
-    line = json.dumps(reply, separators=(",", ":")).encode() + b"\n"
+    line = _encode(reply).encode() + b"\n"
     with _write_lock:
         stdout.write(line)
         stdout.flush()
