@@ -16,6 +16,7 @@
 //!   expected  calls in flight (the new batch included) / rate
 //!   window    expected <= ceiling             1.25 x expected, within floor .. ceiling
 //!             half of them within ceiling     ceiling
+//!             no call of a hold ended yet     ceiling (the functions may be starting)
 //!             else, or no rate yet            floor (waiting longer would win little)
 //! ```
 //!
@@ -83,7 +84,9 @@ impl Paces {
             state.2
         };
         let Some(rate) = rate.filter(|r| r.is_finite() && *r > 0.0) else {
-            return self.floor;
+            // no call of a hold has ended yet (the worker has just started, its functions may
+            // be starting too): wait up to the ceiling rather than pay twice for every call
+            return if self.replies.load(Ordering::Relaxed) == 0 { self.ceiling } else { self.floor };
         };
         let (floor, ceiling) = (self.floor.as_secs_f64(), self.ceiling.as_secs_f64());
         let expected = in_flight as f64 / rate;
@@ -111,11 +114,14 @@ mod tests {
     }
 
     #[test]
-    fn the_window_is_the_floor_until_a_rate_is_measured() {
+    fn the_window_is_the_ceiling_until_a_call_ends_then_the_floor_until_a_rate_is_measured() {
         let paces = Paces::new(20 * MS, 200 * MS);
         let start = Instant::now();
-        assert_eq!(paces.window(1000, start), 20 * MS);
-        // less than SPAN_MIN later: nothing measured yet
+        // nothing has ended yet: the functions may still be starting
+        assert_eq!(paces.window(1000, start), 200 * MS);
+        assert_eq!(paces.window(1000, start + 50 * MS), 200 * MS);
+        // calls end, less than SPAN_MIN after the last measure: no rate yet
+        let paces = Paces::new(20 * MS, 200 * MS);
         replies(&paces, 100);
         assert_eq!(paces.window(1000, start + 5 * MS), 20 * MS);
     }
