@@ -607,22 +607,22 @@ async fn a_call_sent_ahead_times_out_from_when_its_instance_begins_it() {
     }
 }
 
-/// A call of `sleep` seconds on the one instance, and three calls sent ahead behind it: the long
-/// call, the pid running it, and the calls behind it (claimed, running).
+/// A call of `sleep` seconds on the one instance, and three calls sent ahead behind it, in this
+/// order: the long call, the pid running it, and the calls behind it (claimed, running). Each is
+/// created once the one before is claimed: calls claimed together start in any order.
 async fn calls_behind(db: &TestDb, setup: &Setup, sleep: f64) -> (TaskId, i32, Vec<TaskId>) {
     let long = create(db, "warmy", json!({"sleep": sleep})).await;
     wait_until(Duration::from_secs(30), "the long call running", || async { !setup.marked("busy").is_empty() }).await;
     let busy = *setup.marked("busy").iter().next().unwrap();
-    let behind =
-        api::create_tasks(&db.conn().await, "warmy", &vec![NewTask::with_context(json!({})); 3]).await.unwrap();
-    wait_until(Duration::from_secs(30), "the calls behind it claimed", || async {
-        let mut running = 0;
-        for id in &behind {
-            running += usize::from(get(db, id).await.status == TaskStatus::Running);
-        }
-        running == behind.len()
-    })
-    .await;
+    let mut behind = Vec::new();
+    for _ in 0..3 {
+        let id = create(db, "warmy", json!({})).await;
+        wait_until(Duration::from_secs(30), "the call behind it claimed", || async {
+            get(db, &id).await.status == TaskStatus::Running
+        })
+        .await;
+        behind.push(id);
+    }
     (long, busy, behind)
 }
 
