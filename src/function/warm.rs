@@ -53,7 +53,7 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 /// The longest back-off.
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long the exit status of an instance that closed its stdout is waited for.
-pub(super) const EXIT_AFTER_EOF: Duration = Duration::from_secs(1);
+const EXIT_AFTER_EOF: Duration = Duration::from_secs(1);
 /// How long the last stderr lines of a failed instance are waited for.
 pub(super) const STDERR_AFTER_EXIT: Duration = Duration::from_millis(500);
 
@@ -76,6 +76,18 @@ pub struct WarmOptions {
     pub max_reply: usize,
     /// How long an idle instance is kept.
     pub idle_stop: Duration,
+}
+
+impl WarmOptions {
+    /// Calls one instance is given at once: `concurrency`, or with one at a time the call it
+    /// serves and those sent ahead.
+    pub(super) fn per_instance(&self) -> usize {
+        if self.concurrency == 1 {
+            1 + self.send_ahead
+        } else {
+            self.concurrency
+        }
+    }
 }
 
 /// A function served by long-lived processes of one command.
@@ -219,8 +231,7 @@ impl WarmFunction {
     ) -> Self {
         let options =
             WarmOptions { instances: options.instances.max(1), concurrency: options.concurrency.max(1), ..options };
-        let per_instance = if options.concurrency == 1 { 1 + options.send_ahead } else { options.concurrency };
-        let slots_total = options.instances.saturating_mul(per_instance);
+        let slots_total = options.instances.saturating_mul(options.per_instance());
         let slots = Arc::new(Semaphore::new(slots_total));
         WarmFunction {
             pool: Arc::new(Pool {
@@ -527,14 +538,9 @@ impl Instance {
                 self.guard.kill();
                 format!("the function broke the protocol: {why}")
             }
-            Broken::Closed => match tokio::time::timeout(EXIT_AFTER_EOF, self.child.wait()).await {
-                Ok(Ok(status)) => format!("the function's instance exited ({})", exit_text(&status)),
-                _ => "the function's instance closed its stdout".to_string(),
-            },
+            Broken::Closed => closed_text(self.child.wait()).await,
         };
-        // the stderr reader may still be taking the last lines in (not waited for long: a
-        // process that left the group may hold the pipe open)
-        let _ = tokio::time::timeout(STDERR_AFTER_EXIT, &mut self.stderr_reader).await;
+        last_stderr(&mut self.stderr_reader).await;
         let stderr = tail(&self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner()));
         if stderr.is_empty() {
             why
@@ -557,6 +563,23 @@ impl Instance {
         }
         drop(guard);
     }
+}
+
+/// Why an instance closed its stdout: its exit status (`exited`), when it comes within
+/// [`EXIT_AFTER_EOF`].
+pub(super) async fn closed_text(
+    exited: impl std::future::Future<Output = std::io::Result<std::process::ExitStatus>>,
+) -> String {
+    match tokio::time::timeout(EXIT_AFTER_EOF, exited).await {
+        Ok(Ok(status)) => format!("the function's instance exited ({})", exit_text(&status)),
+        _ => "the function's instance closed its stdout".to_string(),
+    }
+}
+
+/// Lets the stderr reader take the last lines of an instance that ended in (not waited for long:
+/// a process that left the group may hold the pipe open).
+pub(super) async fn last_stderr(reader: &mut tokio::task::JoinHandle<()>) {
+    let _ = tokio::time::timeout(STDERR_AFTER_EXIT, reader).await;
 }
 
 /// Reads up to the next newline (not included), at most `limit` bytes.

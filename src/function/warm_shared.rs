@@ -43,10 +43,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::process::{exit_text, tail, GroupGuard};
-use super::warm::{
-    read_line, Broken, CallLine, InFlight, Instance, Pool, EXIT_AFTER_EOF, RETIRE_GRACE, STDERR_AFTER_EXIT,
-};
+use super::process::{tail, GroupGuard};
+use super::warm::{closed_text, last_stderr, read_line, Broken, CallLine, InFlight, Instance, Pool, RETIRE_GRACE};
 use super::{StageCall, StageReply};
 
 /// How long a function has to answer a call it was told to cancel before its instance is killed.
@@ -272,14 +270,8 @@ async fn read_replies(shared: Arc<Shared>, stdout: BufReader<ChildStdout>, limit
         let line = match read_line(&mut stdout, limit).await {
             Ok(line) => line,
             Err(Broken::Closed) => {
-                let exited = async { shared.child.lock().await.wait().await };
-                let why = match tokio::time::timeout(EXIT_AFTER_EOF, exited).await {
-                    Ok(Ok(status)) => format!("the function's instance exited ({})", exit_text(&status)),
-                    _ => "the function's instance closed its stdout".to_string(),
-                };
-                // its last stderr lines (not waited for long: a process that left the group may
-                // hold the pipe open)
-                let _ = tokio::time::timeout(STDERR_AFTER_EXIT, &mut *shared.stderr_reader.lock().await).await;
+                let why = closed_text(async { shared.child.lock().await.wait().await }).await;
+                last_stderr(&mut *shared.stderr_reader.lock().await).await;
                 shared.broke(&why);
                 return;
             }
@@ -470,7 +462,7 @@ async fn pick(
     call: &StageCall,
 ) -> Result<Arc<Shared>, String> {
     let ordered = pool.options.concurrency == 1;
-    let room = if ordered { 1 + pool.options.send_ahead } else { pool.options.concurrency };
+    let room = pool.options.per_instance();
     let mut waiter = Some(waiter);
     loop {
         let wait = {
