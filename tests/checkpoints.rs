@@ -345,7 +345,7 @@ async fn a_warm_python_step_survives_a_failure_through_a_real_worker_on_the_data
     let result = task.result.unwrap();
     assert_eq!(result["receipt"], json!({"receipt": "r-1"}));
     assert_eq!(result["context"], json!({"order": 7, "_steps": {"charge": {"receipt": "r-1"}}}));
-    assert_eq!(task.attempt, 2, "the first try failed after its checkpoint");
+    assert_eq!(task.attempt, 2, "the first try failed after its checkpoint: {:?}", task.schedule_log);
     assert_eq!(charges(&dir), 1, "the step ran once across the retry");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -412,7 +412,7 @@ async fn a_python_step_run_per_call_survives_a_failure_through_a_real_worker_on_
     assert_eq!(task.status, TaskStatus::Succeeded, "{task:?}");
     let result = task.result.unwrap();
     assert_eq!(result["context"], json!({"order": 7, "_steps": {"charge": {"receipt": "r-1"}}}));
-    assert_eq!(task.attempt, 2, "the first try failed after its checkpoint");
+    assert_eq!(task.attempt, 2, "the first try failed after its checkpoint: {:?}", task.schedule_log);
     assert_eq!(charges(&dir), 1, "the step ran once across the retry");
     let _ = std::fs::remove_dir_all(&dir);
 }
