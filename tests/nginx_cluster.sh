@@ -119,10 +119,15 @@ fi
 [ -x "$BIN" ] || fail "no asyncflow binary at $BIN"
 
 USED_PORTS=" "
+# Ports below the kernel's ephemeral range: the tests running beside this one bind port 0 and
+# open client connections, and either may take a port of that range between the look below and
+# the bind of the process it is for (a server once failed with "Address already in use").
+read -r EPHEMERAL_LOW _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LOW=32768
+[ "$EPHEMERAL_LOW" -gt 12000 ] 2>/dev/null || EPHEMERAL_LOW=32768
 free_port() {
   local port
   for _ in $(seq 200); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
     case $USED_PORTS in *" $port "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       USED_PORTS="$USED_PORTS$port "
