@@ -112,9 +112,9 @@ CREATE TABLE asyncflow.task_types (
 );
 
 CREATE FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 5 lines, sha256 7b967cfbcc035c47
+    AS -- body: 7 lines, sha256 0fabe7c520b65648
 
 CREATE FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) RETURNS record
     LANGUAGE sql STABLE

@@ -27,13 +27,17 @@ $$;
 -- concurrency, or with fair_queues a queue_concurrency or a key's own limit), which a held task
 -- is not yet; not under a rate limit, the type's or its keys' (its claims spend the allowance);
 -- and not when a pipeline watches its table (the workflow trigger follows running tasks).
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, so its query was planned
+-- again at every call (about 0.1 ms, each hold's); PL/pgSQL keeps the plans for the session.
 create or replace function asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) returns boolean
-language sql stable set search_path = pg_catalog, pg_temp as $$
-  select p_type.concurrency is null and not p_type.rate_limited
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
+begin
+  return p_type.concurrency is null and not p_type.rate_limited
     and not (p_type.fair_queues and (p_type.queue_concurrency is not null or p_type.queue_rate_limited
              or exists (select 1 from asyncflow.queue_limits l where l.task_type = p_type.task_type)))
     and not exists (select 1 from pg_catalog.pg_trigger g
-                    where g.tgrelid = p_tasks and g.tgname = 'tg_tasks__workflow')
+                    where g.tgrelid = p_tasks and g.tgname = 'tg_tasks__workflow');
+end
 $$;
 
 -- hold_timeout: a worker that stops answering (and so never ends its hold) loses its locks
