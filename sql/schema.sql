@@ -317,6 +317,11 @@ CREATE FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time z
     SET jit TO 'off'
     AS -- body: 125 lines, sha256 689bda1676827877
 
+CREATE FUNCTION asyncflow.fail_unreadable(p_task_type text, p_shard integer, p_id bigint, p_why text, p_now timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS -- body: 23 lines, sha256 093b924a626319bb
+
 CREATE TABLE asyncflow.tasks (
     task_type text NOT NULL,
     shard integer NOT NULL,
@@ -1781,6 +1786,8 @@ REVOKE ALL ON FUNCTION asyncflow.expire_waits(p_now timestamp with time zone, p_
 
 REVOKE ALL ON FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.explain_task(task_id text, p_now timestamp with time zone) TO asyncflow_client;
+
+REVOKE ALL ON FUNCTION asyncflow.fail_unreadable(p_task_type text, p_shard integer, p_id bigint, p_why text, p_now timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.filter_tasks(p_filter jsonb, p_statuses asyncflow.task_status[], p_plain_only boolean, p_after text, p_limit integer, p_newest boolean) FROM PUBLIC;
 

@@ -40,6 +40,39 @@ begin
 end
 $$;
 
+-- fail_unreadable: a held task whose context no worker could read (p_why, from
+-- asyncflow.unreadable) fails for good in the hold's transaction, as a claim fails it: the try
+-- and the claim counted, p_why its last error, its parent's join told, the type's counters
+-- moved. True, and the hold leaves the task out of its answer. With p_why null (a readable
+-- context) it changes nothing and answers false. A hold calls it only for such a row.
+create or replace function asyncflow.fail_unreadable(p_task_type text, p_shard integer, p_id bigint, p_why text,
+  p_now timestamptz) returns boolean
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+  v_parent text;
+begin
+  if p_why is null then
+    return false;
+  end if;
+  update asyncflow.tasks t set status = 'failed', attempt = t.attempt + 1,
+    claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = p_now, last_error = p_why,
+    finished_at = p_now, updated_at = p_now
+  where t.task_type = p_task_type and t.shard = p_shard and t.id = p_id and t.status = 'pending'
+  returning t.parent_id into v_parent;
+  if found then
+    if v_parent is not null then
+      perform asyncflow.count_child_ends(array[v_parent]);
+    end if;
+    insert into asyncflow.type_counters as k (task_type, slot, failed, in_pending, in_failed)
+    values (p_task_type, pg_backend_pid() % 16, 1, -1, 1)
+    on conflict (task_type, slot) do update set failed = k.failed + excluded.failed,
+      in_pending = k.in_pending + excluded.in_pending, in_failed = k.in_failed + excluded.in_failed;
+  end if;
+  -- left out of the hold's answer either way: no worker gets a context it cannot read
+  return true;
+end
+$$;
+
 -- hold_timeout: a worker that stops answering (and so never ends its hold) loses its locks
 -- after 60 s idle in the hold's transaction; a shorter limit set on the server stays.
 create or replace function asyncflow.hold_timeout() returns void
