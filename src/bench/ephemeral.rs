@@ -158,7 +158,7 @@ fn write_function(folder: &Path, name: &str, port: u16) -> Result<()> {
 /// `asyncflow worker --exit-when-idle` (this program) for `name` on `url`, with `extra` options,
 /// its output kept.
 fn worker(folder: &Path, url: &str, name: &str, extra: &[&str]) -> Result<tokio::process::Child> {
-    super::dropin::worker_command(folder, url, name, WORKER_CONCURRENCY)?
+    super::dropin::worker_command(folder, url, name, WORKER_CONCURRENCY, super::dropin::Maintenance::Off)?
         .args(extra)
         // the route is the one given here, not one this process was started with
         .env_remove("ASYNCFLOW_LISTEN_URL")

@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::dropin::{python, run_worker, write_python_package};
+use super::dropin::{python, run_worker, write_python_package, Maintenance};
 use super::{load, median, BenchArgs, Figure, Progress};
 use crate::db::{api, DbPool};
 use crate::error::{Error, Result};
@@ -112,7 +112,7 @@ pub(super) async fn run(
         load::queue(pool, &name, tasks, None).await?;
         api::bench_checkpoint(&pool.get().await?).await?;
         let started = Instant::now();
-        let summary = run_worker(&functions, &folder.root, url, &name, concurrency).await?;
+        let summary = run_worker(&functions, &folder.root, url, &name, concurrency, Maintenance::Off).await?;
         let seconds = started.elapsed().as_secs_f64();
         let done = serde_json::from_str::<serde_json::Value>(&summary).ok().and_then(|s| s["succeeded"].as_u64());
         if done != Some(tasks as u64) {
