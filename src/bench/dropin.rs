@@ -282,31 +282,32 @@ pub(super) fn worker_command(
     concurrency: usize,
     maintenance: Maintenance,
 ) -> Result<tokio::process::Command> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
-    let mut cmd = tokio::process::Command::new(exe);
+    let mut cmd = this_program(url)?;
     cmd.arg("worker");
     if maintenance == Maintenance::Off {
         cmd.arg("--no-maintenance");
     }
-    cmd.args(["--exit-when-idle", "--functions"])
-        .arg(functions)
-        .args(["--types", name, "--concurrency", &concurrency.to_string()])
-        .env("DATABASE_URL", url)
-        .env("ASYNCFLOW_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+    cmd.args(["--exit-when-idle", "--functions"]).arg(functions).args([
+        "--types",
+        name,
+        "--concurrency",
+        &concurrency.to_string(),
+    ]);
+    Ok(cmd)
+}
+
+/// This program, to be given its arguments, on `url`, logging warnings only, killed when dropped.
+fn this_program(url: &str) -> Result<tokio::process::Command> {
+    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.env("DATABASE_URL", url).env("ASYNCFLOW_LOG", "warn").stdin(std::process::Stdio::null()).kill_on_drop(true);
     Ok(cmd)
 }
 
 /// `asyncflow maintain --once` (this program) on `url`: one pass of every maintenance service.
 async fn maintain_once(url: &str) -> Result<()> {
-    let exe = std::env::current_exe().map_err(|e| Error::Config(format!("this program's path: {e}")))?;
-    let out = tokio::process::Command::new(exe)
+    let out = this_program(url)?
         .args(["maintain", "--once"])
-        .env("DATABASE_URL", url)
-        .env("ASYNCFLOW_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| Error::Config(format!("starting asyncflow maintain --once: {e}")))?;
