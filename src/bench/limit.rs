@@ -12,7 +12,7 @@
 //!
 //! Both run in turn, three times each (which goes first alternates), each after a checkpoint;
 //! the figures are medians: rates, the machine's and this process's CPU per task, and the WAL
-//! the server wrote per task (`pg_stat_wal`).
+//! the server wrote per task (its WAL position before and after).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

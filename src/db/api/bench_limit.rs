@@ -66,9 +66,13 @@ pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64)
     c.execute(&stmt, &[&owner, &ids, &shards]).await.map_err(Error::from_db)
 }
 
-/// The server's WAL written so far, in bytes (`pg_stat_wal`, PostgreSQL 14 and later).
+/// The server's WAL position, in bytes from the start: the difference of two readings is what
+/// every session of the server wrote between them. Not `pg_stat_wal`: a backend adds its own
+/// WAL there only when it flushes its statistics (at most once a second, when idle), so a
+/// reading taken just after a phase misses part of that phase's WAL and counts part of the one
+/// before.
 pub async fn bench_wal_bytes<C: GenericClient>(c: &C) -> Result<f64> {
-    let row = query_one(c, "select wal_bytes::float8 as b from pg_stat_wal", &[]).await?;
+    let row = query_one(c, "select pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8 as b", &[]).await?;
     get(&row, "b")
 }
 
