@@ -76,6 +76,10 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
         "limit_burndown",
         "limit_wal",
         "limit_burndown_wal",
+        "limit3",
+        "limit3_burndown",
+        "limit3_wal",
+        "limit3_burndown_wal",
         "burndown",
         "burndown3",
         "chained3",
@@ -147,6 +151,17 @@ async fn the_bench_command_runs_every_phase_and_writes_results_and_a_chart() {
     for key in ["fair_1", "fair_100", "fair_300", "burndown3", "chained3"] {
         assert_eq!(figure(key)["ratio_to"], "1-stage burn-down", "{key}");
     }
+    // the 3-stage physical limit is compared with the 1-stage one of the same run, and the 3-stage
+    // burn-down with it; three durable row changes per task write more WAL than one
+    assert_eq!(figure("limit3")["ratio_to"], "limit");
+    assert_eq!(figure("limit3_burndown")["ratio_to"], "3-stage limit");
+    let wal = |key: &str| figure(key)["value"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        wal("limit_wal") > 0.0 && wal("limit3_wal") > wal("limit_wal"),
+        "{} {}",
+        figure("limit_wal"),
+        figure("limit3_wal")
+    );
     // tasks waiting for events: the burn-down beside them against the one in an empty type,
     // send_event against create_task, both of the same phase
     assert_eq!(figure("events_burn_beside")["ratio_to"], "the burn-down in an empty type");

@@ -57,7 +57,7 @@ pub struct BenchArgs {
     /// Tasks filled before the dashboard phase's second timing (90 % finished, 10 % pending).
     #[arg(long, default_value_t = 10_000_000)]
     pub dashboard_tasks: i64,
-    /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, limit, burndown,
+    /// Only these phases (comma-separated: update, insert, enqueue, parts, bulk, limit, limit3, burndown,
     /// burndown3, chained3, fair, events, wake, aging, drop, dashboard, children, dropin, dropin3,
     /// waiters, packages, idle, wake_pgbouncer, ephemeral).
     #[arg(long, value_delimiter = ',')]

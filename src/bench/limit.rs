@@ -29,6 +29,10 @@ const ROUNDS: usize = 3;
 /// The burn-down's claim size (the bench types' schedule_limit).
 const BATCH: i64 = 1000;
 
+/// The stages a 3-stage bench task goes through after its first (the type's initial stage), as
+/// the burn-down's no-op function names them (load.rs): the second, and the last.
+const STAGES_3: (&str, &str) = ("s2", "s3");
+
 /// One measured run.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -51,8 +55,9 @@ fn medians(runs: &[Run]) -> Run {
     }
 }
 
-/// The baseline on `connections` connections until no ready row is left.
-async fn limit_run(pool: &DbPool, tasks: u64, connections: usize) -> Result<Run> {
+/// The baseline on `connections` connections until no ready row is left: every task written
+/// finished in one stage, or through the 3-stage burn-down's stages ([`STAGES_3`]).
+async fn limit_run(pool: &DbPool, tasks: u64, connections: usize, stages: u32) -> Result<Run> {
     api::bench_checkpoint(&pool.get().await?).await?;
     let wal_before = api::bench_wal_bytes(&pool.get().await?).await?;
     let done = Arc::new(AtomicU64::new(0));
@@ -66,12 +71,18 @@ async fn limit_run(pool: &DbPool, tasks: u64, connections: usize) -> Result<Run>
             let mut c = pool.get().await?;
             loop {
                 let tx = c.transaction().await.map_err(Error::from_db)?;
-                let changed = api::bench_limit_batch(&tx, &owner, BATCH).await?;
+                let (changed, ended) = if stages == 1 {
+                    let changed = api::bench_limit_batch(&tx, &owner, BATCH).await?;
+                    (changed, changed)
+                } else {
+                    let (second, last) = STAGES_3;
+                    api::bench_limit_batch_staged(&tx, &owner, BATCH, second, last).await?
+                };
                 tx.commit().await.map_err(Error::from_db)?;
                 if changed == 0 {
                     return Ok::<(), Error>(());
                 }
-                done.fetch_add(changed, Ordering::Relaxed);
+                done.fetch_add(ended, Ordering::Relaxed);
             }
         }));
     }
@@ -88,26 +99,30 @@ async fn limit_run(pool: &DbPool, tasks: u64, connections: usize) -> Result<Run>
     Ok(Run { rate: finished as f64 / elapsed, cpu, wal_per_task: wal / finished as f64 })
 }
 
-/// The 1-stage burn-down of the queued `name`, with the WAL it wrote.
-async fn burn_run(pool: &DbPool, url: &str, name: &str, tasks: usize, concurrency: usize) -> Result<Run> {
+/// The burn-down of `stages` stages of the queued `name`, with the WAL it wrote.
+async fn burn_run(pool: &DbPool, url: &str, name: &str, tasks: usize, stages: u32, concurrency: usize) -> Result<Run> {
     // burn_down checkpoints first: what is written from here on is the burn-down's (and the
     // checkpoint's own record)
     let wal_before = api::bench_wal_bytes(&pool.get().await?).await?;
-    let timed = load::burn_down(pool, url, name, tasks, 1, concurrency).await?;
+    let timed = load::burn_down(pool, url, name, tasks, stages, concurrency).await?;
     let wal = api::bench_wal_bytes(&pool.get().await?).await? - wal_before;
     Ok(Run { rate: timed.rate, cpu: timed.cpu, wal_per_task: wal / tasks as f64 })
 }
 
-/// Runs the baseline and the burn-down in turn; their figures, the burn-down's as a fraction
-/// of the baseline with the bar `>= 0.6 x`.
+/// Runs the baseline and the burn-down of `stages` stages (1 or 3) in turn; their figures, the
+/// burn-down's as a fraction of the baseline (for 1 stage with the bar `>= 0.6 x`). A 3-stage
+/// baseline is also given as a fraction of the 1-stage one when that ran (`limit1`): how much
+/// of the 1-stage rate three durable stage changes per task leave at best.
 pub(super) async fn run(
     pool: &DbPool,
     url: &str,
     tasks: usize,
     concurrency: usize,
+    stages: u32,
     update: Option<f64>,
+    limit1: Option<f64>,
 ) -> Result<Vec<Figure>> {
-    let name = "bench_limit";
+    let name = if stages == 1 { "bench_limit" } else { "bench_limit3" };
     let connections = concurrency.div_ceil(BATCH as usize).clamp(1, 16);
     let (mut limits, mut burns) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
@@ -115,9 +130,9 @@ pub(super) async fn run(
         let copied = api::bench_limit_prepare(&pool.get().await?, name).await?;
         for limit_first in [round % 2 == 0, round % 2 == 1] {
             if limit_first {
-                limits.push(limit_run(pool, copied as u64, connections).await?);
+                limits.push(limit_run(pool, copied as u64, connections, stages).await?);
             } else {
-                burns.push(burn_run(pool, url, name, tasks, concurrency).await?);
+                burns.push(burn_run(pool, url, name, tasks, stages, concurrency).await?);
             }
         }
         super::aging::clear(pool, name).await?;
@@ -128,21 +143,47 @@ pub(super) async fn run(
         (Some(m), Some(o)) => format!("{:.1}", m - o),
         _ => "?".into(),
     };
+    if stages == 1 {
+        let limit_name = format!(
+            "physical limit: lock {BATCH} ready rows + write them finished, {connections} conns (median of {ROUNDS}; server {} us/task)",
+            server(&limit)
+        );
+        let burn_name = format!(
+            "burn-down: 1-stage, in turn with the limit (median of {ROUNDS}; server {} us/task)",
+            server(&burn)
+        );
+        let pass = burn.rate >= 0.6 * limit.rate;
+        return Ok(vec![
+            Figure::new("limit", &limit_name, limit.rate, "tasks/s").ratio(update, "UPDATE").cpu(limit.cpu),
+            Figure::new("limit_burndown", &burn_name, burn.rate, "tasks/s")
+                .ratio(Some(limit.rate), "limit")
+                .bar(">= 0.6 x physical limit", Some(pass))
+                .cpu(burn.cpu),
+            Figure::new("limit_wal", "physical limit: WAL per task", limit.wal_per_task, "bytes"),
+            Figure::new("limit_burndown_wal", "burn-down: WAL per task", burn.wal_per_task, "bytes")
+                .ratio(Some(limit.wal_per_task), "limit's WAL"),
+        ]);
+    }
     let limit_name = format!(
-        "physical limit: lock {BATCH} ready rows + write them finished, {connections} conns (median of {ROUNDS}; server {} us/task)",
+        "physical limit, 3 stages: {stages} times lock {BATCH} ready rows + write their next stage (median of {ROUNDS}; server {} us/task)",
         server(&limit)
     );
-    let burn_name =
-        format!("burn-down: 1-stage, in turn with the limit (median of {ROUNDS}; server {} us/task)", server(&burn));
-    let pass = burn.rate >= 0.6 * limit.rate;
+    let limit_fig = Figure::new("limit3", &limit_name, limit.rate, "tasks/s");
+    let limit_fig = match limit1 {
+        Some(l1) => limit_fig.ratio(Some(l1), "limit"),
+        None => limit_fig.ratio(update, "UPDATE"),
+    };
+    let burn_name = format!(
+        "burn-down: 3-stage, in turn with the 3-stage limit (median of {ROUNDS}; server {} us/task)",
+        server(&burn)
+    );
     Ok(vec![
-        Figure::new("limit", &limit_name, limit.rate, "tasks/s").ratio(update, "UPDATE").cpu(limit.cpu),
-        Figure::new("limit_burndown", &burn_name, burn.rate, "tasks/s")
-            .ratio(Some(limit.rate), "limit")
-            .bar(">= 0.6 x physical limit", Some(pass))
+        limit_fig.cpu(limit.cpu),
+        Figure::new("limit3_burndown", &burn_name, burn.rate, "tasks/s")
+            .ratio(Some(limit.rate), "3-stage limit")
             .cpu(burn.cpu),
-        Figure::new("limit_wal", "physical limit: WAL per task", limit.wal_per_task, "bytes"),
-        Figure::new("limit_burndown_wal", "burn-down: WAL per task", burn.wal_per_task, "bytes")
-            .ratio(Some(limit.wal_per_task), "limit's WAL"),
+        Figure::new("limit3_wal", "physical limit, 3 stages: WAL per task", limit.wal_per_task, "bytes"),
+        Figure::new("limit3_burndown_wal", "burn-down, 3-stage: WAL per task", burn.wal_per_task, "bytes")
+            .ratio(Some(limit.wal_per_task), "3-stage limit's WAL"),
     ])
 }

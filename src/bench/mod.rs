@@ -17,6 +17,9 @@
 //!   limit            the physical-limit baseline: the cheapest SQL that makes a burn-down's state
 //!                    change (lock a batch of ready rows, write them finished, durable commit), in
 //!                    turn with the 1-stage burn-down (see limit.rs)
+//!   limit3           the same for a 3-stage task (each stage call a durable row change: lock,
+//!                    write the next stage, or finished after the last), in turn with the 3-stage
+//!                    burn-down
 //!   burndown(3)      pre-queued no-op tasks worked to the end by the real worker (Rust function);
 //!                    the 1-stage figure is the median of three runs
 //!   fair             the 1-stage burn-down in a type with fair_queues, its tasks spread over
@@ -89,13 +92,14 @@ use crate::db::{self, api, DbPool};
 use crate::error::{Error, Result};
 
 /// The phases, in running order.
-pub const PHASES: [&str; 23] = [
+pub const PHASES: [&str; 24] = [
     "update",
     "insert",
     "enqueue",
     "parts",
     "bulk",
     "limit",
+    "limit3",
     "burndown",
     "burndown3",
     "chained3",
@@ -344,7 +348,12 @@ async fn run_phases(pool: &DbPool, url: &str, args: &BenchArgs) -> Result<BenchR
     }
     if wants(args, "limit") {
         progress.phase("physical limit: the cheapest SQL of a burn-down, in turn with the burn-down");
-        figures.extend(limit::run(pool, url, args.tasks, args.concurrency, update).await?);
+        figures.extend(limit::run(pool, url, args.tasks, args.concurrency, 1, update, None).await?);
+    }
+    if wants(args, "limit3") {
+        progress.phase("physical limit, 3 stages: the cheapest SQL of a 3-stage burn-down, in turn with it");
+        let limit1 = figures.iter().find(|f| f.key == "limit").map(|f| f.value);
+        figures.extend(limit::run(pool, url, args.tasks, args.concurrency, 3, update, limit1).await?);
     }
     if wants(args, "burndown") {
         progress.phase("burn-down: 1-stage");

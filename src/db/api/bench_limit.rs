@@ -66,6 +66,61 @@ pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64)
     c.execute(&stmt, &[&owner, &ids, &shards]).await.map_err(Error::from_db)
 }
 
+/// One batch of the 3-stage baseline, in the caller's transaction: up to `limit` ready rows
+/// locked as in [`bench_limit_batch`], then each written as the 3-stage burn-down's stage call
+/// leaves it: a row at `last` ends succeeded; any other goes on to its next stage (`second`
+/// after the first, `last` after `second`), pending, ready now at the back of the queue, its
+/// try reset, a new claim_seq and one schedule-log entry appended, as an advance writes them.
+/// The rows changed and, of them, those that ended.
+pub async fn bench_limit_batch_staged<C: GenericClient>(
+    c: &C,
+    owner: &str,
+    limit: i64,
+    second: &str,
+    last: &str,
+) -> Result<(u64, u64)> {
+    let rows = query(
+        c,
+        "select id, shard from asyncflow_bench.limit_tasks where status = 'pending' and order_time <= now() \
+         order by order_time limit $1 for update skip locked",
+        &[&limit],
+    )
+    .await?;
+    if rows.is_empty() {
+        return Ok((0, 0));
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut shards = Vec::with_capacity(rows.len());
+    for r in &rows {
+        ids.push(get::<i64>(r, "id")?);
+        shards.push(get::<i32>(r, "shard")?);
+    }
+    let stmt = c
+        .prepare_cached(
+            "with u as ( \
+               update asyncflow_bench.limit_tasks t set \
+                 status = (case when t.stage = $5 then 'succeeded' else 'pending' end)::asyncflow.task_status, \
+                 stage = case when t.stage = $5 then t.stage when t.stage = $4 then $5 else $4 end, \
+                 attempt = case when t.stage = $5 then t.attempt + 1 else 0 end, claim_seq = t.claim_seq + 1, \
+                 owner = case when t.stage = $5 then $1 end, claimed_at = now(), \
+                 order_time = case when t.stage = $5 then t.order_time else clock_timestamp() end, \
+                 schedule_log = case when t.stage = $5 then t.schedule_log else coalesce(t.schedule_log, '[]') \
+                   || jsonb_build_object('worker', $1::text, 'start', now(), 'outcome', 'advance', \
+                        'stage', t.stage, 'attempt', t.attempt + 1, 'cost_ms', 0) end, \
+                 result = case when t.stage = $5 then 'null'::jsonb else t.result end, \
+                 finished_at = case when t.stage = $5 then clock_timestamp() end, updated_at = clock_timestamp() \
+               from unnest($2::bigint[], $3::integer[]) u(id, shard) where t.id = u.id and t.shard = u.shard \
+               returning t.status) \
+             select count(*) as changed, count(*) filter (where status = 'succeeded') as ended from u",
+        )
+        .await
+        .map_err(Error::from_db)?;
+    let row = c.query_one(&stmt, &[&owner, &ids, &shards, &second, &last]).await.map_err(Error::from_db)?;
+    let changed: i64 = get(&row, "changed")?;
+    let ended: i64 = get(&row, "ended")?;
+    Ok((changed.max(0) as u64, ended.max(0) as u64))
+}
+
 /// The server's WAL position, in bytes from the start: the difference of two readings is what
 /// every session of the server wrote between them. Not `pg_stat_wal`: a backend adds its own
 /// WAL there only when it flushes its statistics (at most once a second, when idle), so a
