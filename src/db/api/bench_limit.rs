@@ -33,11 +33,10 @@ pub async fn bench_limit_prepare<C: GenericClient>(c: &C, task_type: &str) -> Re
     get(&row, "n")
 }
 
-/// One batch of the baseline, in the caller's transaction: up to `limit` ready rows locked in
-/// order_time order (FOR UPDATE SKIP LOCKED, as a claim takes them), then written as a
-/// finished burn-down leaves them (succeeded, its try counted, a new claim_seq, the worker,
-/// the claim's and the finish's times, a result), one statement each. The rows changed.
-pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64) -> Result<u64> {
+/// Locks up to `limit` ready rows of the baseline's table in order_time order (FOR UPDATE SKIP
+/// LOCKED, as a claim takes them), in the caller's transaction: their ids and shards, None when
+/// none is ready.
+async fn lock_ready<C: GenericClient>(c: &C, limit: i64) -> Result<Option<(Vec<i64>, Vec<i32>)>> {
     let rows = query(
         c,
         "select id, shard from asyncflow_bench.limit_tasks where status = 'pending' and order_time <= now() \
@@ -46,7 +45,7 @@ pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64)
     )
     .await?;
     if rows.is_empty() {
-        return Ok(0);
+        return Ok(None);
     }
     let mut ids = Vec::with_capacity(rows.len());
     let mut shards = Vec::with_capacity(rows.len());
@@ -54,6 +53,15 @@ pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64)
         ids.push(get::<i64>(r, "id")?);
         shards.push(get::<i32>(r, "shard")?);
     }
+    Ok(Some((ids, shards)))
+}
+
+/// One batch of the baseline, in the caller's transaction: up to `limit` ready rows locked
+/// ([`lock_ready`]), then written as a finished burn-down leaves them (succeeded, its try
+/// counted, a new claim_seq, the worker, the claim's and the finish's times, a result), one
+/// statement each. The rows changed.
+pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64) -> Result<u64> {
+    let Some((ids, shards)) = lock_ready(c, limit).await? else { return Ok(0) };
     let stmt = c
         .prepare_cached(
             "update asyncflow_bench.limit_tasks t set status = 'succeeded', attempt = t.attempt + 1, \
@@ -67,7 +75,7 @@ pub async fn bench_limit_batch<C: GenericClient>(c: &C, owner: &str, limit: i64)
 }
 
 /// One batch of the 3-stage baseline, in the caller's transaction: up to `limit` ready rows
-/// locked as in [`bench_limit_batch`], then each written as the 3-stage burn-down's stage call
+/// locked ([`lock_ready`]), then each written as the 3-stage burn-down's stage call
 /// leaves it: a row at `last` ends succeeded; any other goes on to its next stage (`second`
 /// after the first, `last` after `second`), pending, ready now at the back of the queue, its
 /// try reset, a new claim_seq and one schedule-log entry appended, as an advance writes them.
@@ -79,22 +87,7 @@ pub async fn bench_limit_batch_staged<C: GenericClient>(
     second: &str,
     last: &str,
 ) -> Result<(u64, u64)> {
-    let rows = query(
-        c,
-        "select id, shard from asyncflow_bench.limit_tasks where status = 'pending' and order_time <= now() \
-         order by order_time limit $1 for update skip locked",
-        &[&limit],
-    )
-    .await?;
-    if rows.is_empty() {
-        return Ok((0, 0));
-    }
-    let mut ids = Vec::with_capacity(rows.len());
-    let mut shards = Vec::with_capacity(rows.len());
-    for r in &rows {
-        ids.push(get::<i64>(r, "id")?);
-        shards.push(get::<i32>(r, "shard")?);
-    }
+    let Some((ids, shards)) = lock_ready(c, limit).await? else { return Ok((0, 0)) };
     let stmt = c
         .prepare_cached(
             "with u as ( \
