@@ -65,7 +65,7 @@ declare
   v_got integer := 0;
   v_probes integer := 0;
   v_unreadable integer;
-  v_failed integer := 0;
+  v_failed integer := 0; --@claim
   -- keys with due tasks, found from the ready index after a walk that found none
   v_due_keys text[];
   v_due_heads timestamptz[];
@@ -247,15 +247,7 @@ begin
         where coalesce(cand.room, v_per_key) > 0
         order by p.turn, cand.ord
         limit v_limit - v_got
-      ), failed as ( --@hold
-        -- a context no worker could read fails the task for good, in the hold's transaction, as --@hold
-        -- hold.sql does (the finish, never told of it, leaves it failed) --@hold
-        update asyncflow.{{tasks}} t set status = 'failed', attempt = t.attempt + 1, --@hold
-          claim_seq = asyncflow.next_claim_seq(t.claim_seq), claimed_at = v_now, last_error = picked.unreadable, --@hold
-          finished_at = v_now, updated_at = v_now --@hold
-        from picked where picked.unreadable is not null and t.shard = picked.shard and t.id = picked.id --@hold
-        returning t.id, t.parent_id --@hold
-      ), {{> child_ends rows = failed; ended = true}}, claimed as ( --@hold
+      ), claimed as ( --@hold
       ), claimed as ( --@claim
         update asyncflow.{{tasks}} t set --@claim
           -- a context no worker could read fails the task for good here, as in claim_plain.sql --@claim
@@ -270,8 +262,11 @@ begin
         where t.shard = picked.shard and t.id = picked.id --@claim
         returning row({{> claimed_task t = t}})::asyncflow.claimed_task --@claim
           as task, picked.k, picked.ord, picked.turn, t.id, picked.unreadable, t.parent_id --@claim
-        -- locked, not updated: the values the claim will have when the finish writes it (picked) --@hold
+        -- locked, not updated: the values the claim will have when the finish writes it (picked); --@hold
+        -- a context no worker could read fails the task for good, in the hold's transaction, as --@hold
+        -- in hold.sql (asyncflow.fail_unreadable, which counts it; the finish leaves it failed) --@hold
         select p.task, p.k, p.ord, p.turn, p.id, p.unreadable from picked p --@hold
+        where p.unreadable is null or not asyncflow.fail_unreadable(v_task_type, p.shard, p.id, p.unreadable, v_now) --@hold
       ) --@hold
       ), {{> child_ends rows = claimed; ended = c.unreadable is not null}} --@claim
       select array_agg(c.task order by c.turn, c.ord) filter (where c.unreadable is null),
@@ -279,7 +274,7 @@ begin
         array_agg(c.id) filter (where c.unreadable is null), count(*) filter (where c.unreadable is not null)
       into v_claimed, v_claimed_keys, v_claimed_ids, v_unreadable
       from claimed c;
-      v_failed := v_failed + v_unreadable;
+      v_failed := v_failed + v_unreadable; --@claim
       -- a held task is still pending, and this transaction's own locks do not hide it from the --@hold
       -- next round's picks --@hold
       v_held_ids := v_held_ids || coalesce(v_claimed_ids, '{}'); --@hold
@@ -343,13 +338,12 @@ begin
   if v_type.rate_limited then
     perform asyncflow.rate_spend(v_task_type, v_got);
   end if;
-  -- claimed tasks are counted here by a claim, at the finish for a hold; failed ones here by both
+  -- a claim counts its claimed and failed tasks here; a hold's are counted by its finish, and its
+  -- failures by asyncflow.fail_unreadable
   if v_got > 0 or v_failed > 0 then --@claim
-  if v_failed > 0 then --@hold
-    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed)
+    insert into asyncflow.type_counters as k (task_type, slot, claimed, failed, in_pending, in_running, in_failed) --@claim
     values (v_task_type, pg_backend_pid() % 16, v_got, v_failed, -(v_got + v_failed), v_got, v_failed) --@claim
-    values (v_task_type, pg_backend_pid() % 16, 0, v_failed, -v_failed, 0, v_failed) --@hold
-    {{> add_counts}};
-  end if;
+    {{> add_counts}}; --@claim
+  end if; --@claim
 end
 $body$;
