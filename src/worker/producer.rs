@@ -118,12 +118,8 @@ pub(super) async fn run(
                 shared.check_budget();
                 for (index, task) in tasks.into_iter().enumerate() {
                     let Some(permit) = permits.split(1) else { break };
-                    let shared2 = shared.clone();
-                    let reg = registered.clone();
                     let held = hold.as_ref().map(|h| (h.clone(), index));
-                    // boxed: the call's future is about 4 KB, and spawning it unboxed copied it
-                    // whole at each move (about 1 µs of the worker's CPU per task)
-                    shared.tracker.spawn(Box::pin(executor::run(shared2, reg, task, lease_secs, permit, held)));
+                    executor::spawn(&shared, &registered, task, lease_secs, permit, held);
                 }
                 if permits.num_permits() > 0 {
                     // Unused slots go back: producers of other types may be waiting for one.
@@ -357,14 +353,7 @@ async fn wait_on_server(
         match permit {
             Some(permit) => {
                 started += 1;
-                shared.tracker.spawn(Box::pin(executor::run(
-                    shared.clone(),
-                    registered.clone(),
-                    task,
-                    lease_secs,
-                    permit,
-                    None,
-                )));
+                executor::spawn(&shared, &registered, task, lease_secs, permit, None);
             }
             None => handed_back.push(super::report(&task.task_id, task.claim_seq, ReportKind::Release, None)),
         }
