@@ -310,7 +310,9 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, every: Duration, stop: C
             let shortest = inflight.values().map(|f| f.lease_secs).min();
             let due = inflight
                 .iter()
-                .filter(|(_, f)| !f.hold.as_ref().is_some_and(|h| h.is_open()))
+                // not while its hold's finish is under way: the row is still pending there, and a
+                // heartbeat that read it so would be refused and the call abandoned
+                .filter(|(_, f)| f.hold.as_ref().is_none_or(|h| h.has_ended()))
                 .map(|(k, f)| (k, f, f.progress.newer_than(f.progress_sent)))
                 .filter(|(_, f, progress)| progress.is_some() || extension_due(f.lease_until, f.lease_secs, now))
                 .map(|(k, f, progress)| (k.clone(), f.claim_seq, progress))

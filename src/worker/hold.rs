@@ -178,9 +178,10 @@ impl Hold {
         }
     }
 
-    /// Whether the hold is still open (its tasks are pending and locked, not yet claimed).
-    pub(super) fn is_open(&self) -> bool {
-        self.lock().open
+    /// Whether the hold's finish is over (committed or failed): until then its tasks' rows are
+    /// still this hold's, pending and locked, even after it stopped taking replies.
+    pub(super) fn has_ended(&self) -> bool {
+        self.outcome.borrow().is_some()
     }
 
     /// Whether a call of the hold that replies "advance" may have its next stage run at once:
