@@ -73,49 +73,6 @@ CREATE FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 38 lines, sha256 374d95897e4dc039
 
-CREATE TABLE asyncflow.task_types (
-    task_type text NOT NULL,
-    schedule_limit integer DEFAULT 100 NOT NULL,
-    schedule_interval double precision DEFAULT 5 NOT NULL,
-    max_processing_time integer DEFAULT 300 NOT NULL,
-    max_retry_num integer DEFAULT 3 NOT NULL,
-    max_retry_interval integer DEFAULT 60 NOT NULL,
-    shard_max_rows bigint DEFAULT 5000000 NOT NULL,
-    retention integer DEFAULT 604800 NOT NULL,
-    concurrency integer,
-    paused boolean DEFAULT false NOT NULL,
-    initial_stage text DEFAULT 'start'::text NOT NULL,
-    id_seq regclass NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    fair_queues boolean DEFAULT false NOT NULL,
-    queue_concurrency integer,
-    rate_limited boolean DEFAULT false NOT NULL,
-    queue_rate_limited boolean DEFAULT false NOT NULL,
-    queue_max_starts integer,
-    queue_rate_period double precision,
-    speculative_chaining boolean DEFAULT false NOT NULL,
-    CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
-    CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
-    CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
-    CONSTRAINT task_types_max_retry_interval_check CHECK (((max_retry_interval >= '-31536000'::integer) AND (max_retry_interval <= 31536000))),
-    CONSTRAINT task_types_max_retry_num_check CHECK (((max_retry_num >= 0) AND (max_retry_num <= 1000))),
-    CONSTRAINT task_types_name_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
-    CONSTRAINT task_types_queue_concurrency_check CHECK (((queue_concurrency >= 1) AND (queue_concurrency <= 1000000))),
-    CONSTRAINT task_types_queue_max_starts_check CHECK (((queue_max_starts >= 1) AND (queue_max_starts <= 1000000))),
-    CONSTRAINT task_types_queue_rate_check CHECK (((queue_max_starts IS NULL) = (queue_rate_period IS NULL))),
-    CONSTRAINT task_types_queue_rate_period_check CHECK (((queue_rate_period >= (0.001)::double precision) AND (queue_rate_period <= (86400)::double precision))),
-    CONSTRAINT task_types_retention_check CHECK (((retention >= 0) AND (retention <= 315360000))),
-    CONSTRAINT task_types_schedule_interval_check CHECK (((schedule_interval >= (0.01)::double precision) AND (schedule_interval <= (86400)::double precision))),
-    CONSTRAINT task_types_schedule_limit_check CHECK (((schedule_limit >= 1) AND (schedule_limit <= 10000))),
-    CONSTRAINT task_types_shard_max_rows_check CHECK (((shard_max_rows >= 10) AND (shard_max_rows <= '1000000000000'::bigint)))
-);
-
-CREATE FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) RETURNS boolean
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 7 lines, sha256 0fabe7c520b65648
-
 CREATE FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) RETURNS record
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -288,6 +245,44 @@ CREATE FUNCTION asyncflow.end_waits(p_task_type text, p_shards integer[], p_ids 
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 13 lines, sha256 ad3e8e872c38972b
 
+CREATE TABLE asyncflow.task_types (
+    task_type text NOT NULL,
+    schedule_limit integer DEFAULT 100 NOT NULL,
+    schedule_interval double precision DEFAULT 5 NOT NULL,
+    max_processing_time integer DEFAULT 300 NOT NULL,
+    max_retry_num integer DEFAULT 3 NOT NULL,
+    max_retry_interval integer DEFAULT 60 NOT NULL,
+    shard_max_rows bigint DEFAULT 5000000 NOT NULL,
+    retention integer DEFAULT 604800 NOT NULL,
+    concurrency integer,
+    paused boolean DEFAULT false NOT NULL,
+    initial_stage text DEFAULT 'start'::text NOT NULL,
+    id_seq regclass NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    fair_queues boolean DEFAULT false NOT NULL,
+    queue_concurrency integer,
+    rate_limited boolean DEFAULT false NOT NULL,
+    queue_rate_limited boolean DEFAULT false NOT NULL,
+    queue_max_starts integer,
+    queue_rate_period double precision,
+    speculative_chaining boolean DEFAULT false NOT NULL,
+    CONSTRAINT task_types_concurrency_check CHECK (((concurrency >= 1) AND (concurrency <= 1000000))),
+    CONSTRAINT task_types_initial_stage_check CHECK ((initial_stage ~ '^[A-Za-z0-9_.:/-]{1,64}$'::text)),
+    CONSTRAINT task_types_max_processing_time_check CHECK (((max_processing_time >= 1) AND (max_processing_time <= 31536000))),
+    CONSTRAINT task_types_max_retry_interval_check CHECK (((max_retry_interval >= '-31536000'::integer) AND (max_retry_interval <= 31536000))),
+    CONSTRAINT task_types_max_retry_num_check CHECK (((max_retry_num >= 0) AND (max_retry_num <= 1000))),
+    CONSTRAINT task_types_name_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,39}$'::text)),
+    CONSTRAINT task_types_queue_concurrency_check CHECK (((queue_concurrency >= 1) AND (queue_concurrency <= 1000000))),
+    CONSTRAINT task_types_queue_max_starts_check CHECK (((queue_max_starts >= 1) AND (queue_max_starts <= 1000000))),
+    CONSTRAINT task_types_queue_rate_check CHECK (((queue_max_starts IS NULL) = (queue_rate_period IS NULL))),
+    CONSTRAINT task_types_queue_rate_period_check CHECK (((queue_rate_period >= (0.001)::double precision) AND (queue_rate_period <= (86400)::double precision))),
+    CONSTRAINT task_types_retention_check CHECK (((retention >= 0) AND (retention <= 315360000))),
+    CONSTRAINT task_types_schedule_interval_check CHECK (((schedule_interval >= (0.01)::double precision) AND (schedule_interval <= (86400)::double precision))),
+    CONSTRAINT task_types_schedule_limit_check CHECK (((schedule_limit >= 1) AND (schedule_limit <= 10000))),
+    CONSTRAINT task_types_shard_max_rows_check CHECK (((shard_max_rows >= 10) AND (shard_max_rows <= '1000000000000'::bigint)))
+);
+
 CREATE FUNCTION asyncflow.enqueue_task_type(p_task_type text) RETURNS asyncflow.task_types
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -410,11 +405,6 @@ CREATE FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) RETURNS TAB
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS -- body: 11 lines, sha256 1174748af564e350
-
-CREATE FUNCTION asyncflow.hold_timeout() RETURNS void
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 5 lines, sha256 d072f6f7dd2a71dd
 
 CREATE FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) RETURNS text[]
     LANGUAGE plpgsql
@@ -1688,8 +1678,6 @@ REVOKE ALL ON FUNCTION asyncflow.append_logs(p_log jsonb, p_entries jsonb) FROM 
 REVOKE ALL ON FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean, p_limit integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.bulk_change_tasks(p_action text, p_filter jsonb, p_dry_run boolean, p_limit integer, p_now timestamp with time zone) TO asyncflow_client;
 
-REVOKE ALL ON FUNCTION asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) FROM PUBLIC;
-
 REVOKE ALL ON FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.can_maintain(OUT ok boolean, OUT denied text[]) TO asyncflow_client;
 
@@ -1816,8 +1804,6 @@ GRANT ALL ON FUNCTION asyncflow.heartbeat_worker(p_id text, p_host text, p_pid i
 
 REVOKE ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) FROM PUBLIC;
 GRANT ALL ON FUNCTION asyncflow.held_tasks(p_task_type text, p_owner text) TO asyncflow_worker;
-
-REVOKE ALL ON FUNCTION asyncflow.hold_timeout() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION asyncflow.insert_tasks(p_task_type text, p_tasks jsonb, p_now timestamp with time zone, p_single boolean) FROM PUBLIC;
 

@@ -22,23 +22,12 @@ begin
 end
 $$;
 
--- can_hold: whether a type's tasks may be claimed as a hold (row locks, not updated, until the
--- calls end; see templates/hold.sql). Not when its claims count running tasks (the type's
--- concurrency, or with fair_queues a queue_concurrency or a key's own limit), which a held task
--- is not yet; not under a rate limit, the type's or its keys' (its claims spend the allowance);
--- and not when a pipeline watches its table (the workflow trigger follows running tasks).
--- PL/pgSQL, not SQL: a SQL function with a SET clause is never inlined, so its query was planned
--- again at every call (about 0.1 ms, each hold's); PL/pgSQL keeps the plans for the session.
-create or replace function asyncflow.can_hold(p_type asyncflow.task_types, p_tasks regclass) returns boolean
-language plpgsql stable set search_path = pg_catalog, pg_temp as $$
-begin
-  return p_type.concurrency is null and not p_type.rate_limited
-    and not (p_type.fair_queues and (p_type.queue_concurrency is not null or p_type.queue_rate_limited
-             or exists (select 1 from asyncflow.queue_limits l where l.task_type = p_type.task_type)))
-    and not exists (select 1 from pg_catalog.pg_trigger g
-                    where g.tgrelid = p_tasks and g.tgname = 'tg_tasks__workflow');
-end
-$$;
+-- can_hold and hold_timeout, which holds called, are written out in
+-- templates/fragments/hold_start.sql (a call of each, with its SET search_path, cost a hold on an
+-- idle connection more than its statements): a database migrated before loses them here, in the
+-- transaction that makes the types' holds again without them.
+drop function if exists asyncflow.can_hold(asyncflow.task_types, regclass);
+drop function if exists asyncflow.hold_timeout();
 
 -- fail_unreadable: a held task whose context no worker could read (p_why, from
 -- asyncflow.unreadable) fails for good in the hold's transaction, as a claim fails it: the try
@@ -70,17 +59,6 @@ begin
   end if;
   -- left out of the hold's answer either way: no worker gets a context it cannot read
   return true;
-end
-$$;
-
--- hold_timeout: a worker that stops answering (and so never ends its hold) loses its locks
--- after 60 s idle in the hold's transaction; a shorter limit set on the server stays.
-create or replace function asyncflow.hold_timeout() returns void
-language plpgsql set search_path = pg_catalog, pg_temp as $$
-begin
-  if current_setting('idle_in_transaction_session_timeout') = '0' then
-    perform set_config('idle_in_transaction_session_timeout', '60s', true);
-  end if;
 end
 $$;
 

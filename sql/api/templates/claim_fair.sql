@@ -74,11 +74,7 @@ declare
   v_rate_allows integer[];
 begin
 {{> claim_start}}
-  if not asyncflow.can_hold(v_type, 'asyncflow.{{tasks}}'::regclass) then --@hold
-    return query select c.*, false from asyncflow.{{claim}}(p_owner, p_limit) c; --@hold
-    return; --@hold
-  end if; --@hold
-  perform asyncflow.hold_timeout(); --@hold
+{{> hold_start}} --@hold
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
 {{> claim_limit}}
   perform set_config('synchronous_commit', 'off', true); --@claim

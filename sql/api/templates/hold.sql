@@ -12,7 +12,7 @@
 -- the worker dies, the transaction rolls back: the tasks are ready again at once and the try is
 -- not counted. Types under a concurrency limit (which counts running rows) or a rate limit, or
 -- watched by a pipeline (whose trigger follows running tasks) are claimed with type_claim__
--- instead, and say so (held = false): see asyncflow.can_hold. A type with fair_queues has its
+-- instead, and say so (held = false): see fragments/hold_start.sql. A type with fair_queues has its
 -- hold rendered from claim_fair.sql instead of this file.
 -- Placeholders: {{hold}} this function, {{claim}} the type's claim, {{tasks}}, {{task_type}}.
 create or replace function asyncflow.{{hold}}(p_owner text, p_limit integer)
@@ -27,11 +27,7 @@ declare
   v_lease_until timestamptz;
 begin
 {{> claim_start}}
-  if not asyncflow.can_hold(v_type, 'asyncflow.{{tasks}}'::regclass) then
-    return query select c.*, false from asyncflow.{{claim}}(p_owner, p_limit) c;
-    return;
-  end if;
-  perform asyncflow.hold_timeout();
+{{> hold_start}}
   v_lease_until := v_now + make_interval(secs => v_type.max_processing_time);
   -- One plain statement, no data-modifying CTE beside it: such a CTE is set up at every call, and
   -- with its three (the failure, its parent's join, the counters) the hold of 1,000 tasks took
