@@ -129,6 +129,15 @@ pub(super) async fn run(
                 if full {
                     continue;
                 }
+                if !got_none {
+                    // Fewer than asked for: this producer goes on to ask when the next task is due
+                    // (a round trip) and to wait. Spawned calls would wait for that await: the
+                    // last one in this thread's next-task slot, the others for a thread to steal
+                    // them. Yielding first starts them now: an idle worker's woken call started
+                    // about 35 µs sooner (`asyncflow bench --only wake`). A full claim claims
+                    // again at once, its calls taken up by the other threads meanwhile.
+                    tokio::task::yield_now().await;
+                }
             }
             Err(e) => {
                 shared.unreserve(want);
