@@ -76,7 +76,9 @@ begin
     -- completions: the next stage starts only from a durable one, whatever the server's setting
     perform asyncflow.commit_durably();
   end if;
-  if p_passed is null and p_outcomes <@ array['succeed'] then
+  -- passed: null, or null for every task (as the worker sends it when no call went on to a next
+  -- stage); array_remove is one pass in C over the array
+  if (p_passed is null or cardinality(array_remove(p_passed, null)) = 0) and p_outcomes <@ array['succeed'] then
     -- Successes only, none chained (every finish of a one-stage burn-down whose calls all
     -- replied in the window): the general statement's effects, counters and answers, without
     -- its choices between outcomes and its checks of chained stages (a third of its time).
