@@ -23,9 +23,9 @@ use crate::function::{Checkpoints, StageCall, StageReply};
 use crate::task::{ClaimedTask, ReportKind};
 use crate::trace::CallSpans;
 
-/// Starts [`run`] for `task` on the worker's task tracker. Boxed: the call's future is about
-/// 4 KB, and spawned unboxed it was copied whole at each move (about 1 µs of the worker's CPU
-/// per task).
+/// Starts [`run`] for `task` on the worker's task tracker. Boxed: spawned unboxed, the call's
+/// future (about 1.6 KB, 4 KB before it was made smaller) was copied whole at each move (about
+/// 1 µs of the worker's CPU per task).
 #[inline]
 pub(super) fn spawn(
     shared: &Arc<Shared>,
@@ -38,144 +38,153 @@ pub(super) fn spawn(
     shared.tracker.spawn(Box::pin(run(shared.clone(), registered.clone(), task, lease_secs, permit, hold)));
 }
 
-async fn run(
+/// One task's call (or chain of calls) and its reply's report. A function that returns its
+/// future rather than an `async fn`, which would keep each argument twice in the future (as given
+/// and as its local): the future is allocated and written for every call, and its size is CPU.
+fn run(
     shared: Arc<Shared>,
     registered: Registered,
-    task: ClaimedTask,
+    mut task: ClaimedTask,
     lease_secs: i64,
     permit: OwnedSemaphorePermit,
     hold: Option<(Arc<Hold>, usize)>,
-) {
-    let (task_id, claim_seq, lease_until) = (task.task_id.clone(), task.claim_seq, task.lease_until);
-    let task_type = task.task_type.clone();
-    let mut call_log = CallLog::from(&task);
-    let key = task_id.to_string();
-    let lost = match &hold {
-        Some((hold, index)) => hold.lost_token(*index),
-        None => CancellationToken::new(),
-    };
-    let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
-    let progress = crate::function::Progress::default();
-    {
-        let mut inflight = shared.lock_inflight();
-        if inflight.is_empty() {
-            // the heartbeater waits for a first call (see next_check)
-            shared.started.notify_one();
-        }
-        inflight.insert(
-            key.clone(),
-            InFlight {
-                generation,
-                hold: hold.as_ref().map(|(h, _)| h.clone()),
-                claim_seq,
-                lease_until,
-                lease_secs,
-                lost: lost.clone(),
-                progress: progress.clone(),
-                progress_sent: 0,
-            },
-        );
-    }
-
-    // With the type's speculative_chaining, while the hold is open, an advance may run its next
-    // stage at once (see hold::Hold::chain), before the advance is committed: the task's next
-    // call is made from this one, so a copy is kept beforehand. Without it (the default), the
-    // next stage is claimed anew once the hold's finish has durably committed the advance.
-    let mut task = task;
-    let mut passes = 0;
-    let (kind, report_span) = loop {
-        let chain_from = match &hold {
-            Some((h, _)) if passes < CHAIN_MAX && shared.context_limit() > 0 && h.may_chain() => {
-                Some((task.clone(), h.elapsed()))
-            }
-            _ => None,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    async move {
+        let (task_id, claim_seq, lease_until) = (task.task_id.clone(), task.claim_seq, task.lease_until);
+        let task_type = task.task_type.clone();
+        let mut call_log = CallLog::from(&task);
+        let key = task_id.to_string();
+        let lost = match &hold {
+            Some((hold, index)) => hold.lost_token(*index),
+            None => CancellationToken::new(),
         };
-        // with traces exported, the function continues the stage span, else the enqueue's context
-        let spans = CallSpans::start(&task);
-        let mut stage_call = StageCall::from(task);
-        stage_call.progress = progress.clone();
-        stage_call.checkpoints = checkpoints(&shared, &task_id, claim_seq);
-        match &spans {
-            Some(spans) => stage_call.traceparent = Some(spans.traceparent()),
-            None => stage_call.traceparent = stage_call.traceparent.filter(|t| crate::trace::is_traceparent(t)),
+        let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let progress = crate::function::Progress::default();
+        {
+            let mut inflight = shared.lock_inflight();
+            if inflight.is_empty() {
+                // the heartbeater waits for a first call (see next_check)
+                shared.started.notify_one();
+            }
+            inflight.insert(
+                key.clone(),
+                InFlight {
+                    generation,
+                    hold: hold.as_ref().map(|(h, _)| h.clone()),
+                    claim_seq,
+                    lease_until,
+                    lease_secs,
+                    lost: lost.clone(),
+                    progress: progress.clone(),
+                    progress_sent: 0,
+                },
+            );
         }
-        let kind = call_once(&shared, &registered, stage_call, &lost, &key).await;
-        let report_span = spans.map(|s| s.called(kind.as_ref()));
-        let chained = match (&hold, chain_from, kind) {
-            (Some((h, index)), Some((mut next, start)), Some(ReportKind::Advance { stage, context }))
-                if chainable(&stage, context.as_ref(), shared.context_limit()) =>
-            {
-                if h.chain(*index, &next.stage, start, &stage, context.as_ref()) {
-                    next.stage = stage;
-                    if let Some(context) = context {
-                        next.context = context;
+
+        // With the type's speculative_chaining, while the hold is open, an advance may run its next
+        // stage at once (see hold::Hold::chain), before the advance is committed: the task's next
+        // call is made from this one, so a copy is kept beforehand. Without it (the default), the
+        // next stage is claimed anew once the hold's finish has durably committed the advance.
+        let mut passes = 0;
+        let (kind, report_span) = loop {
+            let chain_from = match &hold {
+                Some((h, _)) if passes < CHAIN_MAX && shared.context_limit() > 0 && h.may_chain() => {
+                    // boxed: None but with speculative chaining, and it is kept across the call
+                    Some(Box::new((task.clone(), h.elapsed())))
+                }
+                _ => None,
+            };
+            // with traces exported, the function continues the stage span, else the enqueue's
+            // context (boxed: a span is about 500 bytes, kept across the call in this future)
+            let spans = CallSpans::start(&task).map(Box::new);
+            let mut stage_call = StageCall::from(task);
+            stage_call.progress = progress.clone();
+            stage_call.checkpoints = checkpoints(&shared, &task_id, claim_seq);
+            match &spans {
+                Some(spans) => stage_call.traceparent = Some(spans.traceparent()),
+                None => stage_call.traceparent = stage_call.traceparent.filter(|t| crate::trace::is_traceparent(t)),
+            }
+            let kind = call_once(&shared, &registered, stage_call, &lost, &key).await;
+            let report_span = spans.map(|s| Box::new(s.called(kind.as_ref())));
+            let chain_from = chain_from.map(|from| *from);
+            let chained = match (&hold, chain_from, kind) {
+                (Some((h, index)), Some((mut next, start)), Some(ReportKind::Advance { stage, context }))
+                    if chainable(&stage, context.as_ref(), shared.context_limit()) =>
+                {
+                    if h.chain(*index, &next.stage, start, &stage, context.as_ref()) {
+                        next.stage = stage;
+                        if let Some(context) = context {
+                            next.context = context;
+                        }
+                        next.attempt = 1;
+                        Ok(next)
+                    } else {
+                        Err(Some(ReportKind::Advance { stage, context }))
                     }
-                    next.attempt = 1;
-                    Ok(next)
-                } else {
-                    Err(Some(ReportKind::Advance { stage, context }))
                 }
+                (_, _, kind) => Err(kind),
+            };
+            match chained {
+                Ok(next) => {
+                    if let Some(span) = report_span {
+                        span.written("chained");
+                    }
+                    passes += 1;
+                    call_log = CallLog::from(&next);
+                    task = next;
+                }
+                Err(kind) => break (kind, report_span),
             }
-            (_, _, kind) => Err(kind),
         };
-        match chained {
-            Ok(next) => {
-                if let Some(span) = report_span {
-                    span.written("chained");
+        // The call's last progress, unless a heartbeat has already carried it: written with the reply,
+        // so a value reported just before the reply is not lost with the heartbeats that end here.
+        let last_progress = {
+            let mut inflight = shared.lock_inflight();
+            match inflight.get(&key) {
+                Some(f) if f.generation == generation => {
+                    let sent = f.progress_sent;
+                    inflight.remove(&key);
+                    progress.newer_than(sent).map(|(_, value)| value)
                 }
-                passes += 1;
-                call_log = CallLog::from(&next);
-                task = next;
+                _ => None,
             }
-            Err(kind) => break (kind, report_span),
-        }
-    };
-    // The call's last progress, unless a heartbeat has already carried it: written with the reply,
-    // so a value reported just before the reply is not lost with the heartbeats that end here.
-    let last_progress = {
-        let mut inflight = shared.lock_inflight();
-        match inflight.get(&key) {
-            Some(f) if f.generation == generation => {
-                let sent = f.progress_sent;
-                inflight.remove(&key);
-                progress.newer_than(sent).map(|(_, value)| value)
-            }
-            _ => None,
-        }
-    };
+        };
 
-    // A held claim's success or advance is written by the hold while it is open, which then
-    // also counts it and frees its slot; any other reply waits for the hold's end (the task is
-    // claimed then), and so does one with progress to write (the finish writes no progress).
-    let (kind, permit, answer) = match (hold, kind) {
-        (Some((hold, _)), Some(kind)) if last_progress.is_some() => (Some(kind), permit, hold.ended(&task_id).await),
-        (Some((hold, index)), Some(kind)) => match hold.take(index, kind, permit) {
-            Ok(()) => {
-                if let Some(span) = report_span {
-                    span.written("held");
-                }
-                return;
+        // A held claim's success or advance is written by the hold while it is open, which then
+        // also counts it and frees its slot; any other reply waits for the hold's end (the task is
+        // claimed then), and so does one with progress to write (the finish writes no progress).
+        let (kind, permit, answer) = match (hold, kind) {
+            (Some((hold, _)), Some(kind)) if last_progress.is_some() => {
+                (Some(kind), permit, Box::pin(hold.ended(&task_id)).await)
             }
-            Err((kind, permit)) => (Some(kind), permit, hold.ended(&task_id).await),
-        },
-        (Some((hold, _)), None) => (None, permit, hold.ended(&task_id).await),
-        (None, kind) => (kind, permit, Answer::Report),
-    };
-    let written = match (kind, answer) {
-        (Some(kind), Answer::Report) => {
-            report_reply(&shared, &task_id, claim_seq, &call_log, kind, last_progress).await
+            (Some((hold, index)), Some(kind)) => match hold.take(index, kind, permit) {
+                Ok(()) => {
+                    if let Some(span) = report_span {
+                        span.written("held");
+                    }
+                    return;
+                }
+                Err((kind, permit)) => (Some(kind), permit, Box::pin(hold.ended(&task_id)).await),
+            },
+            (Some((hold, _)), None) => (None, permit, Box::pin(hold.ended(&task_id)).await),
+            (None, kind) => (kind, permit, Answer::Report),
+        };
+        let written = match (kind, answer) {
+            (Some(kind), Answer::Report) => {
+                Box::pin(report_reply(&shared, &task_id, claim_seq, &call_log, kind, last_progress)).await
+            }
+            (Some(_), Answer::Lost) => {
+                tracing::debug!(task = %key, "held claim failed: the call's reply is dropped");
+                "dropped"
+            }
+            (None, _) => "none",
+        };
+        if let Some(span) = report_span {
+            span.written(written);
         }
-        (Some(_), Answer::Lost) => {
-            tracing::debug!(task = %key, "held claim failed: the call's reply is dropped");
-            "dropped"
-        }
-        (None, _) => "none",
-    };
-    if let Some(span) = report_span {
-        span.written(written);
+        drop(permit);
+        shared.calls_ended(&task_type, 1);
     }
-    drop(permit);
-    shared.calls_ended(&task_type, 1);
 }
 
 /// A call's checkpoints, written through the worker's backend under the call's claim.
@@ -188,42 +197,45 @@ fn checkpoints(shared: &Arc<Shared>, task_id: &crate::ids::TaskId, claim_seq: i6
 }
 
 /// Runs one stage call: its reply, a retryable failure if it panicked or overran its timeout,
-/// a release at the end of the shutdown grace, or None if the task was taken away.
-async fn call_once(
-    shared: &Shared,
-    registered: &Registered,
+/// a release at the end of the shutdown grace, or None if the task was taken away. The call's
+/// future is made before the returned one, which so keeps no copy of `stage_call`.
+fn call_once<'a>(
+    shared: &'a Shared,
+    registered: &'a Registered,
     stage_call: StageCall,
-    lost: &CancellationToken,
-    key: &str,
-) -> Option<ReportKind> {
+    lost: &'a CancellationToken,
+    key: &'a str,
+) -> impl std::future::Future<Output = Option<ReportKind>> + Send + 'a {
     // Polled here rather than spawned (a second task per call cost about a tenth of the
     // worker's CPU in a burn-down); dropping it abandons the call, and a panic is caught.
     // stops what the function started outside its future, however the call ends
     let cancel = stage_call.cancel.clone();
     let call = AssertUnwindSafe(registered.function.call(stage_call)).catch_unwind();
-    let timeout = async {
-        match registered.timeout {
-            Some(t) => tokio::time::sleep(t).await,
-            None => std::future::pending().await,
-        }
-    };
-    let kind = tokio::select! {
-        joined = call => match joined {
-            Ok(reply) => Some(reply.into_report()),
-            Err(panic) => Some(StageReply::fail(format!("the function panicked: {}", panic_text(panic))).into_report()),
-        },
-        _ = timeout => {
-            let secs = registered.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
-            Some(StageReply::fail(format!("timed out after {secs} s")).into_report())
-        }
-        _ = lost.cancelled() => {
-            tracing::warn!(task = %key, "task taken away (cancelled, or its lease lost): call stopped");
-            None
-        }
-        _ = shared.release.cancelled() => Some(ReportKind::Release),
-    };
-    cancel.cancel();
-    kind
+    async move {
+        let timeout = async {
+            match registered.timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let kind = tokio::select! {
+            joined = call => match joined {
+                Ok(reply) => Some(reply.into_report()),
+                Err(panic) => Some(StageReply::fail(format!("the function panicked: {}", panic_text(panic))).into_report()),
+            },
+            _ = timeout => {
+                let secs = registered.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
+                Some(StageReply::fail(format!("timed out after {secs} s")).into_report())
+            }
+            _ = lost.cancelled() => {
+                tracing::warn!(task = %key, "task taken away (cancelled, or its lease lost): call stopped");
+                None
+            }
+            _ = shared.release.cancelled() => Some(ReportKind::Release),
+        };
+        cancel.cancel();
+        kind
+    }
 }
 
 fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
