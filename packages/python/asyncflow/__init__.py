@@ -12,17 +12,16 @@
 - `asyncflow.http.Client`: the same calls against `asyncflow serve` (standard library only).
 - `asyncflow.function`: the loop of a function (`run`, `progress`; standard library only).
 
-The client names are loaded on first use, so that `import asyncflow.function` (and
-`asyncflow.http`) work without psycopg installed.
+The client names (and the task's) are loaded on first use, so that `import asyncflow.function`
+(and `asyncflow.http`) work without psycopg installed, and a function's process starts sooner.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._task import ENDED, Task, TaskNotFound, TaskTimeout
-
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; loaded lazily below
+    from ._task import ENDED, Task, TaskNotFound, TaskTimeout
     from .client import cancel, enqueue, enqueue_many, get_task, retry, send_event, wait
 
 __all__ = [
@@ -42,13 +41,14 @@ __all__ = [
 __version__ = "0.1.0"
 
 _CLIENT = {"cancel", "enqueue", "enqueue_many", "get_task", "retry", "send_event", "wait"}
+_TASK = {"ENDED", "Task", "TaskNotFound", "TaskTimeout"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _CLIENT:
-        from . import client
+    if name in _CLIENT or name in _TASK:
+        import importlib
 
-        value = getattr(client, name)
+        value = getattr(importlib.import_module(".client" if name in _CLIENT else "._task", __name__), name)
         globals()[name] = value  # looked up here once: the next use finds it directly
         return value
     raise AttributeError("module 'asyncflow' has no attribute %r" % name)

@@ -46,13 +46,13 @@ step(...)`, whether `fn` is async or not).
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import inspect
+import functools
 import json
 import sys
 import threading
-import traceback
+import types
+from collections.abc import Awaitable as _Awaitable
 from typing import Any, Awaitable, BinaryIO, Callable, Dict, Optional, Union
 
 __all__ = ["checkpoint", "progress", "run", "serve", "serve_async", "step", "PROGRESS_BYTES_MAX", "STEPS_KEY"]
@@ -89,6 +89,24 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 _write_lock = threading.Lock()
 
 
+def _isawaitable(value: Any) -> bool:
+    """inspect.isawaitable, without importing inspect (asyncio and inspect are imported only by
+    a handler that needs them: a warm instance or a forked call starts sooner)."""
+    return isinstance(value, _Awaitable) or (
+        isinstance(value, types.GeneratorType) and bool(value.gi_code.co_flags & 0x100)  # CO_ITERABLE_COROUTINE
+    )
+
+
+def _is_async_def(handle: Any) -> bool:
+    """inspect.iscoroutinefunction, without importing inspect: an `async def` function, also
+    behind functools.partial or as a bound method."""
+    while isinstance(handle, functools.partial):
+        handle = handle.func
+    handle = getattr(handle, "__func__", handle)
+    code = getattr(handle, "__code__", None)
+    return isinstance(code, types.CodeType) and bool(code.co_flags & 0x80)  # CO_COROUTINE
+
+
 def _new_progress_box() -> list:
     box: list = []
     _last_progress.set(box)
@@ -109,6 +127,8 @@ def _checked(reply: Any) -> Reply:
 
 
 def _failure(e: BaseException) -> Reply:
+    import traceback
+
     traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
     return {"error": "%s: %s" % (type(e).__name__, e), "retry": True}
 
@@ -118,7 +138,9 @@ def _call_handle(handle: Handler, call: Dict[str, Any]) -> Reply:
     box = _new_progress_box()
     try:
         reply = handle(call)
-        if type(reply) is not dict and inspect.isawaitable(reply):
+        if type(reply) is not dict and _isawaitable(reply):
+            import asyncio
+
             reply = asyncio.run(_awaited(reply))
     except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
         return _failure(e)
@@ -176,6 +198,8 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
 
     stdin is read by a thread (a pipe or a file alike), replies are written by the event loop.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[Optional[bytes]] = asyncio.Queue()
 
@@ -197,7 +221,7 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
         box = _new_progress_box()
         try:
             result = handle(call)
-            reply = _checked(await result if inspect.isawaitable(result) else result)
+            reply = _checked(await result if _isawaitable(result) else result)
             reply = _with_progress(reply, box)
         except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
             reply = _failure(e)
@@ -263,7 +287,7 @@ async def _one_call(handle: Handler, call: Dict[str, Any]) -> Any:
     box = _new_progress_box()
     try:
         result = handle(call)
-        reply = await result if inspect.isawaitable(result) else result
+        reply = await result if _isawaitable(result) else result
     except Exception as e:  # noqa: BLE001
         return _failure(e)
     return _with_progress(reply, box) if isinstance(reply, dict) else reply
@@ -326,7 +350,7 @@ def step(name: str, fn: Callable[[], Any]) -> Any:
     if name in done:
         return done[name]
     value = fn()
-    if inspect.isawaitable(value):
+    if _isawaitable(value):
         raise TypeError("step(%r): fn returned an awaitable in a plain def handler (make the handler async def)" % name)
     _keep_step(call, name, value)
     return value
@@ -337,7 +361,7 @@ async def _step_async(call: Dict[str, Any], name: str, fn: Callable[[], Any]) ->
     if name in done:
         return done[name]
     value = fn()
-    if inspect.isawaitable(value):
+    if _isawaitable(value):
         value = await value
     _keep_step(call, name, value)
     return value
@@ -379,7 +403,9 @@ def run(handle: Handler) -> None:
 
     An `async def` handler serves its calls concurrently (see the module's docs).
     """
-    if inspect.iscoroutinefunction(handle):
+    if _is_async_def(handle):
+        import asyncio
+
         status = asyncio.run(serve_async(handle, sys.stdin.buffer, sys.stdout.buffer))
     else:
         status = serve(handle, sys.stdin.buffer, sys.stdout.buffer)
