@@ -82,7 +82,9 @@ _out: contextvars.ContextVar[Optional[BinaryIO]] = contextvars.ContextVar("async
 # Whether the call is served by the asyncio loop (an async def handler): step() is awaited then.
 _in_async: contextvars.ContextVar[bool] = contextvars.ContextVar("asyncflow_in_async", default=False)
 # The JSON of the lines: made once (json.loads and json.dumps with options build them per call).
-_decode = json.JSONDecoder().decode
+_decoder = json.JSONDecoder()
+_decode = _decoder.decode
+_scan = _decoder.scan_once
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 # One line at a time on stdout, whichever thread writes it.
@@ -151,9 +153,22 @@ async def _awaited(value: Awaitable[Reply]) -> Reply:
     return await value
 
 
+def _line_value(line: bytes) -> Any:
+    """The JSON value of one line: json.loads, a third quicker for a line that is one value and
+    its newline (decode's two whitespace regexes are skipped; anything else takes decode)."""
+    text = line.decode("utf-8", "surrogatepass")
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, ValueError):
+        return _decode(text)
+    if end == len(text) or text[end:] in ("\n", "\r\n"):
+        return value
+    return _decode(text)
+
+
 def _parse(line: bytes, stdin: BinaryIO) -> Any:
     try:
-        return _decode(line.decode("utf-8", "surrogatepass"))
+        return _line_value(line)
     except ValueError:
         # one call per process, written over several lines: the rest of stdin is the call
         return json.loads(line + stdin.read())
@@ -245,7 +260,7 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
             if not line.strip():
                 continue
             try:
-                call = json.loads(line)
+                call = _line_value(line)
             except ValueError:
                 rest = []
                 while True:
