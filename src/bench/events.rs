@@ -118,6 +118,11 @@ pub(super) async fn run(
     })
     .await?;
     let create = load::enqueue_rate(pool, connections, duration).await?;
+    // the phases after this one (the dashboard, the idle workers' transactions above all) do
+    // not share the server with a million waiting tasks and their waits
+    for name in [WAITING_TYPE, EMPTY_TYPE] {
+        super::aging::clear(pool, name).await?;
+    }
     Ok(Events { waits, beside: median(beside)?, empty: median(empty)?, send, create })
 }
 

@@ -220,15 +220,16 @@ pub async fn bench_vacuum_analyze<C: GenericClient>(c: &C, task_type: &str) -> R
     c.batch_execute(&format!("vacuum analyze asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)
 }
 
-/// Empties a type's partition set, and its status counts with it.
+/// Empties a type's partition set, and its waits and status counts with it.
 pub async fn bench_truncate<C: GenericClient>(c: &C, task_type: &str) -> Result<()> {
     let ty = TypeName::new(task_type)?;
     c.batch_execute(&format!("truncate asyncflow.\"tasks_{}\"", ty.as_str())).await.map_err(Error::from_db)?;
     query(c, "delete from asyncflow.status_deltas where task_type = $1", &[&task_type]).await?;
+    query(c, "delete from asyncflow.waits where task_type = $1", &[&task_type]).await?;
     query(
         c,
         "update asyncflow.type_counters set in_pending = 0, in_running = 0, in_succeeded = 0, in_failed = 0, \
-         in_cancelled = 0 where task_type = $1",
+         in_cancelled = 0, in_waiting = 0 where task_type = $1",
         &[&task_type],
     )
     .await
