@@ -66,26 +66,61 @@ PROGRESS_BYTES_MAX = 4096
 Reply = Dict[str, Any]
 Handler = Callable[[Dict[str, Any]], Union[Reply, Awaitable[Reply]]]
 
-# The id of the call being served in warm mode: a progress line names it, so that a line the
-# worker reads late is never taken for another call's. A context variable, so that each of the
-# concurrent calls of an async handler names its own.
-_call_id: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("asyncflow_call_id", default=None)
+_NO_PROGRESS = object()
 
-# The running call's last progress, sent again with its reply: a box of its own per call (empty:
-# none yet), in a context variable for the same reason.
-_last_progress: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("asyncflow_last_progress", default=None)
 
-# The call being served (its dict: checkpoint() changes its context) and the stream its
-# checkpoint lines go to (warm mode only), per call for the same reason.
-_call: contextvars.ContextVar[Optional[Dict[str, Any]]] = contextvars.ContextVar("asyncflow_call", default=None)
-_out: contextvars.ContextVar[Optional[BinaryIO]] = contextvars.ContextVar("asyncflow_out", default=None)
-# Whether the call is served by the asyncio loop (an async def handler): step() is awaited then.
-_in_async: contextvars.ContextVar[bool] = contextvars.ContextVar("asyncflow_in_async", default=False)
+class _Serving:
+    """The call being served, as progress(), checkpoint() and step() see it.
+
+    - call_id: its id in warm mode (None for one call per process): a progress line names it, so
+      that a line the worker reads late is never taken for another call's;
+    - call: its dict (checkpoint() changes its context);
+    - out: the stream its checkpoint lines go to (warm mode only);
+    - in_async: served by the asyncio loop (an async def handler): step() is awaited then;
+    - progress: its last progress, sent again with its reply (_NO_PROGRESS: none yet).
+    """
+
+    __slots__ = ("call_id", "call", "out", "in_async", "progress")
+
+    def __init__(self, call_id: Optional[str], call: Dict[str, Any], out: Optional[BinaryIO], in_async: bool) -> None:
+        self.call_id = call_id
+        self.call = call
+        self.out = out
+        self.in_async = in_async
+        self.progress: Any = _NO_PROGRESS
+
+
+# One context variable, set once per call, so that each of the concurrent calls of an async
+# handler has its own (a set costs about as much as a small object: one, not one per field).
+_serving: contextvars.ContextVar[Optional[_Serving]] = contextvars.ContextVar("asyncflow_serving", default=None)
+
 # The JSON of the lines: made once (json.loads and json.dumps with options build them per call).
 _decoder = json.JSONDecoder()
 _decode = _decoder.decode
 _scan = _decoder.scan_once
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_encode_checked = json.JSONEncoder(separators=(",", ":")).encode
+_encode_default = json.JSONEncoder().default
+try:
+    from json.encoder import c_make_encoder as _c_make_encoder, encode_basestring_ascii as _ascii
+except ImportError:  # pragma: no cover - an interpreter without the C accelerator
+    _c_make_encoder = None
+
+
+def _encode(value: Any) -> str:
+    """json.dumps(value, separators=(",", ":")): what JSONEncoder.encode runs (the C encoder,
+    made with a new memo of the containers seen, as encode makes it), without its Python steps
+    around it (about half its cost on a reply)."""
+    if _c_make_encoder is None:
+        return _encode_checked(value)
+    return "".join(_c_make_encoder({}, _encode_default, _ascii, None, ":", ",", False, False, True)(value, 0))
+
+
+try:
+    _PROBE = {"a": [1, 2.5, None, True, "\u00e9\n"], "b": {}}
+    if _encode(_PROBE) != _encode_checked(_PROBE):
+        raise TypeError("another output")
+except (TypeError, ValueError):  # pragma: no cover - an interpreter whose C encoder differs
+    _c_make_encoder = None
 
 # One line at a time on stdout, whichever thread writes it.
 _write_lock = threading.Lock()
@@ -109,16 +144,10 @@ def _is_async_def(handle: Any) -> bool:
     return isinstance(code, types.CodeType) and bool(code.co_flags & 0x80)  # CO_COROUTINE
 
 
-def _new_progress_box() -> list:
-    box: list = []
-    _last_progress.set(box)
-    return box
-
-
-def _with_progress(reply: Reply, box: list) -> Reply:
+def _with_progress(reply: Reply, serving: _Serving) -> Reply:
     """The call's last progress goes with its reply, unless the handler gave one itself."""
-    if box and "progress" not in reply:
-        return dict(reply, progress=box[-1])
+    if serving.progress is not _NO_PROGRESS and "progress" not in reply:
+        return dict(reply, progress=serving.progress)
     return reply
 
 
@@ -135,9 +164,9 @@ def _failure(e: BaseException) -> Reply:
     return {"error": "%s: %s" % (type(e).__name__, e), "retry": True}
 
 
-def _call_handle(handle: Handler, call: Dict[str, Any]) -> Reply:
-    _call.set(call)
-    box = _new_progress_box()
+def _call_handle(handle: Handler, call: Dict[str, Any], call_id: Optional[str], out: Optional[BinaryIO]) -> Reply:
+    serving = _Serving(call_id, call, out, False)
+    _serving.set(serving)
     try:
         reply = handle(call)
         if type(reply) is not dict and _isawaitable(reply):
@@ -146,7 +175,7 @@ def _call_handle(handle: Handler, call: Dict[str, Any]) -> Reply:
             reply = asyncio.run(_awaited(reply))
     except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
         return _failure(e)
-    return _with_progress(reply, box) if isinstance(reply, dict) else _checked(reply)
+    return _with_progress(reply, serving) if isinstance(reply, dict) else _checked(reply)
 
 
 async def _awaited(value: Awaitable[Reply]) -> Reply:
@@ -178,13 +207,12 @@ def serve(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
     """Runs the loop on the given binary streams, one call at a time; returns the exit status."""
     real_stdout = sys.stdout
     sys.stdout = sys.stderr
-    _out.set(stdout)
     try:
         while True:
             line = stdin.readline()
             if not line:
                 return 0
-            if not line.strip():
+            if line.isspace():
                 continue
             try:
                 call = _parse(line, stdin)
@@ -197,15 +225,15 @@ def serve(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
             if "cancel" in call and "task_id" not in call:
                 continue  # a call served here cannot be stopped halfway: the worker ends the process
             if "id" not in call:
-                _write(stdout, _call_handle(handle, call))
+                _write(stdout, _call_handle(handle, call, None, None))
                 return 0
             call_id = call.pop("id")
-            _call_id.set(str(call_id))
-            reply = dict(_call_handle(handle, call))
+            reply = dict(_call_handle(handle, call, str(call_id), stdout))
             reply["id"] = call_id
             _write(stdout, reply)
     finally:
         sys.stdout = real_stdout
+        _serving.set(None)  # no call is being served once the loop has returned
 
 
 async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int:
@@ -229,15 +257,12 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
     running: Dict[str, "asyncio.Task[None]"] = {}
 
     async def one(call_id: Any, call: Dict[str, Any]) -> None:
-        _call_id.set(str(call_id))
-        _call.set(call)
-        _out.set(stdout)
-        _in_async.set(True)
-        box = _new_progress_box()
+        serving = _Serving(str(call_id), call, stdout, True)
+        _serving.set(serving)
         try:
             result = handle(call)
             reply = _checked(await result if _isawaitable(result) else result)
-            reply = _with_progress(reply, box)
+            reply = _with_progress(reply, serving)
         except Exception as e:  # noqa: BLE001 - every failure of the handler is the call's failure
             reply = _failure(e)
         reply = dict(reply)
@@ -297,15 +322,14 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
 
 
 async def _one_call(handle: Handler, call: Dict[str, Any]) -> Any:
-    _call.set(call)
-    _in_async.set(True)
-    box = _new_progress_box()
+    serving = _Serving(None, call, None, True)
+    _serving.set(serving)
     try:
         result = handle(call)
         reply = await result if _isawaitable(result) else result
     except Exception as e:  # noqa: BLE001
         return _failure(e)
-    return _with_progress(reply, box) if isinstance(reply, dict) else reply
+    return _with_progress(reply, serving) if isinstance(reply, dict) else reply
 
 
 def _write(stdout: BinaryIO, reply: Reply) -> None:
@@ -327,15 +351,16 @@ def checkpoint(context: Dict[str, Any]) -> None:
     """
     if not isinstance(context, dict):
         raise TypeError("a checkpoint's context is a dict (a JSON object), not %s" % type(context).__name__)
-    call = _call.get()
-    if call is None:
+    serving = _serving.get()
+    if serving is None:
         raise RuntimeError("checkpoint() is for the call being served (inside the handler)")
+    call = serving.call
     try:
         text = json.dumps(context, separators=(",", ":"), allow_nan=False)
     except ValueError as e:
         raise TypeError("a checkpoint's context must be JSON: %s" % e) from None
     call["context"] = context
-    call_id, out = _call_id.get(), _out.get()
+    call_id, out = serving.call_id, serving.out
     if call_id is None or out is None:
         # one process per call: a stderr line, which the worker writes before the reply
         sys.stderr.write("asyncflow:checkpoint %s\n" % text)
@@ -356,10 +381,11 @@ def step(name: str, fn: Callable[[], Any]) -> Any:
     handler `step` returns an awaitable (and `fn` may return one); in a plain `def` handler it
     returns the result, and `fn` must not return an awaitable. The result must be a JSON value.
     """
-    call = _call.get()
-    if call is None:
+    serving = _serving.get()
+    if serving is None:
         raise RuntimeError("step() is for the call being served (inside the handler)")
-    if _in_async.get():
+    call = serving.call
+    if serving.in_async:
         return _step_async(call, name, fn)
     done = (call.get("context") or {}).get(STEPS_KEY) or {}
     if name in done:
@@ -403,11 +429,10 @@ def progress(value: Any) -> None:
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
     if size > PROGRESS_BYTES_MAX:
         raise ValueError("progress is %d bytes of JSON, the limit is %d" % (size, PROGRESS_BYTES_MAX))
-    box = _last_progress.get()
-    if box is not None:
-        box.append(value)
-        del box[:-1]
-    call_id = _call_id.get()
+    serving = _serving.get()
+    if serving is not None:
+        serving.progress = value
+    call_id = None if serving is None else serving.call_id
     tag = "" if call_id is None else ":%s" % call_id
     sys.stderr.write("asyncflow:progress%s %s\n" % (tag, text))
     sys.stderr.flush()

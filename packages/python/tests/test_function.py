@@ -38,6 +38,24 @@ class SyncLoop(unittest.TestCase):
         function.serve(lambda call: [1], lines({"context": {}}, {"id": "9", "context": {}}), out)
         self.assertEqual(replies(out), [{"error": "the handler returned list, not a reply object", "retry": False}])
 
+    def test_the_last_progress_goes_with_the_reply_unless_the_handler_gives_its_own(self):
+        def handle(call):
+            for value in call["context"]["report"]:
+                function.progress(value)
+            return dict(call["context"].get("reply", {}), result=None)
+
+        out = io.BytesIO()
+        with contextlib.redirect_stderr(io.StringIO()):
+            function.serve(handle, lines({"id": "1", "context": {"report": [1, {"p": 2}]}},
+                                         {"id": "2", "context": {"report": []}},
+                                         {"id": "3", "context": {"report": [None]}},
+                                         {"id": "4", "context": {"report": [5], "reply": {"progress": "own"}}}), out)
+        self.assertEqual(replies(out), [{"result": None, "progress": {"p": 2}, "id": "1"}, {"result": None, "id": "2"},
+                                        {"result": None, "progress": None, "id": "3"},
+                                        {"progress": "own", "result": None, "id": "4"}])
+        with self.assertRaises(RuntimeError):
+            function.checkpoint({})  # the loop has returned: no call is being served
+
 
 class AsyncLoop(unittest.TestCase):
     def test_async_calls_run_at_once_and_a_cancel_line_ends_its_call_alone(self):
@@ -79,6 +97,24 @@ class AsyncLoop(unittest.TestCase):
                          ['asyncflow:progress:c%d {"n":%d}' % (n, n) for n in range(3)])
         with self.assertRaises(ValueError):
             function.progress("x" * 5000)
+
+
+class ReplyJson(unittest.TestCase):
+    def test_a_reply_is_written_as_json_dumps_writes_it(self):
+        loop = []
+        loop.append(loop)
+        for value in [{"result": None}, {"a": [1, -2.5, 1e300, True, False, None, "\u00e9\n\"\\", "\ud800"]},
+                      {"nested": {"x": {}, "y": []}, 1: "int key", 2.5: "float key", None: "null key"},
+                      {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}, "text", 7, [], {}]:
+            self.assertEqual(function._encode(value), json.dumps(value, separators=(",", ":")))
+        for bad, error in [({"loop": loop}, ValueError), ({"set": {1}}, TypeError), ({(1, 2): "tuple key"}, TypeError)]:
+            with self.assertRaises(error):
+                json.dumps(bad, separators=(",", ":"))
+            with self.assertRaises(error):
+                function._encode(bad)
+        # the memo of the containers seen starts empty at each reply, after a failure too
+        shared = [1]
+        self.assertEqual(function._encode({"a": shared, "b": shared}), '{"a":[1],"b":[1]}')
 
 
 class Checkpoints(unittest.TestCase):
