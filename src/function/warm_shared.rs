@@ -44,7 +44,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::process::{tail, GroupGuard};
-use super::warm::{closed_text, last_stderr, read_line, Broken, CallLine, InFlight, Instance, Pool, RETIRE_GRACE};
+use super::warm::{closed_text, last_stderr, read_line, Broken, InFlight, Instance, Pool, RETIRE_GRACE};
 use super::{StageCall, StageReply};
 
 /// How long a function has to answer a call it was told to cancel before its instance is killed.
@@ -386,11 +386,8 @@ impl Drop for Pending {
 /// Runs one call on an instance with room (the caller holds the pool's permit).
 pub(super) async fn run(pool: &Arc<Pool>, call: StageCall) -> StageReply {
     let id = (pool.ids.fetch_add(1, Ordering::Relaxed) + 1).to_string();
-    let line = match serde_json::to_vec(&CallLine { id: &id, call: &call }) {
-        Ok(mut line) => {
-            line.push(b'\n');
-            line
-        }
+    let line = match super::warm::call_line(&id, &call) {
+        Ok(line) => line,
         Err(e) => return StageReply::fail(format!("cannot encode the stage call: {e}")),
     };
     loop {
@@ -403,6 +400,9 @@ pub(super) async fn run(pool: &Arc<Pool>, call: StageCall) -> StageReply {
             }
         };
         let mut pending = Pending { shared: shared.clone(), id: id.clone(), done: false };
+        // the calls that get a slot at the same time (the replies read in one go free theirs
+        // together) queue their lines before the first of them writes: one write for them all
+        tokio::task::yield_now().await;
         if let Err(why) = shared.flush().await {
             shared.broke(&why);
         }
