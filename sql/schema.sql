@@ -674,7 +674,7 @@ CREATE FUNCTION asyncflow.report_tasks(p_owner text, p_reports jsonb, p_now time
 CREATE FUNCTION asyncflow.rescue_expired(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 1000, p_skip_owners text[] DEFAULT NULL::text[]) RETURNS TABLE(task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer, error text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS -- body: 60 lines, sha256 5e20f2c00dc131d2
+    AS -- body: 67 lines, sha256 fab71bfac73bd7de
 
 CREATE FUNCTION asyncflow.retry_backoff(p_attempt integer, p_max integer) RETURNS interval
     LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -10,6 +10,10 @@
 -- p_skip_owners: workers whose leases are left alone, those running in the rescuer's own
 -- process. Their calls are alive, and their reports may be queued behind this statement (a
 -- network partition that heals delivers both): rescuing them would run finished calls again.
+-- The expired rows are found and locked by a read first, and the update runs only when there
+-- are some: an update of tasks is planned over every shard of every type (its rows could be in
+-- any), about 25 ms a pass with fifty shards (100 ms in a new session), where the read costs
+-- under one; the rescuer passes every second, and a pass almost always finds nothing.
 create or replace function asyncflow.rescue_expired(p_now timestamptz default null, p_limit integer default 1000,
   p_skip_owners text[] default null)
 returns table (task_id text, task_type text, status asyncflow.task_status, stage text, attempt integer,
@@ -25,14 +29,21 @@ declare
   v_attempts integer[];
   v_errors text[];
   v_parents text[];
+  v_keys_types text[];
+  v_keys_shards integer[];
+  v_keys_ids bigint[];
 begin
-  with expired as (
-    select task_type, shard, id from asyncflow.tasks
+  select array_agg(e.task_type), array_agg(e.shard), array_agg(e.id)
+    into v_keys_types, v_keys_shards, v_keys_ids
+  from (select task_type, shard, id from asyncflow.tasks
     where status = 'running' and lease_until < v_now
       and (p_skip_owners is null or owner <> all(p_skip_owners))
     limit p_limit
-    for update skip locked
-  ), changed as (
+    for update skip locked) e;
+  if v_keys_ids is null then
+    return;
+  end if;
+  with changed as (
     update asyncflow.tasks t set
       status = case when t.attempt > t.max_retry_num then 'failed' else 'pending' end::asyncflow.task_status,
       order_time = case when t.attempt > t.max_retry_num then t.order_time
@@ -45,7 +56,7 @@ begin
         'cost_ms', round(extract(epoch from (v_now - t.claimed_at)) * 1000), 'outcome', 'rescued',
         'error', format('lease expired at %s', t.lease_until))),
       owner = null, lease_until = null, updated_at = v_now
-    from expired e
+    from unnest(v_keys_types, v_keys_shards, v_keys_ids) e(task_type, shard, id)
     where t.task_type = e.task_type and t.shard = e.shard and t.id = e.id
     returning asyncflow.format_task_id(t.task_type, t.shard, t.id) as task_id, t.task_type, t.status,
       t.stage, t.attempt, t.last_error, t.parent_id
