@@ -213,10 +213,10 @@ impl InFlight {
 
 /// A call line: the stage call with its id.
 #[derive(Serialize)]
-pub(super) struct CallLine<'a> {
-    pub(super) id: &'a str,
+struct CallLine<'a> {
+    id: &'a str,
     #[serde(flatten)]
-    pub(super) call: &'a StageCall,
+    call: &'a StageCall,
 }
 
 /// The line that sends `call` as call `id`, its newline included. Written into a buffer made
