@@ -282,7 +282,7 @@ async def serve_async(handle: Handler, stdin: BinaryIO, stdout: BinaryIO) -> int
             line = await lines.get()
             if line is None:
                 break
-            if not line.strip():
+            if line.isspace():
                 continue
             try:
                 call = _line_value(line)
